@@ -1,0 +1,62 @@
+"""One build: plan the stage tasks for a config, run them, write the run's manifest."""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from hydra.utils import to_absolute_path
+from omegaconf import DictConfig
+
+import tasks
+from pimbuild.artifacts import Store, write_manifest
+from pimbuild.console import candidates_table, console, summary_table
+from tasks.runner import execute
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class BuildResult:
+    manifest: dict[str, Any]
+    executed: list[str]  # stages whose task doit ran
+    cached: list[str]  # stages found up to date
+
+
+def build(cfg: DictConfig, run_dir: Path) -> BuildResult:
+    """Build ``cfg.targets``; raise a PimbuildError on bad input or a failed stage."""
+    store = Store(Path(to_absolute_path(cfg.store)))
+    run_dir.mkdir(parents=True, exist_ok=True)
+    stage_tasks = tasks.plan(cfg, store, failure_dir=run_dir / "failure")
+    outcome = execute(stage_tasks, store, console)
+    if outcome.error is not None:
+        raise outcome.error
+    by_name = {t.name: t.stage for t in stage_tasks}
+    result = BuildResult(
+        manifest=write_manifest(run_dir / "manifest.json", [t.artifact for t in stage_tasks]),
+        executed=[by_name[n] for n in outcome.executed],
+        cached=[by_name[n] for n in outcome.cached])
+    (run_dir / "build.json").write_text(json.dumps(
+        {"executed": result.executed, "cached": result.cached,
+         "seconds": {by_name[n]: s for n, s in outcome.seconds.items()}}, indent=2) + "\n")
+    _summarize(cfg, stage_tasks, result, run_dir)
+    return result
+
+
+def _summarize(cfg: DictConfig, stage_tasks: list, result: BuildResult, run_dir: Path) -> None:
+    rows = [(t.stage, t.artifact.key, "built" if t.stage in result.executed else "cached",
+             str(t.artifact.dir)) for t in stage_tasks]
+    if cfg.show_candidates and "extract" in result.manifest["stages"]:
+        extract_dir = Path(result.manifest["stages"]["extract"]["dir"])
+        candidates = json.loads((extract_dir / "candidates.json").read_text())
+        console.print(candidates_table(
+            candidates, f"{len(candidates['candidates'])} candidate nests of "
+                        f"model '{cfg.model.name}' (fusion={cfg.lowering.fusion.name})"))
+    console.print(summary_table(rows, f"pimbuild: model={cfg.model.name}, "
+                                      f"{len(result.executed)} stage(s) built, "
+                                      f"{len(result.cached)} up to date"))
+    console.print(f"manifest: {run_dir / 'manifest.json'}")
+    log.info("built %s, up to date %s", result.executed, result.cached)

@@ -1,0 +1,36 @@
+"""The ``pimbuild`` command: a Hydra app around ``pimbuild.build.build``."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import hydra
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig
+
+from pimbuild.config import register_configs
+from pimbuild.console import error
+from pimbuild.errors import PimbuildError
+
+CONF_DIR = Path(__file__).resolve().parent.parent / "conf"  # the source tree's conf/
+register_configs()
+
+
+@hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="config")
+def app(cfg: DictConfig) -> None:
+    from pimbuild.build import build  # heavy imports (torch) after Hydra parsed the overrides
+
+    try:
+        build(cfg, Path(HydraConfig.get().runtime.output_dir))
+    except PimbuildError as e:
+        error(str(e))
+        sys.exit(1)
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,33 @@
+"""The project's exception hierarchy: every failure a user can cause is a PimbuildError."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+class PimbuildError(Exception):
+    """Base class: a failure reported to the user as one clear message, exit status 1."""
+
+
+class ConfigError(PimbuildError):
+    """A configuration value that composes but cannot be used (e.g. a negative size)."""
+
+
+class RecipeError(PimbuildError):
+    """The model recipe could not be built, traced or exported."""
+
+
+class StageError(PimbuildError):
+    """A stage failed on its input; carries the saved input IR and a repro command."""
+
+    def __init__(self, stage: str, message: str, saved_input: Path | None = None,
+                 repro: str | None = None) -> None:
+        self.stage = stage
+        self.saved_input = saved_input
+        self.repro = repro
+        lines = [f"stage '{stage}' failed: {message}"]
+        if saved_input is not None:
+            lines.append(f"input IR saved to: {saved_input}")
+        if repro is not None:
+            lines.append(f"reproduce with: {repro}")
+        super().__init__("\n".join(lines))

@@ -1,0 +1,47 @@
+"""Compile ``scf.mlir`` to LLVM and run it on the MLIR ExecutionEngine.
+
+The lowered function takes its arguments (parameters and inputs, as ``signature.json`` lists
+them) followed by one out-parameter per result, all as memrefs.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from pathlib import Path
+
+import numpy as np
+from torch_mlir import ir
+from torch_mlir.execution_engine import ExecutionEngine
+from torch_mlir.runtime import get_ranked_memref_descriptor
+
+from pimbuild import mlir
+
+# scf + memref -> LLVM dialect. Deallocation runs here, after extract has counted the nests.
+SCF_TO_LLVM = (
+    "builtin.module("
+    "func.func(buffer-deallocation-pipeline),"
+    " lower-affine, convert-scf-to-cf, expand-strided-metadata, finalize-memref-to-llvm,"
+    " convert-math-to-llvm, convert-math-to-libm, convert-arith-to-llvm,"
+    " convert-func-to-llvm, convert-cf-to-llvm, convert-ub-to-llvm,"
+    " reconcile-unrealized-casts)"
+)
+NP_DTYPES = {"float32": np.float32, "int64": np.int64, "bool": np.bool_}
+
+
+def compile_scf(scf_path: Path, failure_dir: Path, opt_level: int = 3) -> ExecutionEngine:
+    module = mlir.parse_file(scf_path)
+    for op in module.body.operations:
+        if op.operation.name == "func.func":
+            op.attributes["llvm.emit_c_interface"] = ir.UnitAttr.get(module.context)
+    mlir.run_pipeline(module, SCF_TO_LLVM, stage="jit", failure_dir=failure_dir)
+    return ExecutionEngine(module, opt_level=opt_level)
+
+
+def invoke(engine: ExecutionEngine, function: str, args: list[np.ndarray],
+           outputs: list[dict]) -> list[np.ndarray]:
+    """Call ``function`` with ``args`` and freshly allocated output buffers; return outputs."""
+    results = [np.zeros(o["shape"], dtype=NP_DTYPES[o["dtype"]]) for o in outputs]
+    arrays = [np.ascontiguousarray(a) for a in args] + results
+    descriptors = [get_ranked_memref_descriptor(a) for a in arrays]
+    engine.invoke(function, *[ctypes.pointer(ctypes.pointer(d)) for d in descriptors])
+    return results

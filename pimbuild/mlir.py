@@ -1,0 +1,82 @@
+"""MLIR helpers shared by the stages: contexts, pass pipelines with repro reports, IR files.
+
+Everything here uses the MLIR Python bindings that ship inside the torch-mlir wheel.
+"""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+
+from torch_mlir import ir
+from torch_mlir.dialects import torch as torch_d
+from torch_mlir.passmanager import PassManager
+
+from pimbuild.errors import StageError
+
+# torch backend contract -> linalg on tensors (what torch_mlir.fx runs for OutputType.LINALG).
+TORCH_BACKEND = ("builtin.module(func.func(torch-match-quantized-custom-ops),"
+                 " torchdynamo-export-to-torch-backend-pipeline{ extra-library=})")
+TORCH_TO_LINALG = ("builtin.module("
+                   "torch-backend-to-linalg-on-tensors-backend-pipeline{allow-non-finites=true})")
+# linalg on tensors -> buffers -> scf.parallel / scf.for nests. Results become out-parameters
+# (the caller owns the output buffers), memref.copy becomes linalg.copy so that it too is a nest.
+LINALG_TO_SCF = (
+    "builtin.module("
+    "one-shot-bufferize{bufferize-function-boundaries"
+    " function-boundary-type-conversion=identity-layout-map},"
+    " buffer-results-to-out-params{hoist-static-allocs modify-public-functions},"
+    " func.func(refback-munge-memref-copy),"
+    " func.func(convert-linalg-to-parallel-loops),"
+    " cse)"
+)
+ELEMENTWISE_FUSION = "builtin.module(func.func(linalg-fuse-elementwise-ops))"
+
+
+def new_context() -> ir.Context:
+    ctx = ir.Context()
+    torch_d.register_dialect(ctx)
+    ctx.allow_unregistered_dialects = True
+    return ctx
+
+
+def parse_file(path: Path, ctx: ir.Context | None = None) -> ir.Module:
+    ctx = ctx or new_context()
+    return ir.Module.parse(path.read_text(), context=ctx)
+
+
+def asm(module: ir.Module) -> str:
+    """The module as text, with locations (extract reads them for source attribution)."""
+    return module.operation.get_asm(enable_debug_info=True, large_elements_limit=16)
+
+
+def write_ir(module: ir.Module, path: Path) -> Path:
+    path.write_text(asm(module) + "\n")
+    return path
+
+
+def run_pipeline(module: ir.Module, pipeline: str, *, stage: str, failure_dir: Path) -> None:
+    """Run ``pipeline`` in place; on failure save the input IR and raise a StageError with a
+    one-line repro command (``pimbuild-opt`` runs the same Python pass manager)."""
+    saved = asm(module)
+    try:
+        with module.context as ctx:
+            ctx.emit_error_diagnostics = True
+            PassManager.parse(pipeline).run(module.operation)
+    except ir.MLIRError as e:
+        failure_dir.mkdir(parents=True, exist_ok=True)
+        path = failure_dir / "input.mlir"
+        path.write_text(saved + "\n")
+        first = str(e).strip().splitlines()
+        summary = "; ".join(line.strip() for line in first[:4])
+        repro = f"pimbuild-opt --pass-pipeline={shlex.quote(pipeline)} {shlex.quote(str(path))}"
+        raise StageError(stage, summary, saved_input=path, repro=repro) from None
+
+
+def walk(op: ir.Operation):
+    """Pre-order walk of every operation nested in ``op`` (excluding ``op``)."""
+    for region in op.regions:
+        for block in region.blocks:
+            for child in block.operations:
+                yield child.operation
+                yield from walk(child.operation)

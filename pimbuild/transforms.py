@@ -1,0 +1,74 @@
+"""IR transforms of pimbuild's own, on linalg-on-tensors, written with the MLIR Python bindings.
+
+- ``add_fastmath``: ``#arith.fastmath<reassoc,contract>`` on float arithmetic, so LLVM may
+  reassociate and vectorize reductions (the naive loops are otherwise ~80x slower than eager).
+- ``controlled_fusion``: MLIR's elementwise fusion, except that no elementwise producer is
+  fused into a reduction. MLIR's pass fuses a producer only when it has a single use, so each
+  producer that feeds a reduction gets a temporary second use (an unregistered, side-effecting
+  ``pimbuild.keep`` op) for the duration of the pass.
+"""
+
+from __future__ import annotations
+
+from torch_mlir import ir
+from torch_mlir.passmanager import PassManager
+
+from pimbuild.mlir import ELEMENTWISE_FUSION, walk
+
+FASTMATH_OPS = frozenset({
+    "arith.addf", "arith.subf", "arith.mulf", "arith.divf", "arith.remf", "arith.negf",
+    "arith.maximumf", "arith.minimumf", "arith.maxnumf", "arith.minnumf",
+})
+KEEP_OP = "pimbuild.keep"
+
+
+def add_fastmath(module: ir.Module, flags: str = "reassoc,contract") -> int:
+    """Set ``fastmath`` on every float arithmetic op; returns how many ops it marked."""
+    attr = ir.Attribute.parse(f"#arith.fastmath<{flags}>", module.context)
+    marked = 0
+    for op in walk(module.operation):
+        if op.name in FASTMATH_OPS:
+            op.attributes["fastmath"] = attr
+            marked += 1
+    return marked
+
+
+def _iterators(op: ir.Operation) -> list[str]:
+    return [str(a).strip('"').split("<")[-1].rstrip(">") for a in op.attributes["iterator_types"]]
+
+
+def _is_elementwise_generic(op: ir.Operation) -> bool:
+    return op.name == "linalg.generic" and all(i == "parallel" for i in _iterators(op))
+
+
+def _is_reduction(op: ir.Operation) -> bool:
+    return op.name == "linalg.generic" and "reduction" in _iterators(op)
+
+
+def _protect_reduction_inputs(module: ir.Module) -> int:
+    kept = 0
+    for op in list(walk(module.operation)):
+        if not _is_reduction(op):
+            continue
+        for operand in op.operands:
+            producer = operand.owner
+            if isinstance(producer, ir.Operation) and _is_elementwise_generic(producer):
+                with ir.InsertionPoint(op), op.location:
+                    ir.Operation.create(KEEP_OP, operands=[operand])
+                kept += 1
+    return kept
+
+
+def controlled_fusion(module: ir.Module) -> None:
+    """Fuse elementwise producers into elementwise consumers only (see module docstring)."""
+    _protect_reduction_inputs(module)
+    with module.context:
+        PassManager.parse(ELEMENTWISE_FUSION).run(module.operation)
+    for op in list(walk(module.operation)):
+        if op.name == KEEP_OP:
+            op.erase()
+
+
+def full_fusion(module: ir.Module) -> None:
+    with module.context:
+        PassManager.parse(ELEMENTWISE_FUSION).run(module.operation)
