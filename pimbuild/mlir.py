@@ -60,17 +60,26 @@ def run_pipeline(module: ir.Module, pipeline: str, *, stage: str, failure_dir: P
     one-line repro command (``pimbuild-opt`` runs the same Python pass manager)."""
     saved = asm(module)
     try:
-        with module.context as ctx:
-            ctx.emit_error_diagnostics = True
+        with module.context:
             PassManager.parse(pipeline).run(module.operation)
     except ir.MLIRError as e:
         failure_dir.mkdir(parents=True, exist_ok=True)
         path = failure_dir / "input.mlir"
         path.write_text(saved + "\n")
-        first = str(e).strip().splitlines()
-        summary = "; ".join(line.strip() for line in first[:4])
+        summary = diagnostic_summary(e)
         repro = f"pimbuild-opt --pass-pipeline={shlex.quote(pipeline)} {shlex.quote(str(path))}"
         raise StageError(stage, summary, saved_input=path, repro=repro) from None
+
+
+def diagnostic_summary(e: ir.MLIRError) -> str:
+    """The first error diagnostic, on one line, with its location."""
+    if not e.error_diagnostics:
+        return e.message
+    d = e.error_diagnostics[0]
+    message = " ".join(d.message.split())
+    if len(message) > 300:
+        message = message[:300] + " ..."
+    return f"{d.location}: {message}"
 
 
 def walk(op: ir.Operation):

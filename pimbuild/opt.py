@@ -12,7 +12,7 @@ from pathlib import Path
 
 from torch_mlir import ir
 
-from pimbuild.mlir import asm, new_context
+from pimbuild.mlir import asm, diagnostic_summary, new_context
 from pimbuild.transforms import add_fastmath, controlled_fusion
 
 
@@ -35,12 +35,11 @@ def main(argv: list[str] | None = None) -> int:
             from torch_mlir.passmanager import PassManager
 
             with ctx:
-                ctx.emit_error_diagnostics = True
                 PassManager.parse(args.pass_pipeline).run(module.operation)
         if args.fastmath:
             add_fastmath(module)
     except ir.MLIRError as e:
-        print(f"pimbuild-opt: {e}", file=sys.stderr)
+        print(f"pimbuild-opt: {diagnostic_summary(e)}", file=sys.stderr)
         return 1
     print(asm(module))
     return 0

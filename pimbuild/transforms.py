@@ -52,7 +52,9 @@ def _protect_reduction_inputs(module: ir.Module) -> int:
             continue
         for operand in op.operands:
             producer = operand.owner
-            if isinstance(producer, ir.Operation) and _is_elementwise_generic(producer):
+            if isinstance(producer, ir.Block):
+                continue
+            if _is_elementwise_generic(producer.operation):
                 with ir.InsertionPoint(op), op.location:
                     ir.Operation.create(KEEP_OP, operands=[operand])
                 kept += 1

@@ -1,0 +1,36 @@
+"""Recipes that must fail, one way each (used by tests/test_errors.py)."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from recipes import Recipe
+
+
+class _Fn(nn.Module):
+    def __init__(self, fn) -> None:
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, *xs):
+        return self.fn(*xs)
+
+
+def dynamic(n: int = 8) -> Recipe:
+    """Marks the first dimension of its input dynamic."""
+    return Recipe(_Fn(torch.relu), {"tokens": torch.randn(n, 4)},
+                  dynamic_shapes={"xs": ({0: torch.export.Dim("seq", min=2, max=64)},)})
+
+
+def _raise(x):
+    raise ValueError("recipe forward is broken on purpose")
+
+
+def raising(n: int = 8) -> Recipe:
+    return Recipe(_Fn(_raise), {"x": torch.randn(n)})
+
+
+def unlowerable(n: int = 4) -> Recipe:
+    """QR decomposition: torch-mlir has no linalg lowering for aten.linalg_qr."""
+    return Recipe(_Fn(lambda x: torch.linalg.qr(x).Q), {"x": torch.randn(n, n)})

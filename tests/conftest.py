@@ -1,0 +1,63 @@
+"""Shared fixtures: composed configs (Hydra's compose API) and in-process builds."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from omegaconf import DictConfig
+
+from pimbuild.build import BuildResult, build
+from pimbuild.cli import CONF_DIR
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def make_cfg(store: Path, overrides: list[str]) -> DictConfig:
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        return compose(config_name="config",
+                       overrides=[f"store={store}", "show_candidates=false", *overrides])
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Path:
+    return tmp_path / "artifacts"
+
+
+@pytest.fixture
+def run_build(tmp_path: Path, store: Path):
+    """``run_build(overrides) -> BuildResult``, each call in a fresh run directory."""
+    counter = iter(range(1000))
+
+    def _run(overrides: list[str]) -> BuildResult:
+        return build(make_cfg(store, overrides), tmp_path / f"run{next(counter)}")
+    return _run
+
+
+def artifact_dir(result: BuildResult, stage: str) -> Path:
+    return Path(result.manifest["stages"][stage]["dir"])
+
+
+def candidates(result: BuildResult) -> list[dict]:
+    return json.loads((artifact_dir(result, "extract") / "candidates.json").read_text())[
+        "candidates"]
+
+
+def store_entries(store: Path) -> list[Path]:
+    """Every entry under ``<store>/<stage>/`` (artifacts and anything left half-written)."""
+    if not store.exists():
+        return []
+    return sorted(p for stage in store.iterdir() if stage.is_dir() for p in stage.iterdir())
+
+
+def run_cli(args: list[str], cwd: Path, timeout: int = 600) -> subprocess.CompletedProcess:
+    """Run the installed ``pimbuild`` command; tests' recipes are importable from the repo."""
+    env = {**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "120"}
+    exe = Path(sys.executable).parent / "pimbuild"
+    return subprocess.run([str(exe), *args], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=timeout)

@@ -1,0 +1,75 @@
+"""Caching (DESIGN §3): content-addressed artifacts, the manifest, incremental rebuilds."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+from tests.conftest import store_entries
+
+SMALL = ["model=relu", "model.size.n=256"]
+
+
+def test_second_identical_run_executes_nothing(run_build) -> None:
+    first = run_build(SMALL)
+    assert first.executed == ["lower", "extract"]
+    second = run_build(SMALL)
+    assert second.executed == []
+    assert second.cached == ["lower", "extract"]
+    assert second.manifest["stages"] == first.manifest["stages"]
+
+
+def test_pim_cores_change_reruns_neither_lower_nor_extract(run_build) -> None:
+    first = run_build(SMALL)
+    again = run_build([*SMALL, "pim.cores=32"])
+    assert again.executed == []
+    assert again.manifest["stages"] == first.manifest["stages"]
+
+
+def test_fusion_change_reruns_lower_and_extract(run_build) -> None:
+    first = run_build(["model=softmax", "model.size.rows=4", "model.size.cols=64"])
+    changed = run_build(["model=softmax", "model.size.rows=4", "model.size.cols=64",
+                         "lowering.fusion=none"])
+    assert changed.executed == ["lower", "extract"]
+    for stage in ("lower", "extract"):
+        assert changed.manifest["stages"][stage]["key"] != first.manifest["stages"][stage]["key"]
+
+
+def test_targets_stop_at_lower(run_build) -> None:
+    result = run_build([*SMALL, "targets=[lower]"])
+    assert list(result.manifest["stages"]) == ["lower"]
+    assert result.executed == ["lower"]
+
+
+def test_manifest_shape_and_hashes(run_build, tmp_path: Path) -> None:
+    result = run_build(SMALL)
+    manifest = json.loads((tmp_path / "run0" / "manifest.json").read_text())
+    assert set(manifest) == {"stages", "versions"}
+    assert set(manifest["stages"]) == {"lower", "extract"}
+    assert set(manifest["stages"]["extract"]["files"]) == {"candidates.json"}
+    assert {"torch.mlir", "linalg.mlir", "scf.mlir", "signature.json"} == set(
+        manifest["stages"]["lower"]["files"])
+    for stage in manifest["stages"].values():
+        assert set(stage) == {"key", "dir", "files"}
+        assert Path(stage["dir"]).is_absolute()
+        assert Path(stage["dir"]).name == stage["key"]
+        for name, digest in stage["files"].items():
+            data = (Path(stage["dir"]) / name).read_bytes()
+            assert hashlib.sha256(data).hexdigest() == digest
+    assert manifest["versions"]["torch"].startswith("2.13.0")
+    assert manifest == json.loads(json.dumps(result.manifest))
+
+
+def test_store_holds_only_complete_artifacts(run_build, store: Path) -> None:
+    run_build(SMALL)
+    entries = store_entries(store)
+    assert len(entries) == 2
+    assert all((e / ".complete").is_file() and not e.name.startswith(".tmp") for e in entries)
+
+
+def test_recipe_size_is_part_of_the_key(run_build) -> None:
+    a = run_build(["model=relu", "model.size.n=256"])
+    b = run_build(["model=relu", "model.size.n=512"])
+    assert a.manifest["stages"]["lower"]["key"] != b.manifest["stages"]["lower"]["key"]
+    assert b.executed == ["lower", "extract"]

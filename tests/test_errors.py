@@ -1,0 +1,94 @@
+"""Bad input: one clear message, a non-zero exit, and no partial artifact in the store."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from pimbuild.errors import ConfigError, RecipeError, StageError
+from tests.conftest import run_cli, store_entries
+
+
+def _assert_store_clean(store: Path) -> None:
+    for entry in store_entries(store):
+        assert not entry.name.startswith(".tmp"), f"partial artifact left: {entry}"
+        assert (entry / ".complete").is_file(), f"incomplete artifact: {entry}"
+
+
+def test_negative_size(run_build, store: Path) -> None:
+    with pytest.raises(ConfigError, match=r"model.size.n must be a positive integer, got -4"):
+        run_build(["model=relu", "model.size.n=-4"])
+    assert store_entries(store) == []
+
+
+def test_unknown_size_parameter(run_build, store: Path) -> None:
+    with pytest.raises(ConfigError, match="bad size parameters"):
+        run_build(["model=relu", "+model.size.m=4"])
+    _assert_store_clean(store)
+
+
+def test_dynamic_dimension_names_input_and_dimension(run_build, store: Path) -> None:
+    with pytest.raises(RecipeError, match=r"input 'tokens' has a dynamic dimension 0"):
+        run_build(["model=relu", "model.recipe=tests.bad_recipes:dynamic"])
+    _assert_store_clean(store)
+    assert not any((store / "lower").iterdir())
+
+
+def test_forward_that_raises_shows_its_message(run_build, store: Path) -> None:
+    with pytest.raises(RecipeError, match="broken on purpose"):
+        run_build(["model=relu", "model.recipe=tests.bad_recipes:raising"])
+    _assert_store_clean(store)
+
+
+def test_unlowerable_operator_saves_input_and_repro(run_build, store: Path) -> None:
+    with pytest.raises(StageError) as err:
+        run_build(["model=relu", "model.recipe=tests.bad_recipes:unlowerable",
+                   "model.size={n:4}"])
+    e = err.value
+    assert e.stage == "lower"
+    assert "aten.linalg_qr" in str(e)
+    assert e.saved_input is not None and e.saved_input.is_file()
+    assert "torch.aten.linalg_qr" in e.saved_input.read_text()
+    assert not str(e.saved_input).startswith(str(store))  # saved in the run dir, not the store
+    _assert_store_clean(store)
+    assert not any((store / "lower").iterdir())
+    # The repro command fails the same way.
+    repro = subprocess.run(e.repro, shell=True, capture_output=True, text=True,
+                           env={"PATH": str(Path(__import__("sys").executable).parent)})
+    assert repro.returncode == 1
+    assert "aten.linalg_qr" in repro.stderr
+
+
+def test_unknown_target(run_build, store: Path) -> None:
+    with pytest.raises(ConfigError, match="unknown target"):
+        run_build(["model=relu", "targets=[simulate9]"])
+    assert store_entries(store) == []
+
+
+@pytest.mark.slow
+def test_cli_reports_one_clear_message(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    proc = run_cli(["model=relu", "model.recipe=tests.bad_recipes:raising", f"store={store}",
+                    f"hydra.run.dir={tmp_path / 'run'}"], cwd=tmp_path)
+    assert proc.returncode == 1
+    assert "error:" in proc.stdout and "broken on purpose" in proc.stdout
+    assert "Traceback" not in proc.stdout + proc.stderr
+    _assert_store_clean(store)
+
+
+@pytest.mark.slow
+def test_cli_unknown_model_lists_choices(tmp_path: Path) -> None:
+    proc = run_cli(["model=resnet9000"], cwd=tmp_path)
+    assert proc.returncode != 0
+    assert "Available options in 'model'" in proc.stderr
+    assert "softmax" in proc.stderr
+    assert not (tmp_path / "outputs" / "artifacts").exists()
+
+
+@pytest.mark.slow
+def test_cli_bad_type_fails_at_composition(tmp_path: Path) -> None:
+    proc = run_cli(["pim.cores=abc"], cwd=tmp_path)
+    assert proc.returncode != 0
+    assert "pim.cores" in proc.stderr

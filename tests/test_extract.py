@@ -1,0 +1,105 @@
+"""What extract reports for each nest: iteration counts, buffers by allocation, sources."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from pimbuild import extract
+from tests.conftest import candidates
+
+
+def test_streaming_nest_counts_and_bytes(run_build) -> None:
+    (nest,) = candidates(run_build(["model=ew_add", "model.size.n=4096"]))
+    assert nest["n_iter"] == nest["n_total"] == 4096
+    assert nest["parallel_dims"] == [4096]
+    assert nest["source_op"] == "aten.add.Tensor"
+    assert sorted(nest["reads"].values()) == [4096 * 4, 4096 * 4]
+    assert list(nest["writes"].values()) == [4096 * 4]
+    assert nest["moved_bytes"] == 3 * 4096 * 4
+    assert nest["op_mix"] == {"loads": 2, "stores": 1, "arith": 1, "math": 0, "calls": 0}
+
+
+def test_reduction_nest_parallel_vs_total_iterations(run_build) -> None:
+    nests = candidates(run_build(["model=softmax", "model.size.rows=8", "model.size.cols=32",
+                                  "lowering.fusion=none"]))
+    reductions = [c for c in nests if c["n_total"] > c["n_iter"]]
+    assert len(reductions) == 2  # max and sum
+    for nest in reductions:
+        assert nest["n_iter"] == 8
+        assert nest["n_total"] == 8 * 32
+    exp = [c for c in nests if c["op_mix"]["math"] > 0]
+    assert len(exp) == 1 and exp[0]["n_iter"] == 8 * 32
+
+
+def test_buffer_read_and_written_in_place_is_counted_once(run_build) -> None:
+    nests = candidates(run_build(["model=softmax", "model.size.rows=8", "model.size.cols=32",
+                                  "lowering.fusion=none"]))
+    in_place = [c for c in nests if set(c["reads"]) & set(c["writes"])]
+    assert in_place, "the accumulating reductions read and write their output buffer"
+    for nest in in_place:
+        union = {**nest["reads"], **nest["writes"]}
+        assert nest["moved_bytes"] == sum(union.values())
+        assert nest["moved_bytes"] < sum(nest["reads"].values()) + sum(nest["writes"].values())
+
+
+def test_sources_name_module_and_operator(run_build) -> None:
+    nests = candidates(run_build(["model=mlp", "model.size.hidden=16", "model.size.ffn=32",
+                                  "lowering.fusion=none"]))
+    assert [c["source_module"] for c in nests] == ["up"] * 3 + [""] + ["down"] * 3
+    assert nests[3]["source_op"] == "aten.relu.default"
+    assert {c["source_op"] for c in nests[:3]} == {"aten.permute.default", "aten.mm.default"}
+
+
+SCF_IN_LOOP = """
+func.func @forward(%arg0: memref<4x8xf32>, %arg1: memref<4x8xf32>) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c3 = arith.constant 3 : index
+  %c4 = arith.constant 4 : index
+  %c8 = arith.constant 8 : index
+  %c2 = arith.constant 2 : index
+  scf.for %t = %c0 to %c3 step %c1 {
+    scf.parallel (%i, %j) = (%c0, %c0) to (%c4, %c8) step (%c1, %c2) {
+      %v = memref.load %arg0[%i, %j] : memref<4x8xf32>
+      %e = math.exp %v : f32
+      memref.store %e, %arg1[%i, %j] : memref<4x8xf32>
+      scf.reduce
+    }
+  }
+  return
+}
+"""
+
+
+def test_enclosing_trip_count_and_steps(tmp_path: Path) -> None:
+    path = tmp_path / "scf.mlir"
+    path.write_text(SCF_IN_LOOP)
+    sig = {"function": "forward", "args": [{"name": "x", "source": "x"}], "outputs": [{}]}
+    result = extract.extract(path, sig)
+    (nest,) = result["candidates"]
+    assert nest["enclosing_trips"] == 3
+    assert nest["parallel_dims"] == [4, 4]  # 0..8 step 2
+    assert nest["n_iter"] == 16
+    assert nest["reads"] == {"arg0": 128} and nest["writes"] == {"arg1": 128}
+    assert result["allocations"]["arg1"]["role"] == "output"
+    assert nest["op_mix"]["math"] == 1
+
+
+def test_non_constant_bound_is_rejected(tmp_path: Path) -> None:
+    path = tmp_path / "scf.mlir"
+    path.write_text(SCF_IN_LOOP.replace("to (%c4, %c8)", "to (%n, %c8)").replace(
+        "%c2 = arith.constant 2 : index", "%c2 = arith.constant 2 : index\n"
+        "  %n = memref.dim %arg0, %c0 : memref<4x8xf32>"))
+    with pytest.raises(ValueError, match="not a constant"):
+        extract.extract(path, {"function": "forward", "args": [{"source": "x"}]})
+
+
+def test_candidates_json_is_what_extract_returns(run_build) -> None:
+    result = run_build(["model=relu", "model.size.n=64"])
+    data = json.loads((Path(result.manifest["stages"]["extract"]["dir"])
+                       / "candidates.json").read_text())
+    assert data["function"] == "forward"
+    assert data["candidates"][0]["id"] == 0
