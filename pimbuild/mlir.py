@@ -47,7 +47,7 @@ def parse_file(path: Path, ctx: ir.Context | None = None) -> ir.Module:
 
 def asm(module: ir.Module) -> str:
     """The module as text, with locations (extract reads them for source attribution)."""
-    return module.operation.get_asm(enable_debug_info=True, large_elements_limit=16)
+    return module.operation.get_asm(enable_debug_info=True)
 
 
 def write_ir(module: ir.Module, path: Path) -> Path:

@@ -31,7 +31,7 @@ def test_unknown_size_parameter(run_build, store: Path) -> None:
 
 def test_dynamic_dimension_names_input_and_dimension(run_build, store: Path) -> None:
     with pytest.raises(RecipeError, match=r"input 'tokens' has a dynamic dimension 0"):
-        run_build(["model=relu", "model.recipe=tests.bad_recipes:dynamic"])
+        run_build(["model=relu", "model.recipe=tests.bad_recipes:dynamic", "model.size.n=8"])
     _assert_store_clean(store)
     assert not any((store / "lower").iterdir())
 

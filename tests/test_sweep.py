@@ -1,0 +1,45 @@
+"""Multirun sweeps through the real command line (slow: subprocesses)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import run_cli
+
+
+def _jobs(sweep_dir: Path) -> dict[str, dict]:
+    """build.json of every job of a sweep, by job subdirectory name."""
+    return {p.parent.name: json.loads(p.read_text()) for p in sweep_dir.glob("*/build.json")}
+
+
+@pytest.mark.slow
+def test_sweep_then_same_sweep_executes_nothing(tmp_path: Path) -> None:
+    args = ["-m", "model=relu,softmax", "show_candidates=false"]
+    first = run_cli([*args, f"hydra.sweep.dir={tmp_path / 'sweep1'}"], cwd=tmp_path)
+    assert first.returncode == 0, first.stdout + first.stderr
+    jobs = _jobs(tmp_path / "sweep1")
+    assert sorted(jobs) == ["0_relu", "1_softmax"]
+    assert all(job["executed"] == ["lower", "extract"] for job in jobs.values())
+
+    second = run_cli([*args, f"hydra.sweep.dir={tmp_path / 'sweep2'}"], cwd=tmp_path)
+    assert second.returncode == 0, second.stdout + second.stderr
+    jobs = _jobs(tmp_path / "sweep2")
+    assert len(jobs) == 2
+    assert all(job["executed"] == [] and job["cached"] == ["lower", "extract"]
+               for job in jobs.values())
+    manifests = sorted((tmp_path / "sweep2").glob("*/manifest.json"))
+    assert len(manifests) == 2
+
+
+@pytest.mark.slow
+def test_cli_help_and_cfg(tmp_path: Path) -> None:
+    helped = run_cli(["--help"], cwd=tmp_path)
+    assert helped.returncode == 0
+    assert "model: " in helped.stdout and "softmax" in helped.stdout
+    shown = run_cli(["--cfg", "job", "model=gemv", "pim.cores=32"], cwd=tmp_path)
+    assert shown.returncode == 0
+    assert "name: gemv" in shown.stdout and "cores: 32" in shown.stdout
+    assert not (tmp_path / "outputs" / "artifacts").exists()
