@@ -28,13 +28,26 @@ SCF_TO_LLVM = (
 NP_DTYPES = {"float32": np.float32, "int64": np.int64, "bool": np.bool_}
 
 
+def prepare_for_llvm(module: ir.Module) -> None:
+    """Give every defined function a C interface (``_mlir_ciface_<name>``)."""
+    for op in module.body.operations:
+        op = op.operation
+        if op.name == "func.func" and len(op.regions[0].blocks) > 0:
+            op.attributes["llvm.emit_c_interface"] = ir.UnitAttr.get(module.context)
+
+
 def compile_scf(scf_path: Path, failure_dir: Path, opt_level: int = 3) -> ExecutionEngine:
     module = mlir.parse_file(scf_path)
-    for op in module.body.operations:
-        if op.operation.name == "func.func":
-            op.attributes["llvm.emit_c_interface"] = ir.UnitAttr.get(module.context)
+    prepare_for_llvm(module)
     mlir.run_pipeline(module, SCF_TO_LLVM, stage="jit", failure_dir=failure_dir)
     return ExecutionEngine(module, opt_level=opt_level)
+
+
+def load_llvm(llvm_path: Path, shared_libs: list[Path], opt_level: int = 3) -> ExecutionEngine:
+    """An ExecutionEngine for an LLVM-dialect module, with the given runtime libraries."""
+    module = mlir.parse_file(llvm_path)
+    return ExecutionEngine(module, opt_level=opt_level,
+                           shared_libs=[str(p) for p in shared_libs])
 
 
 def invoke(engine: ExecutionEngine, function: str, args: list[np.ndarray],

@@ -1,0 +1,116 @@
+"""The marker runtime (``markers.c``), compiled by the build with the system C compiler.
+
+``build`` writes ``libpimmarkers.so`` (timing, plus PAPI counters when ``papi.h`` and
+``libpapi`` are present) and, when valgrind's ``callgrind.h`` is present,
+``libpimmarkers_callgrind.so``; ``runtime.json`` records the compiler, the commands and which
+features each library has. ``Markers`` is the ctypes view of a loaded library.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+
+from pimbuild.errors import StageError
+
+SOURCE = Path(__file__).with_name("markers.c")
+LIBRARY = "libpimmarkers.so"
+CALLGRIND_LIBRARY = "libpimmarkers_callgrind.so"
+CFLAGS = ["-O2", "-shared", "-fPIC", "-std=gnu11", "-Wall"]
+
+
+def compiler() -> str:
+    cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
+    if not cc:
+        raise StageError("runtime", "no C compiler found (set CC or install gcc)")
+    return cc
+
+
+def _has_header(cc: str, header: str) -> bool:
+    proc = subprocess.run([cc, "-E", "-x", "c", "-"], input=f"#include <{header}>\n",
+                          capture_output=True, text=True)
+    return proc.returncode == 0
+
+
+def probe() -> dict[str, object]:
+    """What the runtime build depends on: source, compiler version, available headers."""
+    cc = compiler()
+    version = subprocess.run([cc, "--version"], capture_output=True, text=True).stdout
+    return {"source_sha256": hashlib.sha256(SOURCE.read_bytes()).hexdigest(),
+            "cc": cc, "cc_version": version.splitlines()[0] if version else "",
+            "papi_h": _has_header(cc, "papi.h"),
+            "callgrind_h": _has_header(cc, "valgrind/callgrind.h"), "cflags": CFLAGS}
+
+
+def _compile(cc: str, out: Path, defines: list[str], libs: list[str]) -> list[str]:
+    cmd = [cc, *CFLAGS, *defines, str(SOURCE), "-o", str(out), *libs]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise StageError("runtime", f"compiling the marker runtime failed:\n{proc.stderr}",
+                         repro=" ".join(cmd))
+    return cmd
+
+
+def build(out_dir: Path) -> None:
+    info = probe()
+    cc = str(info["cc"])
+    papi = bool(info["papi_h"])
+    commands = [_compile(cc, out_dir / LIBRARY, ["-DPIM_WITH_PAPI"] if papi else [],
+                         ["-lpapi"] if papi else [])]
+    if info["callgrind_h"]:
+        commands.append(_compile(cc, out_dir / CALLGRIND_LIBRARY,
+                                 ["-DPIM_WITH_CALLGRIND"], []))
+    (out_dir / "runtime.json").write_text(json.dumps(
+        {**info, "papi": papi, "callgrind": bool(info["callgrind_h"]),
+         "commands": [" ".join(c) for c in commands]}, indent=2) + "\n")
+
+
+class Markers:
+    """ctypes access to a loaded marker runtime's accumulators."""
+
+    def __init__(self, path: Path) -> None:
+        self.lib = ctypes.CDLL(str(path), mode=ctypes.RTLD_GLOBAL)
+        for name in ("pim_counts", "pim_ns"):
+            getattr(self.lib, name).restype = ctypes.POINTER(ctypes.c_uint64)
+        self.lib.pim_values.restype = ctypes.POINTER(ctypes.c_longlong)
+        self.lib.pim_papi_start.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_int]
+        self.lib.pim_papi_perf_event_status.restype = ctypes.c_char_p
+        self.max_regions = self.lib.pim_max_regions()
+        self.max_events = self.lib.pim_max_events()
+
+    def reset(self) -> None:
+        self.lib.pim_reset()
+
+    def counts(self, n: int) -> np.ndarray:
+        return np.ctypeslib.as_array(self.lib.pim_counts(), (self.max_regions,))[:n].copy()
+
+    def seconds(self, n: int) -> np.ndarray:
+        return np.ctypeslib.as_array(self.lib.pim_ns(), (self.max_regions,))[:n] * 1e-9
+
+    def values(self, n: int, n_events: int) -> np.ndarray:
+        raw = np.ctypeslib.as_array(self.lib.pim_values(),
+                                    (self.max_regions * self.max_events,))
+        return raw.reshape(self.max_regions, self.max_events)[:n, :n_events].copy()
+
+    @property
+    def has_papi(self) -> bool:
+        return bool(self.lib.pim_has_papi())
+
+    def perf_event_status(self) -> str:
+        return self.lib.pim_papi_perf_event_status().decode()
+
+    def papi_start(self, events: list[str]) -> tuple[int, str]:
+        """Start one event set; returns (number of events, "") or (-1, PAPI's reason)."""
+        err = ctypes.create_string_buffer(512)
+        n = self.lib.pim_papi_start(",".join(events).encode(), err, len(err))
+        return n, err.value.decode()
+
+    def papi_stop(self) -> None:
+        self.lib.pim_papi_stop()

@@ -1,0 +1,160 @@
+"""The ``valgrind`` counter backend: per-nest cache-simulation counts from callgrind.
+
+The instrumented LLVM-dialect module is compiled for ``x86-64-v3`` without AVX-512 (valgrind
+3.19 cannot decode AVX-512), linked with a generated C driver and the callgrind build of the
+marker runtime, and run once under ``valgrind --tool=callgrind --cache-sim=yes`` with the
+platform's cache sizes. The markers zero callgrind's counters at each region entry and dump
+them at each exit, so every dump holds exactly one nest invocation: attribution is exact.
+
+Roles reported: ``offcore_data_rd`` = last-level data read misses (DLmr), so
+``n_rd * L`` is the bytes a nest read past the last-level cache, as the paper's off-core data
+read counter. Callgrind has no store-bound cycles; the store side is the proxy
+``store_bound = DLmw / (DLmr + DLmw)``, the share of last-level misses that are write misses.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+from torch_mlir import ir
+from torch_mlir.execution_engine import ExecutionEngine
+
+from pimbuild import mlir
+from pimbuild.errors import StageError
+from pimbuild.runtime import CALLGRIND_LIBRARY
+
+if TYPE_CHECKING:
+    from pimbuild.profile import Inputs, ProfileParams
+
+TARGET_CPU = "x86-64-v3"
+TARGET_FEATURES = "#llvm.target_features<[\"-avx512f\"]>"
+DUMP_RE = re.compile(r"^desc: Trigger: Client Request: region (\d+)$", re.M)
+
+
+def available() -> bool:
+    return shutil.which("valgrind") is not None
+
+
+def compile_portable_object(llvm_path: Path, out: Path) -> Path:
+    """The instrumented module as an object file for x86-64-v3, AVX-512 disabled."""
+    module = mlir.parse_file(llvm_path)
+    cpu = ir.StringAttr.get(TARGET_CPU, module.context)
+    features = ir.Attribute.parse(TARGET_FEATURES, module.context)
+    for op in module.body.operations:
+        op = op.operation
+        if op.name == "llvm.func" and len(op.regions[0].blocks) > 0:
+            op.attributes["target_cpu"] = cpu
+            op.attributes["target_features"] = features
+    ExecutionEngine(module, opt_level=3).dump_to_object_file(str(out))
+    return out
+
+
+def _memref_struct(rank: int) -> str:
+    dims = f"int64_t sizes[{rank}]; int64_t strides[{rank}];" if rank else ""
+    return f"typedef struct {{ void *allocated, *aligned; int64_t offset; {dims} }} memref{rank};"
+
+
+def driver_source(signature: dict) -> str:
+    """A C ``main`` that reads the arguments from a file and calls the lowered function."""
+    buffers = [(a["shape"], np.dtype(a["dtype"]).itemsize) for a in signature["args"]]
+    buffers += [(o["shape"], np.dtype(o["dtype"]).itemsize) for o in signature["outputs"]]
+    ranks = sorted({len(shape) for shape, _ in buffers})
+    lines = ["#include <stdint.h>", "#include <stdio.h>", "#include <stdlib.h>",
+             *[_memref_struct(r) for r in ranks]]
+    params = ", ".join(f"memref{len(s)} *" for s, _ in buffers)
+    lines.append(f"void _mlir_ciface_{signature['function']}({params});")
+    lines += ["static void *load(FILE *f, size_t bytes) {",
+              "  void *p = aligned_alloc(64, (bytes + 63) / 64 * 64);",
+              "  if (!p || (f && fread(p, 1, bytes, f) != bytes)) { perror(\"load\"); exit(2); }",
+              "  return p;", "}",
+              "int main(int argc, char **argv) {",
+              "  FILE *f = argc > 1 ? fopen(argv[1], \"rb\") : NULL;",
+              "  if (!f) { perror(\"inputs\"); return 2; }"]
+    n_args = len(signature["args"])
+    for i, (shape, itemsize) in enumerate(buffers):
+        nbytes = math.prod(shape) * itemsize
+        source = "f" if i < n_args else "NULL"
+        strides = [math.prod(shape[k + 1:]) for k in range(len(shape))]
+        init = ", ".join(map(str, [*shape, *strides]))
+        lines.append(f"  void *b{i} = load({source}, {nbytes}u);")
+        lines.append(f"  memref{len(shape)} m{i} = {{b{i}, b{i}, 0{', ' if init else ''}"
+                     f"{init}}};")
+    call_args = ", ".join(f"&m{i}" for i in range(len(buffers)))
+    lines += [f"  _mlir_ciface_{signature['function']}({call_args});", "  return 0;", "}"]
+    return "\n".join(lines) + "\n"
+
+
+def build_driver(inp: Inputs, work: Path) -> Path:
+    obj = compile_portable_object(inp.llvm_path, work / "forward_x86-64-v3.o")
+    (work / "driver.c").write_text(driver_source(inp.signature))
+    runtime = inp.runtime_dir / CALLGRIND_LIBRARY
+    if not runtime.is_file():
+        raise StageError("profile", "the marker runtime has no callgrind build "
+                                    "(valgrind/callgrind.h was not found when it was built)")
+    exe = work / "forward_driver"
+    cmd = ["cc", "-O1", "-march=x86-64-v3", "-mno-avx512f", str(work / "driver.c"), str(obj),
+           str(runtime), f"-Wl,-rpath,{inp.runtime_dir}", "-lm", "-o", str(exe)]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise StageError("profile", f"linking the valgrind driver failed:\n{proc.stderr}",
+                         repro=" ".join(cmd))
+    return exe
+
+
+def cache_options(p: ProfileParams) -> list[str]:
+    return [f"--I1=32768,8,{p.cache_line}",
+            f"--D1={p.l1d_bytes},{p.l1d_assoc},{p.cache_line}",
+            f"--LL={p.llc_bytes},{p.llc_assoc},{p.cache_line}"]
+
+
+def parse_dump(path: Path) -> tuple[int, dict[str, int]]:
+    """(region id, event totals) of one callgrind dump triggered by ``region_exit``."""
+    text = path.read_text()
+    m = DUMP_RE.search(text)
+    if not m:
+        return -1, {}
+    events = re.search(r"^events: (.+)$", text, re.M).group(1).split()
+    totals = re.search(r"^(?:totals|summary): (.+)$", text, re.M).group(1).split()
+    return int(m.group(1)), dict(zip(events, map(int, totals), strict=False))
+
+
+def counter_rows(inp: Inputs, args: list[np.ndarray], p: ProfileParams,
+                 out_dir: Path) -> list[dict]:
+    work = out_dir / "valgrind"
+    work.mkdir()
+    exe = build_driver(inp, work)
+    with (work / "inputs.bin").open("wb") as f:
+        for a in args:
+            np.ascontiguousarray(a).tofile(f)
+    cmd = ["valgrind", "--tool=callgrind", "--cache-sim=yes", *cache_options(p),
+           f"--callgrind-out-file={work / 'callgrind.out'}", str(exe),
+           str(work / "inputs.bin")]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    (work / "inputs.bin").unlink()
+    (work / "valgrind.log").write_text(proc.stderr)
+    if proc.returncode != 0:
+        raise StageError("profile", f"valgrind failed (see {work / 'valgrind.log'}): "
+                                    f"{proc.stderr.strip().splitlines()[-1:]}",
+                         repro=" ".join(cmd))
+    totals: dict[int, dict[str, int]] = {}
+    for dump in sorted(work.glob("callgrind.out.*")):
+        region, counts = parse_dump(dump)
+        if region >= 0:
+            acc = totals.setdefault(region, {})
+            for k, v in counts.items():
+                acc[k] = acc.get(k, 0) + v
+    rows = []
+    for c in inp.candidates:
+        t = totals.get(c["id"], {})
+        rows.append({"id": c["id"], "source_op": c["source_op"], "counter_source": "valgrind",
+                     "counts": {"offcore_data_rd": t.get("DLmr", 0),
+                                "ll_write_misses": t.get("DLmw", 0),
+                                "instructions": t.get("Ir", 0),
+                                "data_reads": t.get("Dr", 0), "data_writes": t.get("Dw", 0)}})
+    return rows
