@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import json
 import logging
 from dataclasses import dataclass
@@ -46,15 +47,38 @@ def build(cfg: DictConfig, run_dir: Path) -> BuildResult:
     return result
 
 
+def _profile_rows(profile_dir: Path) -> dict[int, dict]:
+    """timing.csv and counters.csv merged, by nest id."""
+    rows: dict[int, dict] = {}
+    for name in ("timing.csv", "counters.csv"):
+        with (profile_dir / name).open() as f:
+            for row in csv.DictReader(f):
+                rows.setdefault(int(row["id"]), {}).update(row)
+    return rows
+
+
 def _summarize(cfg: DictConfig, stage_tasks: list, result: BuildResult, run_dir: Path) -> None:
     rows = [(t.stage, t.artifact.key, "built" if t.stage in result.executed else "cached",
              str(t.artifact.dir)) for t in stage_tasks]
-    if cfg.show_candidates and "extract" in result.manifest["stages"]:
-        extract_dir = Path(result.manifest["stages"]["extract"]["dir"])
-        candidates = json.loads((extract_dir / "candidates.json").read_text())
+    stages = result.manifest["stages"]
+    profiled = _profile_rows(Path(stages["profile"]["dir"])) if "profile" in stages else None
+    if cfg.show_candidates and "extract" in stages:
+        candidates = json.loads((Path(stages["extract"]["dir"]) / "candidates.json").read_text())
         console.print(candidates_table(
             candidates, f"{len(candidates['candidates'])} candidate nests of "
-                        f"model '{cfg.model.name}' (fusion={cfg.lowering.fusion.name})"))
+                        f"model '{cfg.model.name}' (fusion={cfg.lowering.fusion.name})",
+            profiled))
+    if "profile" in stages:
+        info = json.loads((Path(stages["profile"]["dir"]) / "profile.json").read_text())
+        console.print(f"forward {info['forward_median_s'] * 1e3:.3g} ms (median of "
+                      f"{info['repetitions']}), nests cover {info['coverage']:.1%} of it; "
+                      f"counters: [bold]{info['counter_backend']}[/] "
+                      f"({info['counter_backend_reason']})")
+    if "calibrate" in stages:
+        cal = json.loads((Path(stages["calibrate"]["dir"]) / "calibrate.json").read_text())
+        theta = cfg.policy.theta_gbps or cfg.policy.theta_ratio * cal["b_cpu_gbps"]
+        console.print(f"B_cpu {cal['b_cpu_gbps']:.3g} GB/s ({cal['source']}); "
+                      f"theta {theta:.3g} GB/s")
     console.print(summary_table(rows, f"pimbuild: model={cfg.model.name}, "
                                       f"{len(result.executed)} stage(s) built, "
                                       f"{len(result.cached)} up to date"))

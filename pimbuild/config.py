@@ -58,11 +58,14 @@ class PlatformConfig:
     name: str = MISSING
     cache_line: int = 64
     l1d_bytes: int = 48 * 1024
+    l1d_assoc: int = 12
     l2_bytes: int = 1280 * 1024
     llc_bytes: int = 42 * 1024 * 1024
+    llc_assoc: int = 21  # valgrind needs a power-of-two number of sets
     # PAPI native events by role (paper Table 1); read by the profile stage.
     events: dict[str, str] = field(default_factory=dict)
     b_cpu_gbps: float | None = None  # null: measured by the calibrate task
+    calibration_mib: int = 512  # calibrate's streaming buffer, larger than the LLC
     b_mem_gbps: float = 204.8  # host memory-system bandwidth used for host<->PIM copies
 
 
@@ -71,7 +74,6 @@ class ProfileConfig:
     backend: CounterBackend = CounterBackend.auto
     repetitions: int = 10
     warmup: int = 2
-    seed: int = 0
 
 
 @dataclass
@@ -106,7 +108,7 @@ class Config:
     policy: PolicyConfig = MISSING
     sim: SimConfig = MISSING
     # The stages to build, with everything they depend on. Default: every stage that exists.
-    targets: list[str] = field(default_factory=lambda: ["extract"])
+    targets: list[str] = field(default_factory=lambda: ["profile", "calibrate"])
     store: str = "outputs/artifacts"  # the artifact store, relative to the launch directory
     show_candidates: bool = True  # print the candidates table at the end of a run
 

@@ -18,20 +18,32 @@ def short_op(target: str) -> str:
     return parts[1] if len(parts) >= 2 and parts[0] == "aten" else target
 
 
-def candidates_table(candidates: dict, title: str) -> Table:
+def _fmt(value: str, spec: str) -> str:
+    return format(float(value), spec) if value not in ("", None) else "-"
+
+
+def candidates_table(candidates: dict, title: str, profile: dict[int, dict] | None = None
+                     ) -> Table:
+    """One row per nest; with ``profile`` (timing + counters rows by id), its measurements."""
     table = Table(title=title, title_justify="left", pad_edge=False)
-    for col in ("id", "source", "dims", "n_iter", "n_total", "moved MB", "ld/st/ar/m"):
+    columns = ["id", "source", "dims", "n_iter", "n_total", "moved MB", "ld/st/ar/m"]
+    if profile:
+        columns += ["T_cpu ms", "share", "BW GB/s", "store"]
+    for col in columns:
         table.add_column(col, justify="left" if col in ("source", "dims") else "right")
     for c in candidates["candidates"]:
         mix = c["op_mix"]
         source = short_op(c["source_op"])
         if c["source_module"]:
             source = f"{c['source_module']}.{source}"
-        table.add_row(
-            str(c["id"]), source, "x".join(map(str, c["parallel_dims"])),
-            f"{c['n_iter']:,}", f"{c['n_total']:,}",
-            _mb(c["moved_bytes"]),
-            f"{mix['loads']}/{mix['stores']}/{mix['arith']}/{mix['math']}")
+        row = [str(c["id"]), source, "x".join(map(str, c["parallel_dims"])),
+               f"{c['n_iter']:,}", f"{c['n_total']:,}", _mb(c["moved_bytes"]),
+               f"{mix['loads']}/{mix['stores']}/{mix['arith']}/{mix['math']}"]
+        if profile:
+            m = profile[c["id"]]
+            row += [_fmt(float(m["median_s"]) * 1e3, ".3g"), _fmt(m["share"], ".1%"),
+                    _fmt(m["bw_read_gbps"], ".3g"), _fmt(m["store_bound"], ".2f")]
+        table.add_row(*row)
     return table
 
 

@@ -12,11 +12,11 @@ import json
 from pathlib import Path
 
 from torch_mlir import ir
-from torch_mlir.execution_engine import ExecutionEngine
 
 from pimbuild import jit, mlir
 from pimbuild.errors import StageError
 from pimbuild.extract import find_nests
+from pimbuild.runtime import Markers
 
 ENTER, EXIT = "region_enter", "region_exit"
 # The whole function body is a region of its own: the forward time that coverage divides by.
@@ -84,5 +84,4 @@ def run(scf_path: Path, candidates_path: Path, runtime_lib: Path, out_dir: Path,
     jit.prepare_for_llvm(module)
     mlir.run_pipeline(module, jit.SCF_TO_LLVM, stage="instrument", failure_dir=failure_dir)
     mlir.write_ir(module, out_dir / "llvm.mlir")
-    engine = ExecutionEngine(module, opt_level=3, shared_libs=[str(runtime_lib)])
-    engine.dump_to_object_file(str(out_dir / "forward.o"))
+    jit.write_object(module, Markers(runtime_lib).symbols, out_dir / "forward.o")

@@ -15,6 +15,7 @@ from torch_mlir.execution_engine import ExecutionEngine
 from torch_mlir.runtime import get_ranked_memref_descriptor
 
 from pimbuild import mlir
+from pimbuild.errors import StageError
 
 # scf + memref -> LLVM dialect. Deallocation runs here, after extract has counted the nests.
 SCF_TO_LLVM = (
@@ -43,11 +44,27 @@ def compile_scf(scf_path: Path, failure_dir: Path, opt_level: int = 3) -> Execut
     return ExecutionEngine(module, opt_level=opt_level)
 
 
-def load_llvm(llvm_path: Path, shared_libs: list[Path], opt_level: int = 3) -> ExecutionEngine:
-    """An ExecutionEngine for an LLVM-dialect module, with the given runtime libraries."""
-    module = mlir.parse_file(llvm_path)
-    return ExecutionEngine(module, opt_level=opt_level,
-                           shared_libs=[str(p) for p in shared_libs])
+def write_object(module: ir.Module, symbols: dict[str, ctypes.c_void_p], path: Path) -> Path:
+    """Compile an LLVM-dialect module to an object file (its external calls stay relocations;
+    ``symbols`` only lets the JIT finish linking the copy it compiles)."""
+    engine = ExecutionEngine(module, opt_level=3)
+    for name, address in symbols.items():
+        engine.raw_register_runtime(name, address)
+    engine.dump_to_object_file(str(path))
+    if not path.is_file():
+        raise StageError("instrument", f"the ExecutionEngine wrote no object file {path}")
+    return path
+
+
+def load_llvm(llvm_path: Path, symbols: dict[str, ctypes.c_void_p],
+              opt_level: int = 3) -> ExecutionEngine:
+    """An ExecutionEngine for an LLVM-dialect module whose external functions ``symbols``
+    (name -> address) provides. They are bound before the first lookup compiles the module,
+    so two marker runtimes loaded in one process never resolve to each other."""
+    engine = ExecutionEngine(mlir.parse_file(llvm_path), opt_level=opt_level)
+    for name, address in symbols.items():
+        engine.raw_register_runtime(name, address)
+    return engine
 
 
 def invoke(engine: ExecutionEngine, function: str, args: list[np.ndarray],

@@ -142,6 +142,9 @@ def choose_backend(p: ProfileParams, markers: Markers) -> tuple[str, str]:
         return p.backend, f"profile.backend={p.backend}"
     n, reason = markers.papi_start(list(p.events.values())) if p.events else (-1, "no events")
     markers.papi_stop()
+    status = markers.perf_event_status()
+    if n < 0 and status:
+        reason += f"; PAPI's perf_event component is disabled: {status}"
     if n > 0:
         return "papi", f"PAPI counts the platform events {list(p.events.values())}"
     from pimbuild import valgrind
@@ -186,7 +189,7 @@ def run(inp: Inputs, p: ProfileParams, out_dir: Path) -> None:
     from pimbuild.runtime import LIBRARY
 
     markers = Markers(inp.runtime_dir / LIBRARY)
-    engine = jit.load_llvm(inp.llvm_path, [inp.runtime_dir / LIBRARY])
+    engine = jit.load_llvm(inp.llvm_path, markers.symbols)
     args, _ = lower.materialize(inp.lower, inp.signature)
     rows, summary = timing_run(engine, markers, inp, args, p)
     write_csv(out_dir / "timing.csv", TIMING_COLUMNS, rows)

@@ -23,11 +23,10 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 from torch_mlir import ir
-from torch_mlir.execution_engine import ExecutionEngine
 
-from pimbuild import mlir
+from pimbuild import jit, mlir
 from pimbuild.errors import StageError
-from pimbuild.runtime import CALLGRIND_LIBRARY
+from pimbuild.runtime import CALLGRIND_LIBRARY, LIBRARY, Markers
 
 if TYPE_CHECKING:
     from pimbuild.profile import Inputs, ProfileParams
@@ -41,7 +40,7 @@ def available() -> bool:
     return shutil.which("valgrind") is not None
 
 
-def compile_portable_object(llvm_path: Path, out: Path) -> Path:
+def compile_portable_object(llvm_path: Path, symbols: dict, out: Path) -> Path:
     """The instrumented module as an object file for x86-64-v3, AVX-512 disabled."""
     module = mlir.parse_file(llvm_path)
     cpu = ir.StringAttr.get(TARGET_CPU, module.context)
@@ -51,8 +50,7 @@ def compile_portable_object(llvm_path: Path, out: Path) -> Path:
         if op.name == "llvm.func" and len(op.regions[0].blocks) > 0:
             op.attributes["target_cpu"] = cpu
             op.attributes["target_features"] = features
-    ExecutionEngine(module, opt_level=3).dump_to_object_file(str(out))
-    return out
+    return jit.write_object(module, symbols, out)
 
 
 def _memref_struct(rank: int) -> str:
@@ -91,7 +89,8 @@ def driver_source(signature: dict) -> str:
 
 
 def build_driver(inp: Inputs, work: Path) -> Path:
-    obj = compile_portable_object(inp.llvm_path, work / "forward_x86-64-v3.o")
+    symbols = Markers(inp.runtime_dir / LIBRARY).symbols
+    obj = compile_portable_object(inp.llvm_path, symbols, work / "forward_x86-64-v3.o")
     (work / "driver.c").write_text(driver_source(inp.signature))
     runtime = inp.runtime_dir / CALLGRIND_LIBRARY
     if not runtime.is_file():

@@ -1,9 +1,16 @@
-"""Per-stage planning: the config slice, the input artifacts, the key and the producer."""
+"""Per-stage planning: the config slice, the input artifacts, the key and the producer.
+
+Each stage is listed in ``STAGES`` (pipeline order) with the stages it reads (``DEPS``), the
+files it writes (``OUTPUTS``), the config slice that enters its key (``_params_*``) and the
+call that produces it (``_produce_*``).
+"""
 
 from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
+import platform
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -12,15 +19,28 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 import recipes
-from pimbuild import extract, lower
+from pimbuild import calibrate, extract, instrument, lower, profile, runtime
 from pimbuild.artifacts import Artifact, Store, artifact_key
 from pimbuild.errors import ConfigError
 
-STAGES = ("lower", "extract")  # pipeline order; each stage reads only earlier ones
+STAGES = ("lower", "extract", "runtime", "instrument", "profile", "calibrate")
+DEPS: dict[str, tuple[str, ...]] = {
+    "lower": (),
+    "extract": ("lower",),
+    "runtime": (),
+    "instrument": ("lower", "extract", "runtime"),
+    "profile": ("lower", "extract", "runtime", "instrument"),
+    "calibrate": ("runtime",),
+}
 OUTPUTS = {
     "lower": ("torch.mlir", "linalg.mlir", "scf.mlir", "signature.json"),
     "extract": ("candidates.json",),
+    "runtime": (runtime.LIBRARY, "runtime.json"),
+    "instrument": ("instrumented.mlir", "llvm.mlir", "forward.o"),
+    "profile": ("timing.csv", "counters.csv", "profile.json"),
+    "calibrate": ("calibrate.json",),
 }
+Producer = Callable[[Path], None]
 
 
 @dataclass(frozen=True)
@@ -29,7 +49,7 @@ class StageTask:
     artifact: Artifact
     params: dict[str, Any]
     inputs: dict[str, Artifact]  # stage name -> the artifact this one reads
-    produce: Callable[[Path], None]  # writes the stage's outputs into a folder
+    produce: Producer  # writes the stage's outputs into a folder
 
     @property
     def name(self) -> str:
@@ -56,29 +76,120 @@ def lower_params(cfg: DictConfig) -> lower.LowerParams:
                              seed=model["seed"], **lowering)
 
 
+def profile_params(cfg: DictConfig) -> profile.ProfileParams:
+    pf = cfg.platform
+    return profile.ProfileParams(
+        backend=cfg.profile.backend.name, repetitions=cfg.profile.repetitions,
+        warmup=cfg.profile.warmup, events=dict(pf.events), cache_line=pf.cache_line,
+        l1d_bytes=pf.l1d_bytes, l1d_assoc=pf.l1d_assoc, llc_bytes=pf.llc_bytes,
+        llc_assoc=pf.llc_assoc)
+
+
+def calibrate_params(cfg: DictConfig) -> calibrate.CalibrateParams:
+    return calibrate.CalibrateParams(b_cpu_gbps=cfg.platform.b_cpu_gbps,
+                                     buffer_mib=cfg.platform.calibration_mib,
+                                     repetitions=cfg.profile.repetitions,
+                                     warmup=cfg.profile.warmup)
+
+
+def host_cpu() -> str:
+    """The host's CPU model: measurements made on one host are not reused on another."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
 def _recipe_digest(recipe: str) -> str:
     """The recipe's source text is part of the lower key: editing a recipe rebuilds it."""
     source = Path(recipes.source_file(recipe))
     return hashlib.sha256(source.read_bytes()).hexdigest()[:16] if source.is_file() else ""
 
 
-def plan(cfg: DictConfig, store: Store, failure_dir: Path) -> list[StageTask]:
-    """The stage tasks needed for ``cfg.targets``, in pipeline order."""
-    unknown = [t for t in cfg.targets if t not in STAGES]
+# --- config slices ----------------------------------------------------------------------
+
+def _params_lower(cfg: DictConfig) -> dict[str, Any]:
+    p = lower_params(cfg)
+    return {**dataclasses.asdict(p), "recipe_source": _recipe_digest(p.recipe)}
+
+
+def _params_profile(cfg: DictConfig) -> dict[str, Any]:
+    return {**dataclasses.asdict(profile_params(cfg)), "host": host_cpu()}
+
+
+PARAMS: dict[str, Callable[[DictConfig], dict[str, Any]]] = {
+    "lower": _params_lower,
+    "extract": lambda cfg: {},
+    "runtime": lambda cfg: runtime.probe(),
+    "instrument": lambda cfg: {},
+    "profile": _params_profile,
+    "calibrate": lambda cfg: {**dataclasses.asdict(calibrate_params(cfg)), "host": host_cpu()},
+}
+
+
+# --- producers --------------------------------------------------------------------------
+
+def _produce(stage: str, cfg: DictConfig, inputs: dict[str, Artifact],
+             failure_dir: Path) -> Producer:
+    fail = failure_dir / stage
+    if stage == "lower":
+        p = lower_params(cfg)
+        return lambda out: lower.run(p, out, fail)
+    if stage == "extract":
+        lo = inputs["lower"].dir
+        return lambda out: extract.run(lo / "scf.mlir", lo / "signature.json", out)
+    if stage == "runtime":
+        return runtime.build
+    if stage == "instrument":
+        lo, ex, rt = (inputs[s].dir for s in ("lower", "extract", "runtime"))
+        return lambda out: instrument.run(lo / "scf.mlir", ex / "candidates.json",
+                                          rt / runtime.LIBRARY, out, fail)
+    if stage == "profile":
+        p = profile_params(cfg)
+        lp = lower_params(cfg)
+        lo, ex, rt, ins = (inputs[s].dir for s in ("lower", "extract", "runtime", "instrument"))
+
+        def produce(out: Path) -> None:
+            inp = profile.Inputs(
+                lower=lp, signature=json.loads((lo / "signature.json").read_text()),
+                candidates=json.loads((ex / "candidates.json").read_text())["candidates"],
+                llvm_path=ins / "llvm.mlir", object_path=ins / "forward.o", runtime_dir=rt)
+            profile.run(inp, p, out)
+        return produce
+    if stage == "calibrate":
+        p = calibrate_params(cfg)
+        rt = inputs["runtime"].dir
+        return lambda out: calibrate.run(p, rt, out)
+    raise ValueError(stage)
+
+
+def needed(targets: list[str]) -> list[str]:
+    """The targets and every stage they read, in pipeline order."""
+    unknown = [t for t in targets if t not in STAGES]
     if unknown:
         raise ConfigError(f"unknown target(s) {unknown}; stages are: {', '.join(STAGES)}")
-    last = max(STAGES.index(t) for t in cfg.targets) if cfg.targets else len(STAGES) - 1
-    p = lower_params(cfg)
-    lower.validate(p)
-    params = {**dataclasses.asdict(p), "recipe_source": _recipe_digest(p.recipe)}
-    lower_art = store.artifact("lower", artifact_key("lower", params, {}))
-    tasks = [StageTask("lower", lower_art, params, {},
-                       lambda out: lower.run(p, out, failure_dir / "lower"))]
-    if last >= STAGES.index("extract"):
-        inputs = {"lower": lower_art}
-        art = store.artifact("extract", artifact_key("extract", {}, {"lower": lower_art.key}))
-        tasks.append(StageTask(
-            "extract", art, {}, inputs,
-            lambda out: extract.run(lower_art.dir / "scf.mlir",
-                                    lower_art.dir / "signature.json", out)))
-    return tasks
+    wanted: set[str] = set()
+    todo = list(targets)
+    while todo:
+        stage = todo.pop()
+        if stage not in wanted:
+            wanted.add(stage)
+            todo.extend(DEPS[stage])
+    return [s for s in STAGES if s in wanted]
+
+
+def plan(cfg: DictConfig, store: Store, failure_dir: Path) -> list[StageTask]:
+    """The stage tasks needed for ``cfg.targets``, in pipeline order."""
+    stages = needed(list(cfg.targets))
+    lower.validate(lower_params(cfg))
+    tasks: dict[str, StageTask] = {}
+    for stage in stages:
+        inputs = {d: tasks[d].artifact for d in DEPS[stage]}
+        params = PARAMS[stage](cfg)
+        key = artifact_key(stage, params, {d: a.key for d, a in inputs.items()})
+        tasks[stage] = StageTask(stage, store.artifact(stage, key), params, inputs,
+                                 _produce(stage, cfg, inputs, failure_dir))
+    return list(tasks.values())

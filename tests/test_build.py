@@ -8,15 +8,17 @@ from pathlib import Path
 
 from tests.conftest import store_entries
 
-SMALL = ["model=relu", "model.size.n=256"]
+SMALL = ["model=relu", "model.size.n=256", "profile.backend=timer", "profile.repetitions=3",
+         "targets=[profile]"]
+ALL = ["lower", "extract", "runtime", "instrument", "profile"]
 
 
 def test_second_identical_run_executes_nothing(run_build) -> None:
     first = run_build(SMALL)
-    assert first.executed == ["lower", "extract"]
+    assert first.executed == ALL
     second = run_build(SMALL)
     assert second.executed == []
-    assert second.cached == ["lower", "extract"]
+    assert second.cached == ALL
     assert second.manifest["stages"] == first.manifest["stages"]
 
 
@@ -28,16 +30,18 @@ def test_pim_cores_change_reruns_neither_lower_nor_extract(run_build) -> None:
 
 
 def test_fusion_change_reruns_lower_and_extract(run_build) -> None:
-    first = run_build(["model=softmax", "model.size.rows=4", "model.size.cols=64"])
-    changed = run_build(["model=softmax", "model.size.rows=4", "model.size.cols=64",
-                         "lowering.fusion=none"])
-    assert changed.executed == ["lower", "extract"]
-    for stage in ("lower", "extract"):
+    softmax = ["model=softmax", "model.size.rows=4", "model.size.cols=64",
+               "profile.backend=timer", "profile.repetitions=3", "targets=[profile]"]
+    first = run_build(softmax)
+    changed = run_build([*softmax, "lowering.fusion=none"])
+    assert changed.executed == ["lower", "extract", "instrument", "profile"]
+    assert changed.cached == ["runtime"]
+    for stage in ("lower", "extract", "instrument", "profile"):
         assert changed.manifest["stages"][stage]["key"] != first.manifest["stages"][stage]["key"]
 
 
 def test_targets_stop_at_lower(run_build) -> None:
-    result = run_build([*SMALL, "targets=[lower]"])
+    result = run_build([*SMALL[:-1], "targets=[lower]"])
     assert list(result.manifest["stages"]) == ["lower"]
     assert result.executed == ["lower"]
 
@@ -46,7 +50,7 @@ def test_manifest_shape_and_hashes(run_build, tmp_path: Path) -> None:
     result = run_build(SMALL)
     manifest = json.loads((tmp_path / "run0" / "manifest.json").read_text())
     assert set(manifest) == {"stages", "versions"}
-    assert set(manifest["stages"]) == {"lower", "extract"}
+    assert set(manifest["stages"]) == set(ALL)
     assert set(manifest["stages"]["extract"]["files"]) == {"candidates.json"}
     assert {"torch.mlir", "linalg.mlir", "scf.mlir", "signature.json"} == set(
         manifest["stages"]["lower"]["files"])
@@ -64,12 +68,12 @@ def test_manifest_shape_and_hashes(run_build, tmp_path: Path) -> None:
 def test_store_holds_only_complete_artifacts(run_build, store: Path) -> None:
     run_build(SMALL)
     entries = store_entries(store)
-    assert len(entries) == 2
+    assert len(entries) == len(ALL)
     assert all((e / ".complete").is_file() and not e.name.startswith(".tmp") for e in entries)
 
 
 def test_recipe_size_is_part_of_the_key(run_build) -> None:
-    a = run_build(["model=relu", "model.size.n=256"])
-    b = run_build(["model=relu", "model.size.n=512"])
+    a = run_build([*SMALL[:-1], "targets=[extract]"])
+    b = run_build([*SMALL[:-1], "model.size.n=512", "targets=[extract]"])
     assert a.manifest["stages"]["lower"]["key"] != b.manifest["stages"]["lower"]["key"]
     assert b.executed == ["lower", "extract"]

@@ -12,7 +12,7 @@ from tests.conftest import candidates
 
 
 def test_streaming_nest_counts_and_bytes(run_build) -> None:
-    (nest,) = candidates(run_build(["model=ew_add", "model.size.n=4096"]))
+    (nest,) = candidates(run_build(["targets=[extract]", "model=ew_add", "model.size.n=4096"]))
     assert nest["n_iter"] == nest["n_total"] == 4096
     assert nest["parallel_dims"] == [4096]
     assert nest["source_op"] == "aten.add.Tensor"
@@ -23,8 +23,8 @@ def test_streaming_nest_counts_and_bytes(run_build) -> None:
 
 
 def test_reduction_nest_parallel_vs_total_iterations(run_build) -> None:
-    nests = candidates(run_build(["model=softmax", "model.size.rows=8", "model.size.cols=32",
-                                  "lowering.fusion=none"]))
+    nests = candidates(run_build(["targets=[extract]", "model=softmax", "model.size.rows=8",
+                                  "model.size.cols=32", "lowering.fusion=none"]))
     reductions = [c for c in nests if c["n_total"] > c["n_iter"]]
     assert len(reductions) == 2  # max and sum
     for nest in reductions:
@@ -35,8 +35,8 @@ def test_reduction_nest_parallel_vs_total_iterations(run_build) -> None:
 
 
 def test_buffer_read_and_written_in_place_is_counted_once(run_build) -> None:
-    nests = candidates(run_build(["model=softmax", "model.size.rows=8", "model.size.cols=32",
-                                  "lowering.fusion=none"]))
+    nests = candidates(run_build(["targets=[extract]", "model=softmax", "model.size.rows=8",
+                                  "model.size.cols=32", "lowering.fusion=none"]))
     in_place = [c for c in nests if set(c["reads"]) & set(c["writes"])]
     assert in_place, "the accumulating reductions read and write their output buffer"
     for nest in in_place:
@@ -46,8 +46,8 @@ def test_buffer_read_and_written_in_place_is_counted_once(run_build) -> None:
 
 
 def test_sources_name_module_and_operator(run_build) -> None:
-    nests = candidates(run_build(["model=mlp", "model.size.hidden=16", "model.size.ffn=32",
-                                  "lowering.fusion=none"]))
+    nests = candidates(run_build(["targets=[extract]", "model=mlp", "model.size.hidden=16",
+                                  "model.size.ffn=32", "lowering.fusion=none"]))
     assert [c["source_module"] for c in nests] == ["up"] * 3 + [""] + ["down"] * 3
     assert nests[3]["source_op"] == "aten.relu.default"
     assert {c["source_op"] for c in nests[:3]} == {"aten.permute.default", "aten.mm.default"}
@@ -98,7 +98,7 @@ def test_non_constant_bound_is_rejected(tmp_path: Path) -> None:
 
 
 def test_candidates_json_is_what_extract_returns(run_build) -> None:
-    result = run_build(["model=relu", "model.size.n=64"])
+    result = run_build(["targets=[extract]", "model=relu", "model.size.n=64"])
     data = json.loads((Path(result.manifest["stages"]["extract"]["dir"])
                        / "candidates.json").read_text())
     assert data["function"] == "forward"

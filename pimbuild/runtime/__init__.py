@@ -76,7 +76,7 @@ class Markers:
     """ctypes access to a loaded marker runtime's accumulators."""
 
     def __init__(self, path: Path) -> None:
-        self.lib = ctypes.CDLL(str(path), mode=ctypes.RTLD_GLOBAL)
+        self.lib = ctypes.CDLL(str(path))
         for name in ("pim_counts", "pim_ns"):
             getattr(self.lib, name).restype = ctypes.POINTER(ctypes.c_uint64)
         self.lib.pim_values.restype = ctypes.POINTER(ctypes.c_longlong)
@@ -84,6 +84,12 @@ class Markers:
         self.lib.pim_papi_perf_event_status.restype = ctypes.c_char_p
         self.max_regions = self.lib.pim_max_regions()
         self.max_events = self.lib.pim_max_events()
+
+    @property
+    def symbols(self) -> dict[str, ctypes.c_void_p]:
+        """Addresses of the marker functions, for ``jit.load_llvm``."""
+        return {name: ctypes.cast(getattr(self.lib, name), ctypes.c_void_p)
+                for name in ("region_enter", "region_exit")}
 
     def reset(self) -> None:
         self.lib.pim_reset()

@@ -1,0 +1,162 @@
+"""instrument + profile: markers around every nest, timing, and the counter backends."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pimbuild import jit, lower
+from pimbuild.errors import StageError
+from pimbuild.instrument import FORWARD_REGION
+from pimbuild.runtime import LIBRARY, Markers
+from tasks.stages import lower_params
+from tests.conftest import artifact_dir, candidates, make_cfg
+
+
+def _csv(result, stage: str, name: str) -> list[dict]:
+    with (artifact_dir(result, stage) / name).open() as f:
+        return list(csv.DictReader(f))
+
+
+def _profile_json(result) -> dict:
+    return json.loads((artifact_dir(result, "profile") / "profile.json").read_text())
+
+
+@pytest.mark.parametrize("overrides", [
+    ["model=softmax"],
+    ["model=mlp", "model.size.hidden=512", "model.size.ffn=2048"],
+])
+def test_every_nest_timed_and_coverage(run_build, overrides: list[str]) -> None:
+    result = run_build([*overrides, "profile.backend=timer", "profile.repetitions=5",
+                        "targets=[profile]"])
+    timing = _csv(result, "profile", "timing.csv")
+    assert [int(r["id"]) for r in timing] == [c["id"] for c in candidates(result)]
+    assert all(int(r["invocations"]) == 1 for r in timing)
+    assert all(float(r["median_s"]) > 0 for r in timing)
+    info = _profile_json(result)
+    assert info["coverage"] >= 0.9
+    assert info["coverage"] <= 1.0 + 1e-9
+    assert sum(float(r["median_s"]) for r in timing) <= info["forward_median_s"] * 1.05
+
+
+@pytest.mark.parametrize("model", ["softmax", "mlp"])
+def test_instrumented_program_matches_eager(run_build, tmp_path: Path, model: str) -> None:
+    overrides = [f"model={model}", "targets=[instrument]"]
+    result = run_build(overrides)
+    lo = artifact_dir(result, "lower")
+    signature = json.loads((lo / "signature.json").read_text())
+    runtime_lib = artifact_dir(result, "runtime") / LIBRARY
+    markers = Markers(runtime_lib)
+    engine = jit.load_llvm(artifact_dir(result, "instrument") / "llvm.mlir", markers.symbols)
+    args, expected = lower.materialize(lower_params(make_cfg(tmp_path, overrides)), signature)
+    markers.reset()
+    (got,) = jit.invoke(engine, signature["function"], args, signature["outputs"])
+    scale = float(np.abs(expected[0]).max())
+    assert float(np.abs(got - expected[0]).max()) / scale <= 1e-5
+    n = len(candidates(result))
+    assert list(markers.counts(n)) == [1] * n
+    assert markers.counts(FORWARD_REGION + 1)[FORWARD_REGION] == 1
+
+
+def test_valgrind_streaming_misses_match_bytes_read(run_build) -> None:
+    n = 1 << 24  # 64 MB per operand
+    result = run_build(["model=ew_add", f"model.size.n={n}", "profile.backend=valgrind",
+                        "profile.repetitions=3", "profile.warmup=1", "targets=[profile]"])
+    (nest,) = candidates(result)
+    (row,) = _csv(result, "profile", "counters.csv")
+    assert row["counter_source"] == "valgrind"
+    read_bytes = sum(nest["reads"].values())
+    assert read_bytes == 2 * 4 * n
+    missed_bytes = int(row["event:offcore_data_rd"]) * 64
+    assert abs(missed_bytes - read_bytes) <= 0.1 * read_bytes
+    t_cpu = float(row["t_cpu_s"])
+    assert float(row["bw_read_gbps"]) == pytest.approx(missed_bytes / t_cpu / 1e9, rel=1e-9)
+
+
+def test_valgrind_cache_resident_matmul_misses_little(run_build) -> None:
+    result = run_build(["model=matmul", "model.size.n=128", "profile.backend=valgrind",
+                        "profile.repetitions=3", "profile.warmup=1", "targets=[profile]"])
+    rows = _csv(result, "profile", "counters.csv")
+    mm = max(candidates(result), key=lambda c: c["n_total"])
+    accessed = mm["n_iter"] * (mm["op_mix"]["loads"] + mm["op_mix"]["stores"]) * 4
+    missed = int(next(r for r in rows if int(r["id"]) == mm["id"])["event:offcore_data_rd"]) * 64
+    assert missed < 0.05 * accessed
+
+
+@pytest.fixture
+def markers(run_build, store: Path) -> Markers:
+    """The marker runtime this host builds, loaded (only the runtime stage is built)."""
+    run_build(["model=relu", "model.size.n=16", "targets=[runtime]"])
+    return Markers(next((store / "runtime").glob("*/" + LIBRARY)))
+
+
+def _papi_counts_paper_events(markers: Markers) -> tuple[bool, str]:
+    n, reason = markers.papi_start(["OFFCORE_REQUESTS:ALL_DATA_RD"])
+    markers.papi_stop()
+    return n > 0, reason
+
+
+def test_auto_falls_back_with_papi_reason(run_build, markers: Markers) -> None:
+    counts, reason = _papi_counts_paper_events(markers)
+    if counts:
+        pytest.skip("this host's PMU counts the paper's events: auto chooses papi")
+    info = _profile_json(run_build(["model=relu", "model.size.n=4096",
+                                    "profile.repetitions=3", "targets=[profile]"]))
+    assert info["requested_backend"] == "auto"
+    assert info["counter_backend"] == "valgrind"
+    assert reason in info["counter_backend_reason"]
+
+
+def test_papi_hardware_event_fails_with_papi_reason(run_build, markers: Markers) -> None:
+    counts, reason = _papi_counts_paper_events(markers)
+    if counts:
+        pytest.skip("this host has a PMU: the paper's events can be counted")
+    with pytest.raises(StageError, match=r"PAPI cannot count .*OFFCORE_REQUESTS") as err:
+        run_build(["model=relu", "model.size.n=4096", "profile.backend=papi",
+                   "profile.repetitions=2", "targets=[profile]"])
+    assert reason in str(err.value)
+
+
+def test_papi_software_events_agree_with_timer(run_build, markers: Markers) -> None:
+    status = markers.perf_event_status()
+    if status:
+        pytest.skip(f"PAPI's perf_event component is disabled on this host: {status}")
+    result = run_build(["model=ew_add", "model.size.n=4194304", "platform=generic_vm",
+                        "profile.backend=papi", "profile.repetitions=5", "targets=[profile]"])
+    rows = _csv(result, "profile", "counters.csv")
+    timing = _csv(result, "profile", "timing.csv")
+    for row, t in zip(rows, timing, strict=True):
+        assert row["counter_source"] == "papi"
+        task_clock_s = float(row["event:task_clock"]) * 1e-9
+        assert task_clock_s == pytest.approx(float(t["median_s"]), rel=0.5)
+
+
+def test_profile_settings_rerun_only_profile(run_build) -> None:
+    base = ["model=relu", "model.size.n=4096", "profile.backend=timer", "targets=[profile]"]
+    run_build([*base, "profile.repetitions=3"])
+    again = run_build([*base, "profile.repetitions=4"])
+    assert again.executed == ["profile"]
+
+
+def test_calibrate_measures_b_cpu_through_the_lowered_kernel(run_build) -> None:
+    result = run_build(["targets=[calibrate]", "platform.calibration_mib=32",
+                        "profile.repetitions=3"])
+    cal = json.loads((artifact_dir(result, "calibrate") / "calibrate.json").read_text())
+    assert cal["source"] == "measured"
+    assert 32 << 20 <= cal["bytes_read"] <= (32 << 20) * 1.001  # the buffer + the row sums
+    assert cal["b_cpu_gbps"] == pytest.approx(cal["bytes_read"] / cal["median_s"] / 1e9)
+    assert 0.1 < cal["b_cpu_gbps"] < 1000
+    assert (artifact_dir(result, "calibrate") / "kernel" / "llvm.mlir").is_file()
+    again = run_build(["targets=[calibrate]", "platform.calibration_mib=32",
+                       "profile.repetitions=3", "model=gemv"])
+    assert again.executed == []  # per host and platform, not per model
+
+
+def test_calibrate_uses_configured_b_cpu(run_build) -> None:
+    result = run_build(["targets=[calibrate]", "platform.b_cpu_gbps=7.5"])
+    cal = json.loads((artifact_dir(result, "calibrate") / "calibrate.json").read_text())
+    assert cal == {"b_cpu_gbps": 7.5, "source": "config (platform.b_cpu_gbps)"}
