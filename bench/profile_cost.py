@@ -1,0 +1,83 @@
+"""Benchmark (not a test): profile stage wall time as a multiple of one native forward.
+
+    .venv/bin/python bench/profile_cost.py [model ...] [--json out.json]
+
+For each model and counter backend, a fresh store is built up to ``profile``; the profile
+stage's seconds (doit's, around its action) are divided by the forward's median time from the
+same run's timing. A backend this host cannot use is reported with its reason.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+import time
+from pathlib import Path
+
+from hydra import compose, initialize_config_dir
+from rich.table import Table
+
+from pimbuild.build import build
+from pimbuild.cli import CONF_DIR
+from pimbuild.config import register_configs
+from pimbuild.console import console
+from pimbuild.errors import PimbuildError
+
+BACKENDS = ("timer", "valgrind", "papi")
+DEFAULT_MODELS = ["softmax", "gemv", "mlp", "attention"]
+
+
+def bench(model: str, backend: str) -> dict:
+    with tempfile.TemporaryDirectory() as tmp, \
+            initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        cfg = compose("config", overrides=[f"model={model}", f"store={tmp}/store",
+                                           "show_candidates=false", "targets=[profile]",
+                                           f"profile.backend={backend}"])
+        console.quiet = True
+        try:
+            start = time.perf_counter()
+            build(cfg, Path(tmp) / "run")
+            total = time.perf_counter() - start
+        except PimbuildError as e:
+            return {"model": model, "backend": backend, "error": str(e).splitlines()[0]}
+        finally:
+            console.quiet = False
+        seconds = json.loads((Path(tmp) / "run" / "build.json").read_text())["seconds"]
+        info = json.loads(next((Path(tmp) / "store" / "profile").glob("*/profile.json"))
+                          .read_text())
+    forward = info["forward_median_s"]
+    return {"model": model, "backend": backend, "forward_s": forward,
+            "profile_s": seconds["profile"], "ratio": seconds["profile"] / forward,
+            "build_s": total, "counter_backend": info["counter_backend"]}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("models", nargs="*", default=DEFAULT_MODELS)
+    parser.add_argument("--json", type=Path, default=Path("outputs/bench/profile_cost.json"))
+    args = parser.parse_args()
+    register_configs()
+    bench("relu", "timer")  # one-off process warm-up, not reported
+    rows = [bench(m, b) for m in args.models for b in BACKENDS]
+    table = Table(title="profile stage cost (one thread; noisy VM: compare within a run)")
+    for col in ("model", "backend", "forward ms", "profile s", "profile / forward"):
+        table.add_column(col, justify="left" if col in ("model", "backend") else "right")
+    errors = {}
+    for r in rows:
+        if "error" in r:
+            errors.setdefault(r["backend"], r["error"])
+            table.add_row(r["model"], r["backend"], "-", "-", "n/a")
+            continue
+        table.add_row(r["model"], r["backend"], f"{r['forward_s'] * 1e3:.3g}",
+                      f"{r['profile_s']:.2f}", f"{r['ratio']:,.0f}x")
+    console.print(table)
+    for backend, error in errors.items():
+        console.print(f"{backend} n/a: {error}", soft_wrap=True)
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps(rows, indent=2) + "\n")
+    console.print(f"wrote {args.json}")
+
+
+if __name__ == "__main__":
+    main()
