@@ -43,7 +43,7 @@ def measure(p: CalibrateParams, runtime_dir: Path, work: Path) -> dict:
     inp = profile.Inputs(
         lower=lp, signature=json.loads((work / "signature.json").read_text()),
         candidates=json.loads((work / "candidates.json").read_text())["candidates"],
-        llvm_path=work / "llvm.mlir", object_path=work / "forward.o", runtime_dir=runtime_dir)
+        llvm_path=work / "llvm.mlir", runtime_dir=runtime_dir)
     markers = Markers(runtime_dir / LIBRARY)
     engine = jit.load_llvm(inp.llvm_path, markers.symbols)
     args, _ = lower.materialize(lp, inp.signature)

@@ -22,10 +22,10 @@ from typing import Any
 
 import numpy as np
 
-from pimbuild import jit, lower
+from pimbuild import jit, lower, valgrind
 from pimbuild.errors import StageError
 from pimbuild.instrument import FORWARD_REGION
-from pimbuild.runtime import Markers
+from pimbuild.runtime import LIBRARY, Markers
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +58,6 @@ class Inputs:
     signature: dict[str, Any]
     candidates: list[dict[str, Any]]
     llvm_path: Path
-    object_path: Path
     runtime_dir: Path
 
 
@@ -147,8 +146,6 @@ def choose_backend(p: ProfileParams, markers: Markers) -> tuple[str, str]:
         reason += f"; PAPI's perf_event component is disabled: {status}"
     if n > 0:
         return "papi", f"PAPI counts the platform events {list(p.events.values())}"
-    from pimbuild import valgrind
-
     if valgrind.available():
         return "valgrind", f"PAPI cannot count the platform events: {reason}"
     return "timer", f"PAPI cannot count the platform events: {reason}; valgrind not found"
@@ -159,8 +156,6 @@ def counter_run(backend: str, engine, markers: Markers, inp: Inputs, args: list[
     if backend == "papi":
         return papi_run(engine, markers, inp, args, p)
     if backend == "valgrind":
-        from pimbuild import valgrind
-
         return valgrind.counter_rows(inp, args, p, out_dir)
     return [{"id": c["id"], "source_op": c["source_op"], "counter_source": "timer",
              "counts": {}} for c in inp.candidates]
@@ -186,8 +181,6 @@ def counters_table(rows: list[dict], timing: list[dict], cache_line: int) -> tup
 
 def run(inp: Inputs, p: ProfileParams, out_dir: Path) -> None:
     """Write ``timing.csv``, ``counters.csv`` and ``profile.json``."""
-    from pimbuild.runtime import LIBRARY
-
     markers = Markers(inp.runtime_dir / LIBRARY)
     engine = jit.load_llvm(inp.llvm_path, markers.symbols)
     args, _ = lower.materialize(inp.lower, inp.signature)

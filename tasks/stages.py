@@ -156,7 +156,7 @@ def _produce(stage: str, cfg: DictConfig, inputs: dict[str, Artifact],
             inp = profile.Inputs(
                 lower=lp, signature=json.loads((lo / "signature.json").read_text()),
                 candidates=json.loads((ex / "candidates.json").read_text())["candidates"],
-                llvm_path=ins / "llvm.mlir", object_path=ins / "forward.o", runtime_dir=rt)
+                llvm_path=ins / "llvm.mlir", runtime_dir=rt)
             profile.run(inp, p, out)
         return produce
     if stage == "calibrate":
