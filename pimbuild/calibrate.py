@@ -40,10 +40,7 @@ def measure(p: CalibrateParams, runtime_dir: Path, work: Path) -> dict:
     extract.run(work / "scf.mlir", work / "signature.json", work)
     instrument.run(work / "scf.mlir", work / "candidates.json", runtime_dir / LIBRARY, work,
                    work / "failure")
-    inp = profile.Inputs(
-        lower=lp, signature=json.loads((work / "signature.json").read_text()),
-        candidates=json.loads((work / "candidates.json").read_text())["candidates"],
-        llvm_path=work / "llvm.mlir", runtime_dir=runtime_dir)
+    inp = profile.Inputs.from_artifacts(lp, work, work, work, runtime_dir)
     markers = Markers(runtime_dir / LIBRARY)
     engine = jit.load_llvm(inp.llvm_path, markers.symbols)
     args, _ = lower.materialize(lp, inp.signature)

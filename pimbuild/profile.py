@@ -60,6 +60,14 @@ class Inputs:
     llvm_path: Path
     runtime_dir: Path
 
+    @classmethod
+    def from_artifacts(cls, lp: lower.LowerParams, lower_dir: Path, extract_dir: Path,
+                       instrument_dir: Path, runtime_dir: Path) -> Inputs:
+        return cls(lower=lp, signature=json.loads((lower_dir / "signature.json").read_text()),
+                   candidates=json.loads((extract_dir / "candidates.json").read_text())[
+                       "candidates"],
+                   llvm_path=instrument_dir / "llvm.mlir", runtime_dir=runtime_dir)
+
 
 def _quartiles(samples: np.ndarray) -> tuple[float, float, float]:
     p25, p50, p75 = np.percentile(samples, [25, 50, 75])

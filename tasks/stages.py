@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import json
 import platform
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -153,10 +152,7 @@ def _produce(stage: str, cfg: DictConfig, inputs: dict[str, Artifact],
         lo, ex, rt, ins = (inputs[s].dir for s in ("lower", "extract", "runtime", "instrument"))
 
         def produce(out: Path) -> None:
-            inp = profile.Inputs(
-                lower=lp, signature=json.loads((lo / "signature.json").read_text()),
-                candidates=json.loads((ex / "candidates.json").read_text())["candidates"],
-                llvm_path=ins / "llvm.mlir", runtime_dir=rt)
+            inp = profile.Inputs.from_artifacts(lp, lo, ex, ins, rt)
             profile.run(inp, p, out)
         return produce
     if stage == "calibrate":
