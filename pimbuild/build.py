@@ -14,7 +14,7 @@ from omegaconf import DictConfig
 
 import tasks
 from pimbuild.artifacts import Store, write_manifest
-from pimbuild.console import candidates_table, console, summary_table
+from pimbuild.console import candidates_table, console, report_lines, summary_table
 from tasks.runner import execute
 
 log = logging.getLogger(__name__)
@@ -62,12 +62,16 @@ def _summarize(cfg: DictConfig, stage_tasks: list, result: BuildResult, run_dir:
              str(t.artifact.dir)) for t in stage_tasks]
     stages = result.manifest["stages"]
     profiled = _profile_rows(Path(stages["profile"]["dir"])) if "profile" in stages else None
+    decided = None
+    if "decide" in stages:
+        decisions = json.loads((Path(stages["decide"]["dir"]) / "decisions.json").read_text())
+        decided = {d["id"]: d for d in decisions["decisions"]}
     if cfg.show_candidates and "extract" in stages:
         candidates = json.loads((Path(stages["extract"]["dir"]) / "candidates.json").read_text())
         console.print(candidates_table(
             candidates, f"{len(candidates['candidates'])} candidate nests of "
                         f"model '{cfg.model.name}' (fusion={cfg.lowering.fusion.name})",
-            profiled))
+            profiled, decided))
     if "profile" in stages:
         info = json.loads((Path(stages["profile"]["dir"]) / "profile.json").read_text())
         console.print(f"forward {info['forward_median_s'] * 1e3:.3g} ms (median of "
@@ -79,6 +83,11 @@ def _summarize(cfg: DictConfig, stage_tasks: list, result: BuildResult, run_dir:
         theta = cfg.policy.theta_gbps or cfg.policy.theta_ratio * cal["b_cpu_gbps"]
         console.print(f"B_cpu {cal['b_cpu_gbps']:.3g} GB/s ({cal['source']}); "
                       f"theta {theta:.3g} GB/s")
+    if "simulate" in stages:
+        report = json.loads((Path(stages["simulate"]["dir"]) / "report.json").read_text())
+        for line in report_lines(report):
+            console.print(line, soft_wrap=True)
+        console.print(f"report: {Path(stages['simulate']['dir']) / 'report.md'}")
     console.print(summary_table(rows, f"pimbuild: model={cfg.model.name}, "
                                       f"{len(result.executed)} stage(s) built, "
                                       f"{len(result.cached)} up to date"))

@@ -32,6 +32,13 @@ class CounterBackend(Enum):
     timer = "timer"
 
 
+class PolicyName(Enum):
+    torchpim = "torchpim"  # the paper's rule, per nest
+    operator = "operator"  # the same rule per torch operator
+    cpu = "cpu"  # nothing offloaded
+    oracle = "oracle"  # lowest simulated hybrid time
+
+
 class CopyModel(Enum):
     upper_bound = "upper_bound"  # paper eq. 8: whole read/write set per execution
     resident = "resident"  # buffers that stay on PIM are not moved again
@@ -78,15 +85,26 @@ class ProfileConfig:
 
 @dataclass
 class PimConfig:
+    """PIM cores and the timing model's parameters (sources in conf/pim/default.yaml)."""
+
     cores: int = 128  # N_core
-    freq_ghz: float = 1.0  # f_pim (paper Table 2)
-    t_sw_us: float = 2.0  # T_sw, host<->PIM switch cost (PIMProf)
+    freq_ghz: float = 1.0  # f_pim
+    t_sw_us: float = 2.0  # T_sw, host<->PIM switch cost
     t_ctx_us: float = 2.0  # T_ctx of C1
+    dram_latency_ns: float = 22.5
+    bank_bw_gbps: float | None = None  # per core; null: cache line / DRAM latency
+    launch_us: float = 1.0
+    sync_ns_per_core: float = 20.0
+    c_load: float = 1.0
+    c_store: float = 1.0
+    c_arith: float = 1.0
+    c_math: float = 40.0
+    c_loop: float = 1.0
 
 
 @dataclass
 class PolicyConfig:
-    name: str = "torchpim"
+    name: PolicyName = PolicyName.torchpim
     theta_ratio: float = 0.12  # theta = theta_ratio * B_cpu
     theta_gbps: float | None = None  # absolute theta, overrides theta_ratio when set
     sigma: float = 0.4
@@ -96,6 +114,7 @@ class PolicyConfig:
 @dataclass
 class SimConfig:
     copy_model: CopyModel = CopyModel.upper_bound
+    cores_sweep: list[int] = field(default_factory=lambda: [32, 64, 128])
 
 
 @dataclass
@@ -108,7 +127,7 @@ class Config:
     policy: PolicyConfig = MISSING
     sim: SimConfig = MISSING
     # The stages to build, with everything they depend on. Default: every stage that exists.
-    targets: list[str] = field(default_factory=lambda: ["profile", "calibrate"])
+    targets: list[str] = field(default_factory=lambda: ["simulate"])
     store: str = "outputs/artifacts"  # the artifact store, relative to the launch directory
     show_candidates: bool = True  # print the candidates table at the end of a run
 

@@ -22,13 +22,16 @@ def _fmt(value: str, spec: str) -> str:
     return format(float(value), spec) if value not in ("", None) else "-"
 
 
-def candidates_table(candidates: dict, title: str, profile: dict[int, dict] | None = None
-                     ) -> Table:
-    """One row per nest; with ``profile`` (timing + counters rows by id), its measurements."""
+def candidates_table(candidates: dict, title: str, profile: dict[int, dict] | None = None,
+                     decisions: dict[int, dict] | None = None) -> Table:
+    """One row per nest; with ``profile`` (timing + counters rows by id), its measurements;
+    with ``decisions`` (by id), where it runs and which condition decided it."""
     table = Table(title=title, title_justify="left", pad_edge=False)
     columns = ["id", "source", "dims", "n_iter", "n_total", "moved MB", "ld/st/ar/m"]
     if profile:
         columns += ["T_cpu ms", "share", "BW GB/s", "store"]
+    if decisions:
+        columns += ["placed"]
     for col in columns:
         table.add_column(col, justify="left" if col in ("source", "dims") else "right")
     for c in candidates["candidates"]:
@@ -43,6 +46,10 @@ def candidates_table(candidates: dict, title: str, profile: dict[int, dict] | No
             m = profile[c["id"]]
             row += [_fmt(float(m["median_s"]) * 1e3, ".3g"), _fmt(m["share"], ".1%"),
                     _fmt(m["bw_read_gbps"], ".3g"), _fmt(m["store_bound"], ".2f")]
+        if decisions:
+            d = decisions[c["id"]]
+            color = "red" if d["target"] == "pim" else "blue"
+            row.append(f"[{color}]{d['target']}[/] {d['decided_by']}")
         table.add_row(*row)
     return table
 
@@ -58,3 +65,24 @@ def summary_table(rows: list[tuple[str, str, str, str]], title: str) -> Table:
 
 def error(message: str) -> None:
     console.print(f"[bold red]error:[/] {message}", soft_wrap=True)
+
+
+def report_lines(r: dict) -> list[str]:
+    """The closing summary of a simulate report."""
+    a = r["agreement"]
+    base = ", ".join(f"{k} {v:.2f}x" for k, v in r["baselines"].items())
+    sweep = ", ".join(f"{row['cores']}: {row[r['policy']]['speedup']:.2f}x"
+                      for row in r["sweep"])
+    return [
+        f"[bold]speedup {r['speedup']:.3f}x[/] over CPU-only with policy {r['policy']} on "
+        f"{r['cores']} PIM cores: T_hybrid {r['t_hybrid_s'] * 1e3:.4g} ms = host "
+        f"{r['t_host_s'] * 1e3:.4g} + pim {r['t_pim_s'] * 1e3:.4g} + copy "
+        f"{r['t_copy_s'] * 1e3:.4g} ({r['copy_model']}) + switch "
+        f"{r['t_switch_s'] * 1e3:.4g} ms; N_region {r['n_region']}",
+        f"offloaded {len(r['offloaded'])}/{len(r['nests'])} nests "
+        f"{r['offloaded']}, {r['captured_share_of_cpu_time']:.1%} of CPU time; "
+        f"baselines: {base}; by cores: {sweep}",
+        f"agreement with ground truth {a['agree']}/{a['total']} (FP {a['false_positives']}, "
+        f"FN {a['false_negatives']}); hybrid program matches eager "
+        f"(max rel. error {r['hybrid_check']['max_rel_error']:.2g})",
+    ]

@@ -111,7 +111,8 @@ def write_csv(path: Path, columns: list[str], rows: list[dict]) -> None:
         writer.writerows(rows)
 
 
-def derived(counts: dict[str, float], t_cpu_s: float, cache_line: int) -> dict[str, Any]:
+def derived(counts: dict[str, float], t_cpu_s: float, cache_line: int,
+            b_cpu_gbps: float) -> dict[str, Any]:
     """C3's read bandwidth and C4's store-bound fraction from whatever roles were counted."""
     out: dict[str, Any] = {"bw_read_gbps": "", "store_bound": ""}
     if N_RD in counts and t_cpu_s > 0:
@@ -119,9 +120,9 @@ def derived(counts: dict[str, float], t_cpu_s: float, cache_line: int) -> dict[s
     if C_STORE in counts and all(t in counts for t in BACKEND_TERMS):
         backend = counts[C_STORE] + sum(counts[t] for t in BACKEND_TERMS)
         out["store_bound"] = counts[C_STORE] / backend if backend > 0 else 0.0
-    elif LL_WRITE_MISSES in counts and N_RD in counts:  # valgrind's proxy
-        misses = counts[N_RD] + counts[LL_WRITE_MISSES]
-        out["store_bound"] = counts[LL_WRITE_MISSES] / misses if misses > 0 else 0.0
+    elif LL_WRITE_MISSES in counts and t_cpu_s > 0:  # valgrind's proxy
+        write_gbps = counts[LL_WRITE_MISSES] * cache_line / t_cpu_s / 1e9
+        out["store_bound"] = min(1.0, write_gbps / b_cpu_gbps)
     return out
 
 
@@ -169,7 +170,8 @@ def counter_run(backend: str, engine, markers: Markers, inp: Inputs, args: list[
              "counts": {}} for c in inp.candidates]
 
 
-def counters_table(rows: list[dict], timing: list[dict], cache_line: int) -> tuple[list, list]:
+def counters_table(rows: list[dict], timing: list[dict], cache_line: int,
+                   b_cpu_gbps: float) -> tuple[list, list]:
     """counters.csv columns and rows: raw counts by role, T_cpu, and the derived metrics."""
     # T_cpu(r): the nest's time per forward, accumulated over its invocations (timing run);
     # the counts are per forward too (one counted forward).
@@ -181,13 +183,13 @@ def counters_table(rows: list[dict], timing: list[dict], cache_line: int) -> tup
         table.append({"id": r["id"], "source_op": r["source_op"],
                       "counter_source": r["counter_source"],
                       **{f"event:{role}": r["counts"].get(role, "") for role in roles},
-                      "t_cpu_s": t, **derived(r["counts"], t, cache_line)})
+                      "t_cpu_s": t, **derived(r["counts"], t, cache_line, b_cpu_gbps)})
     columns = ["id", "source_op", "counter_source", *[f"event:{role}" for role in roles],
                "t_cpu_s", "bw_read_gbps", "store_bound"]
     return columns, table
 
 
-def run(inp: Inputs, p: ProfileParams, out_dir: Path) -> None:
+def run(inp: Inputs, p: ProfileParams, b_cpu_gbps: float, out_dir: Path) -> None:
     """Write ``timing.csv``, ``counters.csv`` and ``profile.json``."""
     markers = Markers(inp.runtime_dir / LIBRARY)
     engine = jit.load_llvm(inp.llvm_path, markers.symbols)
@@ -197,7 +199,7 @@ def run(inp: Inputs, p: ProfileParams, out_dir: Path) -> None:
     backend, why = choose_backend(p, markers)
     log.info("counter backend: %s (%s)", backend, why)
     counter_rows = counter_run(backend, engine, markers, inp, args, p, out_dir)
-    columns, table = counters_table(counter_rows, rows, p.cache_line)
+    columns, table = counters_table(counter_rows, rows, p.cache_line, b_cpu_gbps)
     write_csv(out_dir / "counters.csv", columns, table)
     (out_dir / "profile.json").write_text(json.dumps(
         {**summary, "counter_backend": backend, "counter_backend_reason": why,

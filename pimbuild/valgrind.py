@@ -8,8 +8,10 @@ them at each exit, so every dump holds exactly one nest invocation: attribution 
 
 Roles reported: ``offcore_data_rd`` = last-level data read misses (DLmr), so
 ``n_rd * L`` is the bytes a nest read past the last-level cache, as the paper's off-core data
-read counter. Callgrind has no store-bound cycles; the store side is the proxy
-``store_bound = DLmw / (DLmr + DLmw)``, the share of last-level misses that are write misses.
+read counter; ``ll_write_misses`` = DLmw. Callgrind has no store-bound cycles; the profile
+stage derives the store side as the proxy ``store_bound = (DLmw * L / T_cpu) / B_cpu``: the
+nest's write-back bandwidth as a fraction of the host's streaming bandwidth, i.e. the share
+of its time that streaming its written lines to memory would take.
 """
 
 from __future__ import annotations

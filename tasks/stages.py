@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
 import platform
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -18,18 +19,34 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 import recipes
-from pimbuild import calibrate, extract, instrument, lower, profile, runtime
+from pimbuild import (
+    calibrate,
+    decide,
+    extract,
+    instrument,
+    lower,
+    nests,
+    pim_model,
+    profile,
+    reinsert,
+    runtime,
+    simulate,
+)
 from pimbuild.artifacts import Artifact, Store, artifact_key
 from pimbuild.errors import ConfigError
 
-STAGES = ("lower", "extract", "runtime", "instrument", "profile", "calibrate")
+STAGES = ("lower", "extract", "runtime", "calibrate", "instrument", "profile", "decide",
+          "reinsert", "simulate")
 DEPS: dict[str, tuple[str, ...]] = {
     "lower": (),
     "extract": ("lower",),
     "runtime": (),
     "instrument": ("lower", "extract", "runtime"),
-    "profile": ("lower", "extract", "runtime", "instrument"),
+    "profile": ("lower", "extract", "runtime", "instrument", "calibrate"),
     "calibrate": ("runtime",),
+    "decide": ("extract", "profile", "calibrate"),
+    "reinsert": ("lower", "runtime", "decide"),
+    "simulate": ("extract", "profile", "calibrate", "decide", "reinsert"),
 }
 OUTPUTS = {
     "lower": ("torch.mlir", "linalg.mlir", "scf.mlir", "signature.json"),
@@ -38,6 +55,9 @@ OUTPUTS = {
     "instrument": ("instrumented.mlir", "llvm.mlir", "forward.o"),
     "profile": ("timing.csv", "counters.csv", "profile.json"),
     "calibrate": ("calibrate.json",),
+    "decide": ("decisions.json",),
+    "reinsert": ("hybrid.mlir", "hybrid_llvm.mlir", "hybrid.o", "reinsert.json"),
+    "simulate": ("report.json", "report.md", *simulate.PLOTS),
 }
 Producer = Callable[[Path], None]
 
@@ -91,6 +111,22 @@ def calibrate_params(cfg: DictConfig) -> calibrate.CalibrateParams:
                                      warmup=cfg.profile.warmup)
 
 
+def rule_params(cfg: DictConfig, b_cpu_gbps: float) -> decide.RuleParams:
+    theta = cfg.policy.theta_gbps
+    return decide.RuleParams(
+        n_core=cfg.pim.cores, f_pim_ghz=cfg.pim.freq_ghz, t_ctx_s=cfg.pim.t_ctx_us * 1e-6,
+        i_min=cfg.policy.i_min, sigma=cfg.policy.sigma, cache_line=cfg.platform.cache_line,
+        theta_gbps=theta if theta is not None else cfg.policy.theta_ratio * b_cpu_gbps)
+
+
+def model_params(cfg: DictConfig) -> pim_model.PimModel:
+    pim = OmegaConf.to_container(cfg.pim, resolve=True)
+    return pim_model.PimModel(
+        n_core=pim.pop("cores"), f_pim_ghz=pim.pop("freq_ghz"),
+        cache_line=cfg.platform.cache_line, b_mem_gbps=cfg.platform.b_mem_gbps,
+        **{k: v for k, v in pim.items() if k != "t_ctx_us"})
+
+
 def host_cpu() -> str:
     """The host's CPU model: measurements made on one host are not reused on another."""
     try:
@@ -119,6 +155,20 @@ def _params_profile(cfg: DictConfig) -> dict[str, Any]:
     return {**dataclasses.asdict(profile_params(cfg)), "host": host_cpu()}
 
 
+def _params_decide(cfg: DictConfig) -> dict[str, Any]:
+    keys = {"policy": OmegaConf.to_container(cfg.policy, resolve=True, enum_to_str=True),
+            "pim": {k: cfg.pim[k] for k in ("cores", "freq_ghz", "t_ctx_us")},
+            "cache_line": cfg.platform.cache_line}
+    if cfg.policy.name.name == "oracle":  # only the oracle reads the PIM model
+        keys["model"] = _params_model(cfg)
+    return keys
+
+
+def _params_model(cfg: DictConfig) -> dict[str, Any]:
+    return {"model": dataclasses.asdict(model_params(cfg)),
+            "sim": OmegaConf.to_container(cfg.sim, resolve=True, enum_to_str=True)}
+
+
 PARAMS: dict[str, Callable[[DictConfig], dict[str, Any]]] = {
     "lower": _params_lower,
     "extract": lambda cfg: {},
@@ -126,6 +176,9 @@ PARAMS: dict[str, Callable[[DictConfig], dict[str, Any]]] = {
     "instrument": lambda cfg: {},
     "profile": _params_profile,
     "calibrate": lambda cfg: {**dataclasses.asdict(calibrate_params(cfg)), "host": host_cpu()},
+    "decide": _params_decide,
+    "reinsert": lambda cfg: {},
+    "simulate": lambda cfg: {**_params_decide(cfg), **_params_model(cfg)},
 }
 
 
@@ -149,17 +202,57 @@ def _produce(stage: str, cfg: DictConfig, inputs: dict[str, Artifact],
     if stage == "profile":
         p = profile_params(cfg)
         lp = lower_params(cfg)
-        lo, ex, rt, ins = (inputs[s].dir for s in ("lower", "extract", "runtime", "instrument"))
+        lo, ex, rt, ins, ca = (inputs[s].dir for s in ("lower", "extract", "runtime",
+                                                        "instrument", "calibrate"))
 
         def produce(out: Path) -> None:
             inp = profile.Inputs.from_artifacts(lp, lo, ex, ins, rt)
-            profile.run(inp, p, out)
+            profile.run(inp, p, calibrate.b_cpu(ca), out)
         return produce
     if stage == "calibrate":
         p = calibrate_params(cfg)
         rt = inputs["runtime"].dir
         return lambda out: calibrate.run(p, rt, out)
+    if stage in ("decide", "simulate"):
+        return _produce_decide_or_simulate(stage, cfg, inputs)
+    if stage == "reinsert":
+        lo, rt, de = (inputs[s].dir for s in ("lower", "runtime", "decide"))
+        lp = lower_params(cfg)
+        return lambda out: reinsert.run(lo / "scf.mlir", lo / "signature.json",
+                                        de / "decisions.json", rt / runtime.LIBRARY, lp, out,
+                                        fail)
     raise ValueError(stage)
+
+
+def _produce_decide_or_simulate(stage: str, cfg: DictConfig,
+                                inputs: dict[str, Artifact]) -> Producer:
+    ex, pr, ca = (inputs[s].dir for s in ("extract", "profile", "calibrate"))
+    policy = cfg.policy.name.name
+    copy_model = cfg.sim.copy_model.name
+    model = model_params(cfg)
+    cores_sweep = list(cfg.sim.cores_sweep)
+
+    def produce(out: Path) -> None:
+        found = nests.load_nests(ex / "candidates.json", pr / "timing.csv",
+                                 pr / "counters.csv")
+        info = json.loads((pr / "profile.json").read_text())
+        b_cpu = calibrate.b_cpu(ca)
+        rule = rule_params(cfg, b_cpu)
+        outputs = nests.outputs(ex / "candidates.json")
+        if stage == "decide":
+            decisions = decide.place(policy, found, rule, info["forward_median_s"], model,
+                                     copy_model, outputs)
+            decide.write(out / "decisions.json", policy, rule, decisions)
+            return
+        de, re = inputs["decide"].dir, inputs["reinsert"].dir
+        sim_inputs = simulate.SimInputs(
+            nests=found, forward_s=info["forward_median_s"], outputs=outputs,
+            decisions=json.loads((de / "decisions.json").read_text()),
+            reinsert=json.loads((re / "reinsert.json").read_text()),
+            counter_backend=info["counter_backend"], b_cpu_gbps=b_cpu)
+        simulate.write(simulate.simulate(sim_inputs, policy, rule, model, copy_model,
+                                         cores_sweep), out)
+    return produce
 
 
 def needed(targets: list[str]) -> list[str]:

@@ -82,6 +82,7 @@ class Markers:
         self.lib.pim_values.restype = ctypes.POINTER(ctypes.c_longlong)
         self.lib.pim_papi_start.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_int]
         self.lib.pim_papi_perf_event_status.restype = ctypes.c_char_p
+        self.lib.pim_transitions.restype = ctypes.c_uint64
         self.max_regions = self.lib.pim_max_regions()
         self.max_events = self.lib.pim_max_events()
 
@@ -89,7 +90,12 @@ class Markers:
     def symbols(self) -> dict[str, ctypes.c_void_p]:
         """Addresses of the marker functions, for ``jit.load_llvm``."""
         return {name: ctypes.cast(getattr(self.lib, name), ctypes.c_void_p)
-                for name in ("region_enter", "region_exit")}
+                for name in ("region_enter", "region_exit", "pim_offload_begin",
+                             "pim_offload_end")}
+
+    def transitions(self) -> int:
+        """Host<->PIM transitions the hybrid program made since the last reset."""
+        return int(self.lib.pim_transitions())
 
     def reset(self) -> None:
         self.lib.pim_reset()

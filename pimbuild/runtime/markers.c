@@ -75,6 +75,22 @@ void region_exit(int64_t id) {
 #endif
 }
 
+/* Offload boundaries of the hybrid program: each call is one host<->PIM transition. */
+static uint64_t transitions = 0;
+static int64_t open_segment = -1;
+
+void pim_offload_begin(int64_t segment) {
+    transitions += 1;
+    open_segment = segment;
+}
+
+void pim_offload_end(int64_t segment) {
+    if (segment == open_segment) open_segment = -1;
+    transitions += 1;
+}
+
+uint64_t pim_transitions(void) { return transitions; }
+
 int pim_max_regions(void) { return PIM_MAX_REGIONS; }
 int pim_max_events(void) { return PIM_MAX_EVENTS; }
 const uint64_t *pim_counts(void) { return counts; }
@@ -82,6 +98,7 @@ const uint64_t *pim_ns(void) { return ns; }
 const long long *pim_values(void) { return values; }
 
 void pim_reset(void) {
+    transitions = 0;
     memset(counts, 0, sizeof counts);
     memset(ns, 0, sizeof ns);
     memset(values, 0, sizeof values);

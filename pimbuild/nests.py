@@ -1,0 +1,61 @@
+"""A candidate nest as the decision rule and the simulator see it: extract's static facts
+joined with profile's measurements (``candidates.json`` + ``timing.csv`` + ``counters.csv``)."""
+
+from __future__ import annotations
+
+import csv
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Nest:
+    """What the rule and the simulator know about one candidate (per forward)."""
+
+    id: int
+    source_op: str
+    source_module: str
+    source_node: str
+    n_iter: int
+    n_total: int  # iterations of one invocation
+    invocations: int
+    t_cpu_s: float  # median time per forward, over its invocations
+    bw_read_gbps: float | None
+    store_bound: float | None
+    reads: dict[str, int]
+    writes: dict[str, int]
+    op_mix: dict[str, int]
+
+    @property
+    def operator(self) -> str:
+        """The torch operator a nest came from: its module path and FX node."""
+        return f"{self.source_module}|{self.source_node}"
+
+
+def _number(text: str) -> float | None:
+    return float(text) if text not in ("", None) else None
+
+
+def load_nests(candidates_path: Path, timing_path: Path, counters_path: Path) -> list[Nest]:
+    candidates = json.loads(candidates_path.read_text())["candidates"]
+    with timing_path.open() as f:
+        timing = {int(r["id"]): r for r in csv.DictReader(f)}
+    with counters_path.open() as f:
+        counters = {int(r["id"]): r for r in csv.DictReader(f)}
+    return [Nest(id=c["id"], source_op=c["source_op"], source_module=c["source_module"],
+                 source_node=c["source_node"], n_iter=c["n_iter"], n_total=c["n_total"],
+                 invocations=int(timing[c["id"]]["invocations"]),
+                 t_cpu_s=float(timing[c["id"]]["median_s"]),
+                 bw_read_gbps=_number(counters[c["id"]]["bw_read_gbps"]),
+                 store_bound=_number(counters[c["id"]]["store_bound"]),
+                 reads=c["reads"], writes=c["writes"], op_mix=c["op_mix"])
+            for c in candidates]
+
+
+
+
+def outputs(candidates_path: Path) -> set[str]:
+    """Allocation ids of the function's results (what must end up on the host)."""
+    allocations = json.loads(candidates_path.read_text())["allocations"]
+    return {a for a, info in allocations.items() if info["role"] == "output"}

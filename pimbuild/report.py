@@ -1,0 +1,127 @@
+"""``report.md`` and the plots of a simulate report (matplotlib, no display needed)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+PLOTS = ("speedup_vs_cores.png", "bandwidth_vs_theta.png", "time_breakdown.png")
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1e3:.4g}"
+
+
+def _source(n: dict[str, Any]) -> str:
+    op = n["source_op"].split(".")[1] if n["source_op"].startswith("aten.") else n["source_op"]
+    return f"{n['source_module']}.{op}" if n["source_module"] else op
+
+
+def markdown(r: dict[str, Any]) -> str:
+    a = r["agreement"]
+    lines = [
+        f"# pimbuild report: policy `{r['policy']}`, {r['cores']} PIM cores",
+        "",
+        f"Speedup over CPU-only: **{r['speedup']:.3f}x** "
+        f"(T_hybrid {_ms(r['t_hybrid_s'])} ms vs {_ms(r['t_cpu_only_s'])} ms).",
+        f"Offloaded {len(r['offloaded'])} of {len(r['nests'])} nests "
+        f"({r['offloaded_share_of_nests']:.0%}), capturing "
+        f"{r['captured_share_of_cpu_time']:.1%} of CPU-only time, in "
+        f"{len(r['segments'])} segment(s): N_region = {r['n_region']}.",
+        f"theta = {r['theta_gbps']:.3g} GB/s (B_cpu {r['b_cpu_gbps']:.3g} GB/s); counters: "
+        f"{r['counter_backend']}; copy model: {r['copy_model']}.",
+        f"Hybrid program vs PyTorch eager: max relative error "
+        f"{r['hybrid_check']['max_rel_error']:.2g}, {r['hybrid_check']['transitions']} "
+        f"transitions counted at run time.",
+        "",
+        "| term | ms |", "|---|---:|",
+        f"| T_host | {_ms(r['t_host_s'])} |", f"| T_pim | {_ms(r['t_pim_s'])} |",
+        *[f"| T_copy ({k}) | {_ms(v)} |" for k, v in r["t_copy"].items()],
+        f"| N_region x T_sw | {_ms(r['t_switch_s'])} |",
+        f"| T_hybrid | {_ms(r['t_hybrid_s'])} |",
+        "",
+        "| placement | speedup |", "|---|---:|",
+        f"| {r['policy']} | {r['speedup']:.3f} |",
+        *[f"| {k} | {v:.3f} |" for k, v in r["baselines"].items()],
+        "",
+        f"Agreement with the per-nest ground truth: {a['agree']}/{a['total']} = "
+        f"{a['accuracy']:.3f} (false positives {a['false_positives']}, false negatives "
+        f"{a['false_negatives']}).",
+        "",
+        "| cores | " + " | ".join(k for k in r["sweep"][0] if k != "cores") + " |",
+        "|---:|" + "---:|" * (len(r["sweep"][0]) - 1),
+        *["| {} | {} |".format(row["cores"], " | ".join(
+            f"{v['speedup']:.3f}" for k, v in row.items() if k != "cores"))
+          for row in r["sweep"]],
+        "",
+        "| id | source | target | decided by | T_cpu ms | T_pim ms | BW GB/s | store | "
+        "beneficial |",
+        "|---:|---|---|---|---:|---:|---:|---:|---|",
+    ]
+    for n in r["nests"]:
+        bw = "-" if n["bw_read_gbps"] is None else f"{n['bw_read_gbps']:.3g}"
+        sb = "-" if n["store_bound"] is None else f"{n['store_bound']:.2f}"
+        lines.append(f"| {n['id']} | {_source(n)} | {n['target']} | {n['decided_by']} | "
+                     f"{_ms(n['t_cpu_s'])} | {_ms(n['t_pim_s'])} | {bw} | {sb} | "
+                     f"{'yes' if n['beneficial'] else 'no'} |")
+    return "\n".join(lines) + "\n"
+
+
+def _speedup_vs_cores(r: dict[str, Any], path: Path) -> None:
+    fig, ax = plt.subplots(figsize=(5, 3.5))
+    cores = [row["cores"] for row in r["sweep"]]
+    for name in (k for k in r["sweep"][0] if k != "cores"):
+        ax.plot(cores, [row[name]["speedup"] for row in r["sweep"]], marker="o", label=name)
+    ax.axhline(1.0, color="grey", lw=0.8, ls="--")
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(cores, [str(c) for c in cores])
+    ax.set_xlabel("PIM cores")
+    ax.set_ylabel("speedup over CPU-only")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def _bandwidth_vs_theta(r: dict[str, Any], path: Path) -> None:
+    fig, ax = plt.subplots(figsize=(max(5, 0.25 * len(r["nests"])), 3.5))
+    ids = [n["id"] for n in r["nests"]]
+    bw = [max(n["bw_read_gbps"] or 0.0, 1e-4) for n in r["nests"]]
+    colors = ["tab:red" if n["target"] == "pim" else "tab:blue" for n in r["nests"]]
+    ax.bar([str(i) for i in ids], bw, color=colors)
+    ax.axhline(r["theta_gbps"], color="black", ls="--", lw=1, label="theta")
+    ax.set_yscale("log")
+    ax.set_xlabel("nest id (red: pim, blue: host)")
+    ax.set_ylabel("read bandwidth GB/s")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def _time_breakdown(r: dict[str, Any], path: Path) -> None:
+    rows = {"cpu-only": {"t_host_s": r["t_cpu_only_s"]},
+            r["policy"]: {k: r[k] for k in ("t_host_s", "t_pim_s", "t_copy_s", "t_switch_s")},
+            **{k: v for k, v in r["baseline_breakdowns"].items() if k != "cpu"}}
+    fig, ax = plt.subplots(figsize=(5, 3.5))
+    bottom = [0.0] * len(rows)
+    for term in ("t_host_s", "t_pim_s", "t_copy_s", "t_switch_s"):
+        values = [row.get(term, 0.0) * 1e3 for row in rows.values()]
+        ax.bar(list(rows), values, bottom=bottom, label=term.removesuffix("_s"))
+        bottom = [b + v for b, v in zip(bottom, values, strict=True)]
+    ax.set_ylabel("ms per forward")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def plots(r: dict[str, Any], out_dir: Path) -> None:
+    _speedup_vs_cores(r, out_dir / PLOTS[0])
+    _bandwidth_vs_theta(r, out_dir / PLOTS[1])
+    _time_breakdown(r, out_dir / PLOTS[2])
