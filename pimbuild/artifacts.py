@@ -8,6 +8,7 @@ half-written, and two processes building the same key cannot corrupt it.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -26,10 +27,24 @@ KEY_LENGTH = 16
 COMPLETE = ".complete"  # written last, inside the temporary folder, before the rename
 
 
+@functools.cache
+def code_version() -> str:
+    """``<version>+<digest>``: the release and a digest of pimbuild's own code (the package,
+    its task graph, the marker runtime), so an artifact is never reused across code edits."""
+    root = Path(__file__).resolve().parent
+    files = sorted([*root.rglob("*.py"), *root.rglob("*.c"),
+                    *(root.parent / "tasks").glob("*.py")])
+    h = hashlib.sha256()
+    for f in files:
+        h.update(f.name.encode())
+        h.update(f.read_bytes())
+    return f"{__version__}+{h.hexdigest()[:12]}"
+
+
 def artifact_key(stage: str, params: dict[str, Any], inputs: dict[str, str]) -> str:
     """Hash of the stage name, its config slice, its input artifact keys and the version."""
     payload = json.dumps({"stage": stage, "params": params, "inputs": inputs,
-                          "version": __version__}, sort_keys=True, default=str)
+                          "version": code_version()}, sort_keys=True, default=str)
     return hashlib.sha256(payload.encode()).hexdigest()[:KEY_LENGTH]
 
 
@@ -86,7 +101,7 @@ class Store:
 
 
 def tool_versions() -> dict[str, str]:
-    versions = {"pimbuild": __version__, "python": platform.python_version()}
+    versions = {"pimbuild": code_version(), "python": platform.python_version()}
     for dist in ("torch", "torch-mlir", "hydra-core", "omegaconf", "doit", "numpy"):
         try:
             versions[dist] = metadata.version(dist)

@@ -106,9 +106,7 @@ def profile_params(cfg: DictConfig) -> profile.ProfileParams:
 
 def calibrate_params(cfg: DictConfig) -> calibrate.CalibrateParams:
     return calibrate.CalibrateParams(b_cpu_gbps=cfg.platform.b_cpu_gbps,
-                                     buffer_mib=cfg.platform.calibration_mib,
-                                     repetitions=cfg.profile.repetitions,
-                                     warmup=cfg.profile.warmup)
+                                     buffer_mib=cfg.platform.calibration_mib)
 
 
 def rule_params(cfg: DictConfig, b_cpu_gbps: float) -> decide.RuleParams:

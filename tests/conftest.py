@@ -18,10 +18,25 @@ from pimbuild.cli import CONF_DIR
 REPO = Path(__file__).resolve().parent.parent
 
 
+# Small, fast defaults for every test build; a test's own overrides come later and win.
+TEST_DEFAULTS = ["show_candidates=false", "platform.calibration_mib=16",
+                 "profile.repetitions=3", "profile.warmup=1"]
+
+
 def make_cfg(store: Path, overrides: list[str]) -> DictConfig:
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         return compose(config_name="config",
-                       overrides=[f"store={store}", "show_candidates=false", *overrides])
+                       overrides=[f"store={store}", *TEST_DEFAULTS, *overrides])
+
+
+@pytest.fixture(scope="session")
+def runtime_dir(tmp_path_factory) -> Path:
+    """The marker runtime, built once for tests that call stages directly."""
+    from pimbuild import runtime
+
+    out = tmp_path_factory.mktemp("runtime")
+    runtime.build(out)
+    return out
 
 
 @pytest.fixture

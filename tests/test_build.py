@@ -10,7 +10,7 @@ from tests.conftest import store_entries
 
 SMALL = ["model=relu", "model.size.n=256", "profile.backend=timer", "profile.repetitions=3",
          "targets=[profile]"]
-ALL = ["lower", "extract", "runtime", "instrument", "profile"]
+ALL = ["lower", "extract", "runtime", "calibrate", "instrument", "profile"]
 
 
 def test_second_identical_run_executes_nothing(run_build) -> None:
@@ -35,7 +35,7 @@ def test_fusion_change_reruns_lower_and_extract(run_build) -> None:
     first = run_build(softmax)
     changed = run_build([*softmax, "lowering.fusion=none"])
     assert changed.executed == ["lower", "extract", "instrument", "profile"]
-    assert changed.cached == ["runtime"]
+    assert changed.cached == ["runtime", "calibrate"]
     for stage in ("lower", "extract", "instrument", "profile"):
         assert changed.manifest["stages"][stage]["key"] != first.manifest["stages"][stage]["key"]
 

@@ -20,7 +20,7 @@ def test_defaults_compose(tmp_path: Path) -> None:
     assert cfg.pim.cores == 128
     assert cfg.policy.theta_ratio == 0.12
     assert cfg.sim.copy_model == CopyModel.upper_bound
-    assert list(cfg.targets) == ["profile", "calibrate"]
+    assert list(cfg.targets) == ["simulate"]
 
 
 @pytest.mark.parametrize("model", MODELS)

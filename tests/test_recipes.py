@@ -9,7 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pimbuild import extract, jit, lower
+from pimbuild import extract, jit, lower, reinsert
+from pimbuild.runtime import LIBRARY
 from tasks.stages import lower_params
 from tests.conftest import make_cfg
 
@@ -49,7 +50,8 @@ def _lower(tmp_path: Path, model: str, fusion: str) -> tuple[lower.LowerParams, 
 
 @pytest.mark.parametrize("fusion", ["none", "controlled"])
 @pytest.mark.parametrize("model", sorted(GOLDEN_NESTS))
-def test_recipe_nests_and_matches_eager(tmp_path: Path, model: str, fusion: str) -> None:
+def test_recipe_nests_and_matches_eager(tmp_path: Path, runtime_dir: Path, model: str,
+                                        fusion: str) -> None:
     params, out = _lower(tmp_path, model, fusion)
     signature = json.loads((out / "signature.json").read_text())
     found = extract.extract(out / "scf.mlir", signature)["candidates"]
@@ -63,6 +65,18 @@ def test_recipe_nests_and_matches_eager(tmp_path: Path, model: str, fusion: str)
         assert got.shape == want.shape
         scale = max(float(np.abs(want).max()), 1e-30)
         assert float(np.abs(got - want).max()) / scale <= 1e-5
+
+    # The hybrid program, with the even nests outlined for PIM, still matches eager
+    # (reinsert.run raises if it differs or miscounts its transitions).
+    pim = [c["id"] for c in found if c["id"] % 2 == 0]
+    (tmp_path / "decisions.json").write_text(json.dumps({"offloaded": pim}))
+    hybrid = tmp_path / "reinsert"
+    hybrid.mkdir()
+    reinsert.run(out / "scf.mlir", out / "signature.json", tmp_path / "decisions.json",
+                 runtime_dir / LIBRARY, params, hybrid, tmp_path / "failure")
+    report = json.loads((hybrid / "reinsert.json").read_text())
+    assert report["check"]["transitions"] == report["n_region"] == 2 * len(report["segments"])
+    assert report["outlined"] == pim
 
 
 def test_paper_nest_counts_are_in_the_golden_table() -> None:

@@ -1,0 +1,64 @@
+"""The decision rule: which condition decides, with the numbers (DESIGN §4)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from pimbuild import decide
+from tests.test_pim_model import RULE, nest
+
+
+def _one(n) -> decide.Decision:
+    (d,) = decide.torchpim([n], RULE)
+    return d
+
+
+def test_c1_rejects_too_little_work() -> None:
+    d = _one(nest(n_iter=1 << 20, t_cpu_s=1e-6))
+    assert (d.target, d.decided_by) == ("host", "C1")
+    assert d.quantities["c1_threshold_s"] == RULE.t_ctx_s + (1 << 20) / (128 * 1e9)
+
+
+def test_c2_rejects_too_few_parallel_iterations() -> None:
+    d = _one(nest(n_iter=64, inner=4096, t_cpu_s=1e-3))
+    assert (d.target, d.decided_by) == ("host", "C2")
+
+
+def test_c3_accepts_high_read_bandwidth() -> None:
+    d = _one(nest(bw=RULE.theta_gbps * 1.01, store=0.0))
+    assert (d.target, d.decided_by) == ("pim", "C3")
+
+
+def test_c4_accepts_store_bound_when_c3_fails() -> None:
+    d = _one(nest(bw=0.01, store=RULE.sigma + 0.01))
+    assert (d.target, d.decided_by) == ("pim", "C4")
+
+
+def test_stage_two_rejects_compute_bound() -> None:
+    d = _one(nest(bw=RULE.theta_gbps * 0.99, store=RULE.sigma))
+    assert (d.target, d.decided_by) == ("host", "C3/C4")
+
+
+def test_no_counters_means_no_offload() -> None:
+    d = _one(nest(bw=None, store=None))
+    assert (d.target, d.decided_by) == ("host", "no-counters")
+
+
+def test_operator_policy_gives_every_nest_of_an_operator_one_decision() -> None:
+    nests = [nest(0, node="softmax", bw=9.0, t_cpu_s=1e-3),
+             nest(1, node="softmax", bw=0.0, t_cpu_s=1e-4),
+             nest(2, node="relu", bw=0.0, t_cpu_s=1e-3)]
+    per_nest = {d.id: d.target for d in decide.torchpim(nests, RULE)}
+    per_op = {d.id: d.target for d in decide.operator_level(nests, RULE)}
+    assert per_nest == {0: "pim", 1: "host", 2: "host"}
+    assert per_op == {0: "pim", 1: "pim", 2: "host"}
+
+
+def test_absolute_theta_overrides_ratio() -> None:
+    strict = dataclasses.replace(RULE, theta_gbps=100.0)
+    (d,) = decide.torchpim([nest(bw=50.0)], strict)
+    assert d.target == "host" and d.quantities["theta_gbps"] == 100.0
+
+
+def test_cpu_policy_offloads_nothing() -> None:
+    assert {d.target for d in decide.cpu_only([nest(0), nest(1)])} == {"host"}

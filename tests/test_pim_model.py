@@ -1,0 +1,115 @@
+"""Invariants of the analytic PIM model and the copy models (DESIGN §5, §6)."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+
+import pytest
+
+from pimbuild import decide, pim_model
+from pimbuild.nests import Nest
+
+MODEL = pim_model.PimModel()
+RULE = decide.RuleParams(n_core=128, f_pim_ghz=1.0, t_ctx_s=2e-6, i_min=1.0, theta_gbps=2.0,
+                         sigma=0.4)
+
+
+def nest(ident: int = 0, n_iter: int = 4096, inner: int = 1, mix=(2, 1, 1, 0),
+         reads=None, writes=None, t_cpu_s: float = 1e-3, bw: float | None = 5.0,
+         store: float | None = 0.0, module: str = "", node: str = "op") -> Nest:
+    loads, stores, arith, math = mix
+    return Nest(id=ident, source_op="aten.x", source_module=module, source_node=node,
+                n_iter=n_iter, n_total=n_iter * inner, invocations=1, t_cpu_s=t_cpu_s,
+                bw_read_gbps=bw, store_bound=store,
+                reads=reads if reads is not None else {"arg0": 4 * n_iter * inner},
+                writes=writes if writes is not None else {"arg1": 4 * n_iter},
+                op_mix={"loads": loads * inner, "stores": stores, "arith": arith * inner,
+                        "math": math * inner, "calls": 0})
+
+
+SHAPE_ARGS = [dict(n_iter=1), dict(n_iter=64, inner=4096), dict(n_iter=1 << 20),
+              dict(n_iter=4096, mix=(1, 1, 2, 1)), dict(n_iter=100, inner=7, mix=(0, 1, 0, 0))]
+
+
+@pytest.mark.parametrize("cores", [1, 8, 32, 128, 1024])
+@pytest.mark.parametrize("args", SHAPE_ARGS)
+def test_never_below_c1_lower_bound(args: dict, cores: int) -> None:
+    n = nest(**args)
+    m = dataclasses.replace(MODEL, n_core=cores)
+    r = dataclasses.replace(RULE, n_core=cores)
+    assert pim_model.t_pim(n, m) >= decide.c1_bound_s(n.n_total, n.invocations, r)
+
+
+@pytest.mark.parametrize("cores", [8, 128])
+@pytest.mark.parametrize("args", SHAPE_ARGS)
+def test_monotone_in_work(args: dict, cores: int) -> None:
+    m = dataclasses.replace(MODEL, n_core=cores)
+    base = pim_model.t_pim(nest(**args), m)
+    inner = args.get("inner", 1)
+    more_parallel = nest(**{**args, "n_iter": 2 * args["n_iter"]})
+    more_inner = nest(**{**args, "inner": 2 * inner})
+    assert pim_model.t_pim(more_parallel, m) > base
+    assert pim_model.t_pim(more_inner, m) > base
+
+
+def test_small_regions_slow_down_with_cores_large_ones_speed_up() -> None:
+    small, large = nest(n_iter=4096), nest(n_iter=1 << 22)
+    at = {c: dataclasses.replace(MODEL, n_core=c) for c in (64, 128)}
+    assert pim_model.t_pim(small, at[128]) > pim_model.t_pim(small, at[64])
+    assert pim_model.t_pim(large, at[128]) < pim_model.t_pim(large, at[64])
+
+
+def chain() -> list[Nest]:
+    """x -> a -> b (in place) -> out, with a temporary and a re-read input."""
+    return [nest(0, reads={"x": 4096}, writes={"a": 4096}),
+            nest(1, reads={"a": 4096}, writes={"a": 4096}),
+            nest(2, reads={"a": 4096, "x": 4096}, writes={"t": 4096}),
+            nest(3, reads={"t": 4096}, writes={"out": 4096}),
+            nest(4, reads={"out": 4096}, writes={"out": 4096})]
+
+
+def test_resident_never_moves_more_than_upper_bound() -> None:
+    nests = chain()
+    for k in range(len(nests) + 1):
+        for pim in itertools.combinations(range(len(nests)), k):
+            ub = sum(pim_model.copy_upper_bound(nests, set(pim)))
+            res = sum(pim_model.copy_resident(nests, set(pim), {"out"}))
+            assert res <= ub, pim
+
+
+def test_upper_bound_counts_each_buffer_once_per_direction_and_segment() -> None:
+    nests = chain()
+    fetch, flush = pim_model.copy_upper_bound(nests, {0, 1, 2})  # one segment
+    assert fetch == 4096  # x only: a is produced inside the segment
+    assert flush == 2 * 4096  # a and t
+    fetch, flush = pim_model.copy_upper_bound(nests, {0, 2})  # two segments
+    assert fetch == 4096 + 2 * 4096
+    assert pim_model.segments(nests, {0, 2}) == [[nests[0]], [nests[2]]]
+
+
+def test_nothing_offloaded_has_speedup_one() -> None:
+    b = pim_model.hybrid(chain(), set(), 6e-3, MODEL, "upper_bound", {"out"})
+    assert b.speedup == 1.0
+    assert b.n_region == 0 and b.t_copy_s == 0 and b.t_pim_s == 0
+
+
+def test_transitions_are_two_per_segment() -> None:
+    b = pim_model.hybrid(chain(), {0, 1, 3}, 6e-3, MODEL, "upper_bound", {"out"})
+    assert b.n_region == 4
+    assert b.t_switch_s == pytest.approx(4 * MODEL.t_sw_us * 1e-6)
+
+
+@pytest.mark.parametrize("copy_model", ["upper_bound", "resident"])
+def test_oracle_beats_every_policy(copy_model: str) -> None:
+    nests = [dataclasses.replace(n, t_cpu_s=t, bw_read_gbps=bw)
+             for n, t, bw in zip(chain(), [1e-3, 2e-5, 5e-3, 1e-6, 3e-3],
+                                 [9.0, 0.1, 3.0, 8.0, 0.5], strict=True)]
+    forward = sum(n.t_cpu_s for n in nests)
+    cost = {}
+    for policy in decide.POLICIES:
+        pim = {d.id for d in decide.place(policy, nests, RULE, forward, MODEL, copy_model,
+                                          {"out"}) if d.target == "pim"}
+        cost[policy] = pim_model.hybrid(nests, pim, forward, MODEL, copy_model,
+                                        {"out"}).t_hybrid_s
+    assert all(cost["oracle"] <= c + 1e-15 for c in cost.values())
