@@ -102,7 +102,8 @@ class Store:
 
 def tool_versions() -> dict[str, str]:
     versions = {"pimbuild": code_version(), "python": platform.python_version()}
-    for dist in ("torch", "torch-mlir", "hydra-core", "omegaconf", "doit", "numpy"):
+    for dist in ("torch", "torch-mlir", "hydra-core", "omegaconf", "doit", "numpy",
+                 "matplotlib"):
         try:
             versions[dist] = metadata.version(dist)
         except metadata.PackageNotFoundError:
