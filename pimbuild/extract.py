@@ -25,7 +25,7 @@ VIEW_OPS = frozenset({"memref.expand_shape", "memref.collapse_shape", "memref.su
                       "memref.transpose"})
 ELEMENT_BYTES = {"f64": 8, "f32": 4, "f16": 2, "bf16": 2, "i64": 8, "i32": 4, "i16": 2,
                  "i8": 1, "i1": 1, "index": 8}
-SOURCE_LOC = re.compile(r'"([^"|]*)\|([^"#]*)#([^"]*)":(\d+)')
+SOURCE_LOC = re.compile(r'"([^"|]*)\|([^"#]*)#([^"|]*)\|([^"]*)":(\d+)')
 
 
 def _owner(value: ir.Value) -> ir.Operation | ir.Block:
@@ -138,10 +138,13 @@ def _body_stats(block: ir.Block, weight: int, mix: Counter, accesses: list) -> i
 
 
 def source_of(op: ir.Operation) -> dict[str, str]:
+    """The torch operator (and module) a nest came from, and the aten op it lowered from."""
     m = SOURCE_LOC.search(str(op.location))
     if not m:
-        return {"source_op": "<unknown>", "source_module": "", "source_node": ""}
-    return {"source_op": m.group(2), "source_module": m.group(1), "source_node": m.group(3)}
+        return {"source_op": "<unknown>", "source_module": "", "source_node": "",
+                "lowered_op": ""}
+    return {"source_op": m.group(2), "source_module": m.group(1), "source_node": m.group(3),
+            "lowered_op": m.group(4)}
 
 
 def analyze(op: ir.Operation, ident: int, enclosing: int, allocs: Allocations) -> dict:

@@ -111,15 +111,29 @@ def _reject_dynamic_dims(p: LowerParams, prog: ExportedProgram, names: list[str]
                     f"({size}); pimbuild needs every extent to be a compile-time constant")
 
 
+def _torch_op(node: torch.fx.Node) -> tuple[str, str]:
+    """(node name, target) of the operator the model was written with, before
+    decomposition: ``layer_norm`` for the ``var_mean`` a LayerNorm decomposes into."""
+    sources = node.meta.get("from_node") or []
+    if not sources:
+        return node.name, str(node.target)
+    src = sources[0]
+    while src.from_node:
+        src = src.from_node[0]
+    return src.name, str(src.target)
+
+
 def annotate_sources(gm: torch.fx.GraphModule) -> None:
-    """Rewrite each node's stack trace so its MLIR location names the source operator:
-    ``File "<module path>|<aten target>#<node name>", line <i>,``."""
+    """Rewrite each node's stack trace so its MLIR location names its source:
+    ``File "<module path>|<torch op>#<torch node>|<aten op>", line <i>,`` (the torch op the
+    model wrote, and the aten op it decomposed into)."""
     for i, node in enumerate(gm.graph.nodes):
         if node.op != "call_function":
             continue
         stack = node.meta.get("nn_module_stack") or {}
         path = list(stack.values())[-1][0] if stack else ""
-        node.meta["stack_trace"] = f'File "{path}|{node.target}#{node.name}", line {i}, in x\n'
+        name, op = _torch_op(node)
+        node.meta["stack_trace"] = f'File "{path}|{op}#{name}|{node.target}", line {i}, in x\n'
 
 
 def signature(prog: ExportedProgram, recipe: recipes.Recipe, outputs: list[torch.Tensor],

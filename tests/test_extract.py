@@ -50,7 +50,17 @@ def test_sources_name_module_and_operator(run_build) -> None:
                                   "model.size.ffn=32", "lowering.fusion=none"]))
     assert [c["source_module"] for c in nests] == ["up"] * 3 + [""] + ["down"] * 3
     assert nests[3]["source_op"] == "aten.relu.default"
-    assert {c["source_op"] for c in nests[:3]} == {"aten.permute.default", "aten.mm.default"}
+    # A Linear is one torch operator that decomposes into a transpose and a matmul.
+    assert {c["source_op"] for c in nests[:3]} == {"aten.linear.default"}
+    assert {c["lowered_op"] for c in nests[:3]} == {"aten.permute.default", "aten.mm.default"}
+
+
+def test_decomposed_operator_keeps_its_name(run_build) -> None:
+    nests = candidates(run_build(["targets=[extract]", "model=layernorm", "model.size.tokens=4",
+                                  "model.size.hidden=64", "lowering.fusion=none"]))
+    assert len(nests) == 19
+    assert {c["source_op"] for c in nests} == {"aten.layer_norm.default"}
+    assert len({c["lowered_op"] for c in nests}) > 3  # var_mean, sub, mul, add, rsqrt...
 
 
 SCF_IN_LOOP = """
