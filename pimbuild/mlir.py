@@ -31,6 +31,7 @@ LINALG_TO_SCF = (
     " cse)"
 )
 ELEMENTWISE_FUSION = "builtin.module(func.func(linalg-fuse-elementwise-ops))"
+GENERALIZE = "builtin.module(func.func(linalg-generalize-named-ops))"
 
 
 def new_context() -> ir.Context:

@@ -2,10 +2,12 @@
 
 - ``add_fastmath``: ``#arith.fastmath<reassoc,contract>`` on float arithmetic, so LLVM may
   reassociate and vectorize reductions (the naive loops are otherwise ~80x slower than eager).
-- ``controlled_fusion``: MLIR's elementwise fusion, except that no elementwise producer is
-  fused into a reduction. MLIR's pass fuses a producer only when it has a single use, so each
-  producer that feeds a reduction gets a temporary second use (an unregistered, side-effecting
-  ``pimbuild.keep`` op) for the duration of the pass.
+- ``controlled_fusion``: named ops are generalized, then MLIR's elementwise fusion runs,
+  except that no elementwise producer that computes anything is fused into a reduction; pure
+  data movement (a transpose or broadcast whose body only yields an input) is, so a matmul
+  reads a transposed weight in place instead of after a copy nest. MLIR's pass fuses a
+  producer only when it has a single use, so each protected producer gets a temporary second
+  use (an unregistered, side-effecting ``pimbuild.keep`` op) for the duration of the pass.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from __future__ import annotations
 from torch_mlir import ir
 from torch_mlir.passmanager import PassManager
 
-from pimbuild.mlir import ELEMENTWISE_FUSION, walk
+from pimbuild.mlir import ELEMENTWISE_FUSION, GENERALIZE, walk
 
 FASTMATH_OPS = frozenset({
     "arith.addf", "arith.subf", "arith.mulf", "arith.divf", "arith.remf", "arith.negf",
@@ -45,6 +47,14 @@ def _is_reduction(op: ir.Operation) -> bool:
     return op.name == "linalg.generic" and "reduction" in _iterators(op)
 
 
+def _moves_data_only(op: ir.Operation) -> bool:
+    """A generic whose body only yields (some of) its block arguments: copy, transpose,
+    broadcast. Fusing it into a consumer changes an indexing map, not the arithmetic."""
+    body = op.regions[0].blocks[0]
+    ops = [o.operation for o in body.operations]
+    return len(ops) == 1 and all(isinstance(v.owner, ir.Block) for v in ops[0].operands)
+
+
 def _protect_reduction_inputs(module: ir.Module) -> int:
     kept = 0
     for op in list(walk(module.operation)):
@@ -54,7 +64,8 @@ def _protect_reduction_inputs(module: ir.Module) -> int:
             producer = operand.owner
             if isinstance(producer, ir.Block):
                 continue
-            if _is_elementwise_generic(producer.operation):
+            producer = producer.operation
+            if _is_elementwise_generic(producer) and not _moves_data_only(producer):
                 with ir.InsertionPoint(op), op.location:
                     ir.Operation.create(KEEP_OP, operands=[operand])
                 kept += 1
@@ -62,7 +73,10 @@ def _protect_reduction_inputs(module: ir.Module) -> int:
 
 
 def controlled_fusion(module: ir.Module) -> None:
-    """Fuse elementwise producers into elementwise consumers only (see module docstring)."""
+    """Fuse elementwise producers into elementwise consumers, and data movement into
+    anything (see module docstring)."""
+    with module.context:
+        PassManager.parse(GENERALIZE).run(module.operation)
     _protect_reduction_inputs(module)
     with module.context:
         PassManager.parse(ELEMENTWISE_FUSION).run(module.operation)

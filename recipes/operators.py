@@ -108,7 +108,10 @@ def mac(rows: int = 256, n: int = 4096) -> Recipe:
 
 
 def gemv(m: int = 4096, n: int = 4096) -> Recipe:
-    return Recipe(_Fn(torch.mv), {"w": torch.randn(m, n), "x": torch.randn(n)})
+    """y = W x, written as a thin matmul (torch.mv would decompose into a product nest that
+    materializes W * x and a separate row sum)."""
+    return Recipe(_Fn(lambda w, x: (w @ x.unsqueeze(-1)).squeeze(-1)),
+                  {"w": torch.randn(m, n), "x": torch.randn(n)})
 
 
 def matmul(n: int = 256) -> Recipe:

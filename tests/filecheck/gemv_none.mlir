@@ -1,23 +1,24 @@
 // scf.mlir of `pimbuild model=gemv model.size.m=8 model.size.n=16 lowering.fusion=none`:
-// torch.mv decomposes to an elementwise product, an init and a row reduction.
+// y = W x as a thin matmul: zero the accumulator, one row dot product per parallel
+// iteration, then copy the result into the caller's output buffer.
 // CHECK-LABEL: func.func @forward(%arg0: memref<8x16xf32>
 // CHECK-SAME: %arg1: memref<16xf32>
 // CHECK-SAME: %arg2: memref<8xf32>
-// Nest 0: w * x, parallel over the whole matrix, into a temporary.
-// CHECK: [[TMP:%.*]] = memref.alloc() {{.*}} : memref<8x16xf32>
-// CHECK: scf.parallel ({{%.*}}, {{%.*}}) = ({{%.*}}, {{%.*}}) to (%c8, %c16)
-// CHECK: memref.load %arg0
-// CHECK: memref.load %arg1
-// CHECK: arith.mulf
-// CHECK: memref.store {{%.*}}, [[TMP]]
-// Nest 1: zero the output.
-// CHECK: scf.parallel ({{%.*}}) = ({{%.*}}) to (%c8)
-// CHECK-NEXT: memref.store {{%.*}}, %arg2
-// Nest 2: row sums, sequential over the 16 columns.
-// CHECK: scf.parallel ({{%.*}}) = ({{%.*}}) to (%c8)
+// CHECK: [[X:%.*]] = memref.expand_shape %arg1
+// CHECK: [[ACC:%.*]] = memref.alloc() {{.*}} : memref<8x1xf32>
+// Nest 0: zero the accumulator.
+// CHECK: scf.parallel ({{%.*}}, {{%.*}}) = ({{%.*}}, {{%.*}}) to (%c8, %c1)
+// CHECK-NEXT: memref.store {{%.*}}, [[ACC]]
+// Nest 1: parallel over the 8 rows, sequential over the 16 columns.
+// CHECK: scf.parallel ({{%.*}}, {{%.*}}) = ({{%.*}}, {{%.*}}) to (%c8, %c1)
 // CHECK-NEXT: scf.for {{%.*}} = {{%.*}} to %c16
-// CHECK: memref.load [[TMP]]
+// CHECK: memref.load %arg0
+// CHECK: memref.load [[X]]
+// CHECK: arith.mulf
 // CHECK: arith.addf
+// CHECK: memref.store {{%.*}}, [[ACC]]
+// Nest 2: the result is a view of the accumulator, so it is copied out.
+// CHECK: scf.parallel ({{%.*}}) = ({{%.*}}) to (%c8)
 // CHECK: memref.store {{%.*}}, %arg2
 // CHECK-NOT: scf.parallel
 // CHECK: return
