@@ -80,7 +80,8 @@ def report_lines(r: dict) -> list[str]:
         f"{r['t_copy_s'] * 1e3:.4g} ({r['copy_model']}) + switch "
         f"{r['t_switch_s'] * 1e3:.4g} ms; N_region {r['n_region']}",
         f"offloaded {len(r['offloaded'])}/{len(r['nests'])} nests "
-        f"{r['offloaded']}, {r['captured_share_of_cpu_time']:.1%} of CPU time; "
+        f"({', '.join(r['offloaded_sources']) or 'none'}), "
+        f"{r['captured_share_of_cpu_time']:.1%} of CPU time; "
         f"baselines: {base}; by cores: {sweep}",
         f"agreement with ground truth {a['agree']}/{a['total']} (FP {a['false_positives']}, "
         f"FN {a['false_negatives']}); hybrid program matches eager "

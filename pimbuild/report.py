@@ -33,6 +33,7 @@ def markdown(r: dict[str, Any]) -> str:
         f"({r['offloaded_share_of_nests']:.0%}), capturing "
         f"{r['captured_share_of_cpu_time']:.1%} of CPU-only time, in "
         f"{len(r['segments'])} segment(s): N_region = {r['n_region']}.",
+        f"Offloaded sources: {', '.join(r['offloaded_sources']) or 'none'}.",
         f"theta = {r['theta_gbps']:.3g} GB/s (B_cpu {r['b_cpu_gbps']:.3g} GB/s); counters: "
         f"{r['counter_backend']}; copy model: {r['copy_model']}.",
         f"Hybrid program vs PyTorch eager: max relative error "

@@ -55,19 +55,31 @@ def _moves_data_only(op: ir.Operation) -> bool:
     return len(ops) == 1 and all(isinstance(v.owner, ir.Block) for v in ops[0].operands)
 
 
+RESHAPES = frozenset({"tensor.expand_shape", "tensor.collapse_shape", "tensor.cast"})
+
+
+def _producer(value: ir.Value) -> tuple[ir.Value, ir.Operation | None]:
+    """The op that computes ``value``, looking through reshapes (the fusion pass propagates
+    reshapes, so a producer behind one would still be fused)."""
+    while not isinstance(value.owner, ir.Block):
+        op = value.owner.operation
+        if op.name not in RESHAPES:
+            return value, op
+        value = op.operands[0]
+    return value, None
+
+
 def _protect_reduction_inputs(module: ir.Module) -> int:
     kept = 0
     for op in list(walk(module.operation)):
         if not _is_reduction(op):
             continue
         for operand in op.operands:
-            producer = operand.owner
-            if isinstance(producer, ir.Block):
-                continue
-            producer = producer.operation
-            if _is_elementwise_generic(producer) and not _moves_data_only(producer):
+            value, producer = _producer(operand)
+            if (producer is not None and _is_elementwise_generic(producer)
+                    and not _moves_data_only(producer)):
                 with ir.InsertionPoint(op), op.location:
-                    ir.Operation.create(KEEP_OP, operands=[operand])
+                    ir.Operation.create(KEEP_OP, operands=[value])
                 kept += 1
     return kept
 
