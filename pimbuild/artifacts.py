@@ -100,6 +100,21 @@ class Store:
         return True
 
 
+def run_cache(store: Store, name: str, content: dict[str, Any], out: Path,
+              produce: Callable[[Path], None]) -> bool:
+    """Fill ``out`` from ``<store>/.runcache/<name>/<hash of content>`` when an earlier build
+    produced it from the same content (DVC's run cache), else produce it and remember it.
+    For stages whose key is finer than what they depend on (reinsert depends on which nests
+    are offloaded, not on the theta that chose them). Returns True on a cache hit."""
+    cached = store.artifact(f".runcache/{name}", artifact_key(name, content, {}))
+    if not cached.complete:
+        store.build(cached, produce)
+    for src in cached.dir.iterdir():
+        if src.is_file() and src.name != COMPLETE:
+            shutil.copy2(src, out / src.name)
+    return True
+
+
 def tool_versions() -> dict[str, str]:
     versions = {"pimbuild": code_version(), "python": platform.python_version()}
     for dist in ("torch", "torch-mlir", "hydra-core", "omegaconf", "doit", "numpy",

@@ -32,7 +32,7 @@ from pimbuild import (
     runtime,
     simulate,
 )
-from pimbuild.artifacts import Artifact, Store, artifact_key
+from pimbuild.artifacts import Artifact, Store, artifact_key, run_cache
 from pimbuild.errors import ConfigError
 
 STAGES = ("lower", "extract", "runtime", "calibrate", "instrument", "profile", "decide",
@@ -182,7 +182,7 @@ PARAMS: dict[str, Callable[[DictConfig], dict[str, Any]]] = {
 
 # --- producers --------------------------------------------------------------------------
 
-def _produce(stage: str, cfg: DictConfig, inputs: dict[str, Artifact],
+def _produce(stage: str, cfg: DictConfig, inputs: dict[str, Artifact], store: Store,
              failure_dir: Path) -> Producer:
     fail = failure_dir / stage
     if stage == "lower":
@@ -214,12 +214,25 @@ def _produce(stage: str, cfg: DictConfig, inputs: dict[str, Artifact],
     if stage in ("decide", "simulate"):
         return _produce_decide_or_simulate(stage, cfg, inputs)
     if stage == "reinsert":
-        lo, rt, de = (inputs[s].dir for s in ("lower", "runtime", "decide"))
-        lp = lower_params(cfg)
-        return lambda out: reinsert.run(lo / "scf.mlir", lo / "signature.json",
-                                        de / "decisions.json", rt / runtime.LIBRARY, lp, out,
-                                        fail)
+        return _produce_reinsert(cfg, inputs, store, fail)
     raise ValueError(stage)
+
+
+def _produce_reinsert(cfg: DictConfig, inputs: dict[str, Artifact], store: Store,
+                      fail: Path) -> Producer:
+    """The hybrid program depends on which nests are offloaded, not on why: placements that
+    come out the same (a theta sweep, a core count that changes nothing) share one build."""
+    lo, rt, de = (inputs[s].dir for s in ("lower", "runtime", "decide"))
+    lp = lower_params(cfg)
+
+    def produce(out: Path) -> None:
+        offloaded = json.loads((de / "decisions.json").read_text())["offloaded"]
+        content = {"lower": inputs["lower"].key, "runtime": inputs["runtime"].key,
+                   "offloaded": sorted(offloaded)}
+        run_cache(store, "reinsert", content, out, lambda tmp: reinsert.run(
+            lo / "scf.mlir", lo / "signature.json", de / "decisions.json",
+            rt / runtime.LIBRARY, lp, tmp, fail))
+    return produce
 
 
 def _produce_decide_or_simulate(stage: str, cfg: DictConfig,
@@ -278,5 +291,5 @@ def plan(cfg: DictConfig, store: Store, failure_dir: Path) -> list[StageTask]:
         params = PARAMS[stage](cfg)
         key = artifact_key(stage, params, {d: a.key for d, a in inputs.items()})
         tasks[stage] = StageTask(stage, store.artifact(stage, key), params, inputs,
-                                 _produce(stage, cfg, inputs, failure_dir))
+                                 _produce(stage, cfg, inputs, store, failure_dir))
     return list(tasks.values())

@@ -67,7 +67,9 @@ def store_entries(store: Path) -> list[Path]:
     """Every entry under ``<store>/<stage>/`` (artifacts and anything left half-written)."""
     if not store.exists():
         return []
-    return sorted(p for stage in store.iterdir() if stage.is_dir() for p in stage.iterdir())
+    stages = [d for d in store.iterdir() if d.is_dir() and not d.name.startswith(".")]
+    stages += [d for d in (store / ".runcache").glob("*") if d.is_dir()]
+    return sorted(p for stage in stages for p in stage.iterdir())
 
 
 def run_cli(args: list[str], cwd: Path, timeout: int = 600) -> subprocess.CompletedProcess:

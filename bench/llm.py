@@ -1,0 +1,123 @@
+"""Benchmark of the tool itself on the LLaMA-7B / GPT-J-6B decode layers (not a test).
+
+    .venv/bin/python bench/llm.py [--json outputs/bench/llm.json]
+
+Runs the real command line in fresh temporary stores and reports: per-stage wall time and
+peak memory of a cold ``llama7b`` build; a no-op rebuild; a rebuild after changing only
+``pim.cores``; an 8-point ``policy.theta_ratio`` sweep (cold store) against the single cold
+run; lowered-program / PyTorch-eager forward time per layer on one thread; and the profile
+stage's time / one native forward. One noisy VM: compare ratios within one run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+from rich.table import Table
+
+from pimbuild.console import console
+
+PIMBUILD = str(Path(sys.executable).parent / "pimbuild")
+THETAS = "0.015,0.03,0.06,0.12,0.24,0.48,0.96,1.92"
+
+
+def cli(args: list[str], cwd: Path) -> tuple[float, int]:
+    """Wall seconds and peak RSS (MB, this child and its descendants) of one command."""
+    start = time.perf_counter()
+    with open(os.devnull, "w") as null:
+        pid = subprocess.Popen([PIMBUILD, *args, "show_candidates=false"], cwd=cwd,
+                               stdout=null, stderr=subprocess.STDOUT).pid
+        _, status, usage = os.wait4(pid, 0)
+    if status != 0:
+        raise SystemExit(f"pimbuild {' '.join(args)} failed with status {status}")
+    return time.perf_counter() - start, usage.ru_maxrss // 1024
+
+
+def last_run(cwd: Path, model: str) -> Path:
+    return max((cwd / "outputs" / "runs" / model).iterdir(), key=lambda p: p.stat().st_mtime)
+
+
+def profile_info(cwd: Path, model: str) -> dict:
+    """profile.json of the model's latest run, found through its manifest."""
+    manifest = json.loads((last_run(cwd, model) / "manifest.json").read_text())
+    return json.loads((Path(manifest["stages"]["profile"]["dir"]) / "profile.json").read_text())
+
+
+def forward_ratio(model: str, cwd: Path) -> dict:
+    """Median lowered forward (profile's timing, function body) / median eager forward."""
+    from hydra import compose, initialize_config_dir
+
+    from pimbuild import lower
+    from pimbuild.cli import CONF_DIR
+    from tasks.stages import lower_params
+
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        p = lower_params(compose("config", overrides=[f"model={model}"]))
+    lowered = profile_info(cwd, model)
+    torch.set_num_threads(1)
+    recipe = lower.build_recipe(p)
+    times = []
+    with torch.no_grad():
+        for _ in range(12):
+            t = time.perf_counter()
+            recipe.module(*recipe.inputs.values())
+            times.append(time.perf_counter() - t)
+    eager = float(np.median(times[2:]))
+    return {"model": model, "lowered_ms": lowered["forward_median_s"] * 1e3,
+            "eager_ms": eager * 1e3, "ratio": lowered["forward_median_s"] / eager}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--json", type=Path, default=Path("outputs/bench/llm.json"))
+    args = parser.parse_args()
+    out: dict = {}
+    with tempfile.TemporaryDirectory() as a, tempfile.TemporaryDirectory() as b:
+        cold_dir, sweep_dir = Path(a), Path(b)
+        out["cold_s"], out["cold_peak_mb"] = cli(["model=llama7b", "pim.cores=128"], cold_dir)
+        out["cold_stages_s"] = json.loads(
+            (last_run(cold_dir, "llama7b") / "build.json").read_text())["seconds"]
+        out["noop_s"], _ = cli(["model=llama7b", "pim.cores=128"], cold_dir)
+        out["cores_change_s"], _ = cli(["model=llama7b", "pim.cores=64"], cold_dir)
+        out["sweep_s"], out["sweep_peak_mb"] = cli(
+            ["-m", "model=llama7b", f"policy.theta_ratio={THETAS}"], sweep_dir)
+        out["sweep_over_cold"] = out["sweep_s"] / out["cold_s"]
+        out["profile_over_forward"] = (out["cold_stages_s"]["profile"]
+                                       / profile_info(cold_dir, "llama7b")["forward_median_s"])
+        cli(["model=gptj6b", "targets=[profile]"], cold_dir)
+        out["forward"] = [forward_ratio("llama7b", cold_dir), forward_ratio("gptj6b", cold_dir)]
+    out["self_peak_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024
+
+    table = Table(title="pimbuild on a LLaMA-7B decode layer (this host)")
+    table.add_column("measure")
+    table.add_column("value", justify="right")
+    table.add_row("cold build (s)", f"{out['cold_s']:.1f}")
+    for stage, s in out["cold_stages_s"].items():
+        table.add_row(f"  {stage} (s)", f"{s:.2f}")
+    table.add_row("cold build peak RSS (MB)", str(out["cold_peak_mb"]))
+    table.add_row("no-op rebuild (s)", f"{out['noop_s']:.1f}")
+    table.add_row("rebuild after pim.cores change (s)", f"{out['cores_change_s']:.1f}")
+    table.add_row("8-point theta sweep, cold (s)", f"{out['sweep_s']:.1f}")
+    table.add_row("sweep / single cold run", f"{out['sweep_over_cold']:.2f}")
+    table.add_row("profile stage / one native forward", f"{out['profile_over_forward']:.0f}x")
+    for f in out["forward"]:
+        table.add_row(f"{f['model']} lowered / eager forward (1 thread)",
+                      f"{f['lowered_ms']:.1f} / {f['eager_ms']:.1f} ms = {f['ratio']:.2f}")
+    console.print(table)
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps(out, indent=2) + "\n")
+    console.print(f"wrote {args.json}")
+
+
+if __name__ == "__main__":
+    main()
