@@ -90,11 +90,12 @@ def _speedup_vs_cores(r: dict[str, Any], path: Path) -> None:
 
 
 def _bandwidth_vs_theta(r: dict[str, Any], path: Path) -> None:
-    fig, ax = plt.subplots(figsize=(max(5, 0.25 * len(r["nests"])), 3.5))
+    fig, ax = plt.subplots(figsize=(max(5, 0.15 * len(r["nests"])), 3.5))
     ids = [n["id"] for n in r["nests"]]
     bw = [max(n["bw_read_gbps"] or 0.0, 1e-4) for n in r["nests"]]
     colors = ["tab:red" if n["target"] == "pim" else "tab:blue" for n in r["nests"]]
-    ax.bar([str(i) for i in ids], bw, color=colors)
+    ax.bar(ids, bw, color=colors, width=0.8)
+    ax.set_xlim(min(ids) - 0.6, max(ids) + 0.6)
     ax.axhline(r["theta_gbps"], color="black", ls="--", lw=1, label="theta")
     ax.set_yscale("log")
     ax.set_xlabel("nest id (red: pim, blue: host)")
