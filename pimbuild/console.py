@@ -5,17 +5,13 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
+from pimbuild.nests import display_name
+
 console = Console(highlight=False)
 
 
 def _mb(nbytes: int) -> str:
     return f"{nbytes / 1e6:.3g}"
-
-
-def short_op(target: str) -> str:
-    """``aten._softmax.default`` -> ``_softmax``."""
-    parts = target.split(".")
-    return parts[1] if len(parts) >= 2 and parts[0] == "aten" else target
 
 
 def _fmt(value: str, spec: str) -> str:
@@ -36,9 +32,7 @@ def candidates_table(candidates: dict, title: str, profile: dict[int, dict] | No
         table.add_column(col, justify="left" if col in ("source", "dims") else "right")
     for c in candidates["candidates"]:
         mix = c["op_mix"]
-        source = short_op(c["source_op"])
-        if c["source_module"]:
-            source = f"{c['source_module']}.{source}"
+        source = display_name(c["source_module"], c["source_op"])
         row = [str(c["id"]), source, "x".join(map(str, c["parallel_dims"])),
                f"{c['n_iter']:,}", f"{c['n_total']:,}", _mb(c["moved_bytes"]),
                f"{mix['loads']}/{mix['stores']}/{mix['arith']}/{mix['math']}"]

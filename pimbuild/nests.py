@@ -55,6 +55,13 @@ def load_nests(candidates_path: Path, timing_path: Path, counters_path: Path) ->
 
 
 
+def display_name(source_module: str, source_op: str) -> str:
+    """``self_attn.q_proj.linear``: a nest's module path and torch operator, for people."""
+    parts = source_op.split(".")
+    op = parts[1] if len(parts) >= 2 and parts[0] == "aten" else source_op
+    return f"{source_module}.{op}" if source_module else op
+
+
 def outputs(candidates_path: Path) -> set[str]:
     """Allocation ids of the function's results (what must end up on the host)."""
     allocations = json.loads(candidates_path.read_text())["allocations"]

@@ -10,16 +10,13 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from pimbuild.nests import display_name  # noqa: E402
+
 PLOTS = ("speedup_vs_cores.png", "bandwidth_vs_theta.png", "time_breakdown.png")
 
 
 def _ms(seconds: float) -> str:
     return f"{seconds * 1e3:.4g}"
-
-
-def _source(n: dict[str, Any]) -> str:
-    op = n["source_op"].split(".")[1] if n["source_op"].startswith("aten.") else n["source_op"]
-    return f"{n['source_module']}.{op}" if n["source_module"] else op
 
 
 def markdown(r: dict[str, Any]) -> str:
@@ -67,7 +64,8 @@ def markdown(r: dict[str, Any]) -> str:
     for n in r["nests"]:
         bw = "-" if n["bw_read_gbps"] is None else f"{n['bw_read_gbps']:.3g}"
         sb = "-" if n["store_bound"] is None else f"{n['store_bound']:.2f}"
-        lines.append(f"| {n['id']} | {_source(n)} | {n['target']} | {n['decided_by']} | "
+        name = display_name(n["source_module"], n["source_op"])
+        lines.append(f"| {n['id']} | {name} | {n['target']} | {n['decided_by']} | "
                      f"{_ms(n['t_cpu_s'])} | {_ms(n['t_pim_s'])} | {bw} | {sb} | "
                      f"{'yes' if n['beneficial'] else 'no'} |")
     return "\n".join(lines) + "\n"

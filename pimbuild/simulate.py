@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from pimbuild import decide, pim_model
-from pimbuild.nests import Nest
+from pimbuild.nests import Nest, display_name
 from pimbuild.report import PLOTS
 
 __all__ = ["PLOTS", "SimInputs", "simulate", "write"]
@@ -64,12 +64,6 @@ def agreement(inp: SimInputs, pim: set[int], truth: set[int]) -> dict[str, Any]:
             "true_negatives": tn}
 
 
-def _name(n: Nest) -> str:
-    """``self_attn.q_proj.linear``: the module path and the torch operator."""
-    op = n.source_op.split(".")[1] if n.source_op.startswith("aten.") else n.source_op
-    return f"{n.source_module}.{op}" if n.source_module else op
-
-
 def simulate(inp: SimInputs, policy: str, rule: decide.RuleParams,
              model: pim_model.PimModel, copy_model: str, cores_sweep: list[int]
              ) -> dict[str, Any]:
@@ -109,7 +103,7 @@ def simulate(inp: SimInputs, policy: str, rule: decide.RuleParams,
         "t_copy": {copy_model: main["t_copy_s"], other: main_other["t_copy_s"]},
         "offloaded": sorted(pim),
         "offloaded_sources": list(dict.fromkeys(
-            _name(n) for n in inp.nests if n.id in pim)),
+            display_name(n.source_module, n.source_op) for n in inp.nests if n.id in pim)),
         "offloaded_share_of_nests": len(pim) / max(len(inp.nests), 1),
         "captured_share_of_cpu_time": captured / main["t_cpu_only_s"],
         "agreement": agreement(inp, pim, truth),

@@ -111,10 +111,6 @@ class Markers:
                                     (self.max_regions * self.max_events,))
         return raw.reshape(self.max_regions, self.max_events)[:n, :n_events].copy()
 
-    @property
-    def has_papi(self) -> bool:
-        return bool(self.lib.pim_has_papi())
-
     def perf_event_status(self) -> str:
         return self.lib.pim_papi_perf_event_status().decode()
 

@@ -104,14 +104,6 @@ void pim_reset(void) {
     memset(values, 0, sizeof values);
 }
 
-int pim_has_papi(void) {
-#ifdef PIM_WITH_PAPI
-    return 1;
-#else
-    return 0;
-#endif
-}
-
 /* Start one event set with the given events (names separated by ','). Returns the number of
  * events, or -1 with PAPI's reason in err. */
 int pim_papi_start(const char *events, char *err, int errlen) {
