@@ -29,20 +29,23 @@ from pimbuild.nests import Nest
 
 @dataclass(frozen=True)
 class PimModel:
-    n_core: int = 128
-    f_pim_ghz: float = 1.0
-    dram_latency_ns: float = 22.5
-    cache_line: int = 64
-    bank_bw_gbps: float | None = None  # per core; None: cache_line / dram_latency
-    launch_us: float = 1.0
-    sync_ns_per_core: float = 20.0
-    c_load: float = 1.0
-    c_store: float = 1.0
-    c_arith: float = 1.0
-    c_math: float = 40.0
-    c_loop: float = 1.0
-    t_sw_us: float = 2.0
-    b_mem_gbps: float = 204.8  # host memory system, for host<->PIM copies (B_rd = B_wb)
+    """The model's parameters; their defaults and sources live in ``conf/pim/default.yaml``
+    (``tasks.stages.model_params`` builds one from a composed config)."""
+
+    n_core: int
+    f_pim_ghz: float
+    dram_latency_ns: float
+    cache_line: int
+    bank_bw_gbps: float | None  # per core; None: cache_line / dram_latency
+    launch_us: float
+    sync_ns_per_core: float
+    c_load: float
+    c_store: float
+    c_arith: float
+    c_math: float
+    c_loop: float
+    t_sw_us: float
+    b_mem_gbps: float  # host memory system, for host<->PIM copies (B_rd = B_wb)
 
     @property
     def b_bank_gbps(self) -> float:

@@ -71,6 +71,12 @@ def markdown(r: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _save(fig, path: Path) -> None:
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
 def _speedup_vs_cores(r: dict[str, Any], path: Path) -> None:
     fig, ax = plt.subplots(figsize=(5, 3.5))
     cores = [row["cores"] for row in r["sweep"]]
@@ -82,9 +88,7 @@ def _speedup_vs_cores(r: dict[str, Any], path: Path) -> None:
     ax.set_xlabel("PIM cores")
     ax.set_ylabel("speedup over CPU-only")
     ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    _save(fig, path)
 
 
 def _bandwidth_vs_theta(r: dict[str, Any], path: Path) -> None:
@@ -99,9 +103,7 @@ def _bandwidth_vs_theta(r: dict[str, Any], path: Path) -> None:
     ax.set_xlabel("nest id (red: pim, blue: host)")
     ax.set_ylabel("read bandwidth GB/s")
     ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    _save(fig, path)
 
 
 def _time_breakdown(r: dict[str, Any], path: Path) -> None:
@@ -116,9 +118,7 @@ def _time_breakdown(r: dict[str, Any], path: Path) -> None:
         bottom = [b + v for b, v in zip(bottom, values, strict=True)]
     ax.set_ylabel("ms per forward")
     ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    _save(fig, path)
 
 
 def plots(r: dict[str, Any], out_dir: Path) -> None:

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+from pathlib import Path
 
 import pytest
 
 from pimbuild import decide, pim_model
 from pimbuild.nests import Nest
+from tasks.stages import model_params
+from tests.conftest import make_cfg
 
-MODEL = pim_model.PimModel()
+MODEL = model_params(make_cfg(Path("unused-store"), []))  # conf/pim/default.yaml
 RULE = decide.RuleParams(n_core=128, f_pim_ghz=1.0, t_ctx_s=2e-6, i_min=1.0, theta_gbps=2.0,
                          sigma=0.4)
 
