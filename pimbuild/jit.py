@@ -44,16 +44,17 @@ def compile_scf(scf_path: Path, failure_dir: Path, opt_level: int = 3) -> Execut
     return ExecutionEngine(module, opt_level=opt_level)
 
 
-def write_object(module: ir.Module, symbols: dict[str, ctypes.c_void_p], path: Path) -> Path:
+def write_object(module: ir.Module, symbols: dict[str, ctypes.c_void_p],
+                 path: Path) -> ExecutionEngine:
     """Compile an LLVM-dialect module to an object file (its external calls stay relocations;
-    ``symbols`` only lets the JIT finish linking the copy it compiles)."""
+    ``symbols`` binds them in the JIT's own copy). Returns the engine, ready to invoke."""
     engine = ExecutionEngine(module, opt_level=3)
     for name, address in symbols.items():
         engine.raw_register_runtime(name, address)
     engine.dump_to_object_file(str(path))
     if not path.is_file():
         raise StageError("instrument", f"the ExecutionEngine wrote no object file {path}")
-    return path
+    return engine
 
 
 def load_llvm(llvm_path: Path, symbols: dict[str, ctypes.c_void_p],

@@ -150,9 +150,8 @@ def run(scf_path: Path, signature_path: Path, decisions_path: Path, runtime_lib:
     jit.prepare_for_llvm(module)
     mlir.run_pipeline(module, jit.SCF_TO_LLVM, stage="reinsert", failure_dir=failure_dir)
     markers = Markers(runtime_lib)
-    jit.write_object(module, markers.symbols, out_dir / "hybrid.o")
     (out_dir / "hybrid_llvm.mlir").write_text(mlir.asm(module) + "\n")
-    engine = jit.load_llvm(out_dir / "hybrid_llvm.mlir", markers.symbols)
+    engine = jit.write_object(module, markers.symbols, out_dir / "hybrid.o")
     args, expected = lower.materialize(lp, signature)
     result = check(engine, markers, signature, args, expected)
     report = {"segments": segments, "n_region": 2 * len(segments),

@@ -71,7 +71,7 @@ def markdown(r: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _save(fig, path: Path) -> None:
+def save_figure(fig, path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
@@ -88,7 +88,7 @@ def _speedup_vs_cores(r: dict[str, Any], path: Path) -> None:
     ax.set_xlabel("PIM cores")
     ax.set_ylabel("speedup over CPU-only")
     ax.legend()
-    _save(fig, path)
+    save_figure(fig, path)
 
 
 def _bandwidth_vs_theta(r: dict[str, Any], path: Path) -> None:
@@ -103,7 +103,7 @@ def _bandwidth_vs_theta(r: dict[str, Any], path: Path) -> None:
     ax.set_xlabel("nest id (red: pim, blue: host)")
     ax.set_ylabel("read bandwidth GB/s")
     ax.legend()
-    _save(fig, path)
+    save_figure(fig, path)
 
 
 def _time_breakdown(r: dict[str, Any], path: Path) -> None:
@@ -118,7 +118,7 @@ def _time_breakdown(r: dict[str, Any], path: Path) -> None:
         bottom = [b + v for b, v in zip(bottom, values, strict=True)]
     ax.set_ylabel("ms per forward")
     ax.legend()
-    _save(fig, path)
+    save_figure(fig, path)
 
 
 def plots(r: dict[str, Any], out_dir: Path) -> None:

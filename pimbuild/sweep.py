@@ -56,7 +56,7 @@ def write(rows: list[dict[str, Any]], sweep_dir: Path) -> Table:
 
 
 def _plot(rows: list[dict[str, Any]], path: Path) -> None:
-    from pimbuild.report import plt
+    from pimbuild.report import plt, save_figure
 
     fig, ax = plt.subplots(figsize=(max(5, 0.6 * len(rows)), 3.5))
     labels = [" ".join(r["overrides"]) or r["job"] for r in rows]
@@ -66,9 +66,7 @@ def _plot(rows: list[dict[str, Any]], path: Path) -> None:
     ax.set_xticks(range(len(rows)), labels, rotation=30, ha="right", fontsize=7)
     ax.set_ylabel("speedup over CPU-only")
     ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 class SweepSummary(Callback):

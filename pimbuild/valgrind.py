@@ -52,7 +52,8 @@ def compile_portable_object(llvm_path: Path, symbols: dict, out: Path) -> Path:
         if op.name == "llvm.func" and len(op.regions[0].blocks) > 0:
             op.attributes["target_cpu"] = cpu
             op.attributes["target_features"] = features
-    return jit.write_object(module, symbols, out)
+    jit.write_object(module, symbols, out)
+    return out
 
 
 def _memref_struct(rank: int) -> str:

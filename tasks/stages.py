@@ -66,7 +66,6 @@ Producer = Callable[[Path], None]
 class StageTask:
     stage: str
     artifact: Artifact
-    params: dict[str, Any]
     inputs: dict[str, Artifact]  # stage name -> the artifact this one reads
     produce: Producer  # writes the stage's outputs into a folder
 
@@ -290,6 +289,6 @@ def plan(cfg: DictConfig, store: Store, failure_dir: Path) -> list[StageTask]:
         inputs = {d: tasks[d].artifact for d in DEPS[stage]}
         params = PARAMS[stage](cfg)
         key = artifact_key(stage, params, {d: a.key for d, a in inputs.items()})
-        tasks[stage] = StageTask(stage, store.artifact(stage, key), params, inputs,
+        tasks[stage] = StageTask(stage, store.artifact(stage, key), inputs,
                                  _produce(stage, cfg, inputs, store, failure_dir))
     return list(tasks.values())
