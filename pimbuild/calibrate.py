@@ -25,6 +25,7 @@ class CalibrateParams:
     buffer_mib: int = 512  # larger than the last-level cache, so reads stream from memory
     repetitions: int = 10
     warmup: int = 2
+    register_block: int = 16  # lowering.register_block: the code generation candidates get
 
 
 def _kernel(p: CalibrateParams) -> lower.LowerParams:
@@ -38,8 +39,8 @@ def measure(p: CalibrateParams, runtime_dir: Path, work: Path) -> dict:
     lp = _kernel(p)
     lower.run(lp, work, work / "failure")
     extract.run(work / "scf.mlir", work / "signature.json", work)
-    instrument.run(work / "scf.mlir", work / "candidates.json", runtime_dir / LIBRARY, work,
-                   work / "failure")
+    instrument.run(work / "scf.mlir", work / "candidates.json", runtime_dir / LIBRARY,
+                   p.register_block, work, work / "failure")
     inp = profile.Inputs.from_artifacts(lp, work, work, work, runtime_dir)
     markers = Markers(runtime_dir / LIBRARY)
     engine = jit.load_llvm(inp.llvm_path, markers.symbols)

@@ -58,6 +58,7 @@ class LoweringConfig:
     fusion: Fusion = Fusion.controlled
     fastmath: bool = True  # #arith.fastmath<reassoc,contract> on float arithmetic
     weights: Weights = Weights.args
+    register_block: int = 16  # codegen: rows per reduction loop (1 = off)
 
 
 @dataclass

@@ -75,13 +75,12 @@ def insert_markers(module: ir.Module, function: str, n_candidates: int) -> int:
     return len(nests)
 
 
-def run(scf_path: Path, candidates_path: Path, runtime_lib: Path, out_dir: Path,
-        failure_dir: Path) -> None:
+def run(scf_path: Path, candidates_path: Path, runtime_lib: Path, register_block: int,
+        out_dir: Path, failure_dir: Path) -> None:
     candidates = json.loads(candidates_path.read_text())
     module = mlir.parse_file(scf_path)
     insert_markers(module, candidates["function"], len(candidates["candidates"]))
     mlir.write_ir(module, out_dir / "instrumented.mlir")
-    jit.prepare_for_llvm(module)
-    mlir.run_pipeline(module, jit.SCF_TO_LLVM, stage="instrument", failure_dir=failure_dir)
+    jit.to_llvm(module, register_block, stage="instrument", failure_dir=failure_dir)
     mlir.write_ir(module, out_dir / "llvm.mlir")
     jit.write_object(module, Markers(runtime_lib).symbols, out_dir / "forward.o")

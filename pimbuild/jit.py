@@ -14,7 +14,7 @@ from torch_mlir import ir
 from torch_mlir.execution_engine import ExecutionEngine
 from torch_mlir.runtime import get_ranked_memref_descriptor
 
-from pimbuild import mlir
+from pimbuild import codegen, mlir
 from pimbuild.errors import StageError
 
 # scf + memref -> LLVM dialect. Deallocation runs here, after extract has counted the nests.
@@ -37,11 +37,19 @@ def prepare_for_llvm(module: ir.Module) -> None:
             op.attributes["llvm.emit_c_interface"] = ir.UnitAttr.get(module.context)
 
 
-def compile_scf(scf_path: Path, failure_dir: Path, opt_level: int = 3) -> ExecutionEngine:
-    module = mlir.parse_file(scf_path)
+def to_llvm(module: ir.Module, register_block: int, *, stage: str, failure_dir: Path) -> int:
+    """Host code generation in place: register blocking (``pimbuild.codegen``), C interfaces,
+    then the LLVM dialect. Returns how many nests were register-blocked."""
+    blocked = codegen.register_block(module, register_block)
     prepare_for_llvm(module)
-    mlir.run_pipeline(module, SCF_TO_LLVM, stage="jit", failure_dir=failure_dir)
-    return ExecutionEngine(module, opt_level=opt_level)
+    mlir.run_pipeline(module, SCF_TO_LLVM, stage=stage, failure_dir=failure_dir)
+    return blocked
+
+
+def compile_scf(scf_path: Path, failure_dir: Path, register_block: int) -> ExecutionEngine:
+    module = mlir.parse_file(scf_path)
+    to_llvm(module, register_block, stage="jit", failure_dir=failure_dir)
+    return ExecutionEngine(module, opt_level=3)
 
 
 def write_object(module: ir.Module, symbols: dict[str, ctypes.c_void_p],

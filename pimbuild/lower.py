@@ -44,6 +44,7 @@ class LowerParams:
     fusion: str = "controlled"
     fastmath: bool = True
     weights: str = "args"
+    register_block: int = 16  # codegen only (see pimbuild/codegen.py); lower ignores it
 
 
 def validate(p: LowerParams) -> None:
@@ -51,6 +52,9 @@ def validate(p: LowerParams) -> None:
     for key, value in p.size.items():
         if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
             raise ConfigError(f"model.size.{key} must be a positive integer, got {value!r}")
+    if isinstance(p.register_block, bool) or p.register_block < 1:
+        raise ConfigError(f"lowering.register_block must be a positive integer, got "
+                          f"{p.register_block!r}")
     if p.dtype not in DTYPES:
         raise ConfigError(f"model.dtype '{p.dtype}' is not supported (choose from "
                           f"{', '.join(DTYPES)})")

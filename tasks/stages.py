@@ -105,7 +105,8 @@ def profile_params(cfg: DictConfig) -> profile.ProfileParams:
 
 def calibrate_params(cfg: DictConfig) -> calibrate.CalibrateParams:
     return calibrate.CalibrateParams(b_cpu_gbps=cfg.platform.b_cpu_gbps,
-                                     buffer_mib=cfg.platform.calibration_mib)
+                                     buffer_mib=cfg.platform.calibration_mib,
+                                     register_block=cfg.lowering.register_block)
 
 
 def rule_params(cfg: DictConfig, b_cpu_gbps: float) -> decide.RuleParams:
@@ -145,7 +146,9 @@ def _recipe_digest(recipe: str) -> str:
 
 def _params_lower(cfg: DictConfig) -> dict[str, Any]:
     p = lower_params(cfg)
-    return {**dataclasses.asdict(p), "recipe_source": _recipe_digest(p.recipe)}
+    keys = {**dataclasses.asdict(p), "recipe_source": _recipe_digest(p.recipe)}
+    del keys["register_block"]  # code generation: instrument, reinsert and calibrate key it
+    return keys
 
 
 def _params_profile(cfg: DictConfig) -> dict[str, Any]:
@@ -170,7 +173,7 @@ PARAMS: dict[str, Callable[[DictConfig], dict[str, Any]]] = {
     "lower": _params_lower,
     "extract": lambda cfg: {},
     "runtime": lambda cfg: runtime.probe(),
-    "instrument": lambda cfg: {},
+    "instrument": lambda cfg: {"register_block": cfg.lowering.register_block},
     "profile": _params_profile,
     "calibrate": lambda cfg: {**dataclasses.asdict(calibrate_params(cfg)), "host": host_cpu()},
     "decide": _params_decide,
@@ -194,8 +197,9 @@ def _produce(stage: str, cfg: DictConfig, inputs: dict[str, Artifact], store: St
         return runtime.build
     if stage == "instrument":
         lo, ex, rt = (inputs[s].dir for s in ("lower", "extract", "runtime"))
+        block = cfg.lowering.register_block
         return lambda out: instrument.run(lo / "scf.mlir", ex / "candidates.json",
-                                          rt / runtime.LIBRARY, out, fail)
+                                          rt / runtime.LIBRARY, block, out, fail)
     if stage == "profile":
         p = profile_params(cfg)
         lp = lower_params(cfg)
@@ -227,7 +231,7 @@ def _produce_reinsert(cfg: DictConfig, inputs: dict[str, Artifact], store: Store
     def produce(out: Path) -> None:
         offloaded = json.loads((de / "decisions.json").read_text())["offloaded"]
         content = {"lower": inputs["lower"].key, "runtime": inputs["runtime"].key,
-                   "offloaded": sorted(offloaded)}
+                   "register_block": lp.register_block, "offloaded": sorted(offloaded)}
         run_cache(store, "reinsert", content, out, lambda tmp: reinsert.run(
             lo / "scf.mlir", lo / "signature.json", de / "decisions.json",
             rt / runtime.LIBRARY, lp, tmp, fail))

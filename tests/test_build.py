@@ -40,6 +40,14 @@ def test_fusion_change_reruns_lower_and_extract(run_build) -> None:
         assert changed.manifest["stages"][stage]["key"] != first.manifest["stages"][stage]["key"]
 
 
+def test_register_block_change_reruns_code_generation_only(run_build) -> None:
+    first = run_build(SMALL)
+    changed = run_build([*SMALL, "lowering.register_block=1"])
+    assert changed.executed == ["calibrate", "instrument", "profile"]
+    assert changed.cached == ["lower", "extract", "runtime"]
+    assert changed.manifest["stages"]["lower"] == first.manifest["stages"]["lower"]
+
+
 def test_targets_stop_at_lower(run_build) -> None:
     result = run_build([*SMALL[:-1], "targets=[lower]"])
     assert list(result.manifest["stages"]) == ["lower"]

@@ -23,6 +23,12 @@ def test_negative_size(run_build, store: Path) -> None:
     assert store_entries(store) == []
 
 
+def test_register_block_must_be_positive(run_build, store: Path) -> None:
+    with pytest.raises(ConfigError, match=r"lowering.register_block must be a positive integer"):
+        run_build(["model=relu", "lowering.register_block=0"])
+    assert store_entries(store) == []
+
+
 def test_unknown_size_parameter(run_build, store: Path) -> None:
     with pytest.raises(ConfigError, match="bad size parameters"):
         run_build(["model=relu", "+model.size.m=4"])

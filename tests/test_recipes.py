@@ -57,7 +57,7 @@ def test_recipe_nests_and_matches_eager(tmp_path: Path, runtime_dir: Path, model
     found = extract.extract(out / "scf.mlir", signature)["candidates"]
     assert len(found) == GOLDEN_NESTS[model][0 if fusion == "none" else 1]
 
-    engine = jit.compile_scf(out / "scf.mlir", tmp_path / "failure")
+    engine = jit.compile_scf(out / "scf.mlir", tmp_path / "failure", params.register_block)
     args, expected = lower.materialize(params, signature)
     results = jit.invoke(engine, signature["function"], args, signature["outputs"])
     assert len(results) == len(expected)
@@ -92,7 +92,7 @@ def test_weights_as_constants_match_eager(tmp_path: Path) -> None:
     lower.run(params, out, tmp_path / "failure")
     signature = json.loads((out / "signature.json").read_text())
     assert [a["kind"] for a in signature["args"]] == ["input"]
-    engine = jit.compile_scf(out / "scf.mlir", tmp_path / "failure")
+    engine = jit.compile_scf(out / "scf.mlir", tmp_path / "failure", params.register_block)
     args, expected = lower.materialize(params, signature)
     (got,) = jit.invoke(engine, signature["function"], args, signature["outputs"])
     assert np.allclose(got, expected[0], rtol=1e-5, atol=1e-6)
@@ -110,7 +110,7 @@ def test_full_fusion_matches_eager(tmp_path: Path, model: str, nests: int) -> No
     # softmax: exp has two users, so MLIR's fusion leaves it alone as controlled fusion does;
     # layernorm: elementwise producers fuse into its reductions.
     assert len(found) == nests <= GOLDEN_NESTS[model][1]
-    engine = jit.compile_scf(out / "scf.mlir", tmp_path / "failure")
+    engine = jit.compile_scf(out / "scf.mlir", tmp_path / "failure", params.register_block)
     args, expected = lower.materialize(params, signature)
     (got,) = jit.invoke(engine, signature["function"], args, signature["outputs"])
     assert np.allclose(got, expected[0], rtol=1e-5, atol=1e-6)

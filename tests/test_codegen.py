@@ -1,0 +1,155 @@
+"""Register blocking of reduction nests (pimbuild/codegen.py): which nests it rewrites, what
+the rewritten loop looks like, and that the compiled code computes the same values."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from string import Template
+
+import numpy as np
+import pytest
+from torch_mlir import ir
+from torch_mlir.execution_engine import ExecutionEngine
+
+from pimbuild import codegen, jit, mlir
+
+# y[i, j] = sum_k x[i, k] * W[j, k] as convert-linalg-to-parallel-loops writes a thin matmul:
+# zero the accumulator, then one nest parallel over (i, j), sequential over k.
+MATVEC = """
+func.func @mv(%x: memref<1x${K}xf32>, %W: memref<${J}x${K}xf32>, %y: memref<1x${J}xf32>) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %cJ = arith.constant ${J} : index
+  %cK = arith.constant ${K} : index
+  %zero = arith.constant 0.0 : f32
+  scf.parallel (%i, %j) = (%c0, %c0) to (%c1, %cJ) step (%c1, %c1) {
+    memref.store %zero, %y[%i, %j] : memref<1x${J}xf32>
+    scf.reduce
+  }
+  scf.parallel (%i, %j) = (%c0, %c0) to (%c1, %cJ) step (%c1, %c1) {
+    scf.for %k = %c0 to %cK step %c1 {
+      %0 = memref.load %x[%i, %k] : memref<1x${K}xf32>
+      %1 = memref.load %W[%j, %k] : memref<${J}x${K}xf32>
+      %2 = memref.load %y[%i, %j] : memref<1x${J}xf32>
+      %3 = arith.mulf %0, %1 fastmath<reassoc,contract> : f32
+      %4 = arith.addf %2, %3 fastmath<reassoc,contract> : f32
+      memref.store %4, %y[%i, %j] : memref<1x${J}xf32>
+    }
+    scf.reduce
+  }
+  return
+}
+"""
+
+# The same product with the reduction split over two loops (k = 4a + b) and the rows
+# parallel in the outer dimension, as a reshape fused into a projection lowers.
+SPLIT_K = """
+func.func @mv(%x: memref<4x8xf32>, %W: memref<${J}x4x8xf32>, %y: memref<${J}x1xf32>) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c4 = arith.constant 4 : index
+  %c8 = arith.constant 8 : index
+  %cJ = arith.constant ${J} : index
+  %zero = arith.constant 0.0 : f32
+  scf.parallel (%j, %i) = (%c0, %c0) to (%cJ, %c1) step (%c1, %c1) {
+    memref.store %zero, %y[%j, %i] : memref<${J}x1xf32>
+    scf.reduce
+  }
+  scf.parallel (%j, %i) = (%c0, %c0) to (%cJ, %c1) step (%c1, %c1) {
+    scf.for %a = %c0 to %c4 step %c1 {
+      scf.for %b = %c0 to %c8 step %c1 {
+        %0 = memref.load %x[%a, %b] : memref<4x8xf32>
+        %1 = memref.load %W[%j, %a, %b] : memref<${J}x4x8xf32>
+        %2 = memref.load %y[%j, %i] : memref<${J}x1xf32>
+        %3 = arith.mulf %0, %1 : f32
+        %4 = arith.addf %2, %3 : f32
+        memref.store %4, %y[%j, %i] : memref<${J}x1xf32>
+      }
+    }
+    scf.reduce
+  }
+  return
+}
+"""
+
+
+def parse(text: str, **dims: int) -> ir.Module:
+    return ir.Module.parse(Template(text).substitute(dims), context=mlir.new_context())
+
+
+def run(module: ir.Module, factor: int, args: list[np.ndarray], out_shape: tuple,
+        tmp_path: Path) -> tuple[int, np.ndarray]:
+    """Block, compile and call @mv; returns how many nests were blocked and the output."""
+    blocked = jit.to_llvm(module, factor, stage="test", failure_dir=tmp_path / "failure")
+    engine = ExecutionEngine(module, opt_level=3)
+    (y,) = jit.invoke(engine, "mv", args, [{"shape": list(out_shape), "dtype": "float32"}])
+    return blocked, y
+
+
+def test_matvec_rows_are_jammed_with_accumulators_in_registers() -> None:
+    module = parse(MATVEC, J=64, K=32)
+    assert codegen.register_block(module, 16) == 1
+    text = str(module)
+    # The zeroing nest has no reduction loop and stays as it was.
+    assert text.count("step (%c1, %c1)") == 1
+    # The reduction nest steps over 16 rows; one loop carries their 16 sums.
+    assert re.search(r"to \(%c1, %c64\) step \(%c1, %c16\)", text)
+    (header,) = re.findall(r"scf\.for .* iter_args\((.*)\) -> \((.*)\) \{", text)
+    assert header[1].split(", ") == ["f32"] * 16
+    # Each sum is loaded once before the loop and stored once after it, never inside it.
+    loop = text[text.index("iter_args"):text.index("scf.yield")]
+    assert "memref.load %arg2" not in loop and "memref.store" not in loop
+    assert text.count("memref.store") == 1 + 16
+
+
+def test_factor_divides_the_trip_count() -> None:
+    module = parse(MATVEC, J=6, K=8)
+    assert codegen.register_block(module, 16) == 1
+    assert "step (%c1, %c2)" in str(module)
+
+
+@pytest.mark.parametrize("factor", [0, 1])
+def test_factor_one_changes_nothing(factor: int) -> None:
+    module = parse(MATVEC, J=64, K=32)
+    before = str(module)
+    assert codegen.register_block(module, factor) == 0
+    assert str(module) == before
+
+
+def test_nest_whose_accumulator_is_read_elsewhere_is_left_alone() -> None:
+    # y[i, j] += y[i, k]: the loop reads the buffer it accumulates into at moving addresses,
+    # so keeping the sums in registers would change what those reads see.
+    text = MATVEC.replace("%0 = memref.load %x[%i, %k] : memref<1x${K}xf32>",
+                          "%0 = memref.load %y[%i, %k] : memref<1x${J}xf32>")
+    module = parse(text, J=32, K=32)
+    before = str(module)
+    assert codegen.register_block(module, 16) == 0
+    assert str(module) == before
+
+
+def test_unit_parallel_dimensions_are_skipped() -> None:
+    # The rows are the outer dimension, the inner one has a single iteration (gemv's layout).
+    module = parse(SPLIT_K, J=32)
+    assert codegen.register_block(module, 8) == 1
+    assert re.search(r"to \(%c32, %c1\) step \(%c8(_\d+)?, %c1\)", str(module))
+
+
+@pytest.mark.parametrize("factor", [1, 4, 16])
+def test_blocked_matvec_computes_the_same_values(tmp_path: Path, factor: int) -> None:
+    rng = np.random.default_rng(0)
+    x, w = rng.standard_normal((1, 96)).astype(np.float32), \
+        rng.standard_normal((48, 96)).astype(np.float32)
+    blocked, y = run(parse(MATVEC, J=48, K=96), factor, [x, w], (1, 48), tmp_path)
+    assert blocked == (factor > 1)
+    np.testing.assert_allclose(y, x @ w.T, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("factor", [1, 8])
+def test_blocked_split_reduction_computes_the_same_values(tmp_path: Path, factor: int) -> None:
+    rng = np.random.default_rng(1)
+    x, w = rng.standard_normal((4, 8)).astype(np.float32), \
+        rng.standard_normal((24, 4, 8)).astype(np.float32)
+    blocked, y = run(parse(SPLIT_K, J=24), factor, [x, w], (24, 1), tmp_path)
+    assert blocked == (factor > 1)
+    np.testing.assert_allclose(y[:, 0], np.einsum("ab,jab->j", x, w), rtol=1e-5, atol=1e-5)
