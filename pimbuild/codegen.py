@@ -200,9 +200,19 @@ def _block(parallel: ir.Operation, factor: int) -> bool:
 
 def register_block(module: ir.Module, factor: int) -> int:
     """Unroll-and-jam every reduction nest's innermost parallel dimension by up to
-    ``factor`` with its accumulators in registers; returns how many nests it blocked."""
+    ``factor`` with its accumulators in registers; returns how many nests it blocked.
+
+    Functions marked ``pimbuild.target = "pim"`` (the nests reinsert outlined) are left as
+    they are: the host runs them only to check the hybrid program, and their code is the PIM
+    compiler's business, so blocking them would only cost compile time."""
     if factor <= 1:
         return 0
-    nests = [op for op in mlir.walk(module.operation) if op.name == "scf.parallel"]
+    nests = [op for func in module.body.operations if not _runs_on_pim(func.operation)
+             for op in mlir.walk(func.operation) if op.name == "scf.parallel"]
     with module.context:
         return sum(_block(op, factor) for op in nests)
+
+
+def _runs_on_pim(op: ir.Operation) -> bool:
+    return ("pimbuild.target" in op.attributes
+            and ir.StringAttr(op.attributes["pimbuild.target"]).value == "pim")
