@@ -5,8 +5,10 @@
 Runs the real command line in fresh temporary stores and reports: per-stage wall time and
 peak memory of a cold ``llama7b`` build; a no-op rebuild; a rebuild after changing only
 ``pim.cores``; an 8-point ``policy.theta_ratio`` sweep (cold store) against the single cold
-run; lowered-program / PyTorch-eager forward time per layer on one thread; and the profile
-stage's time / one native forward. One noisy VM: compare ratios within one run.
+run; lowered-program / PyTorch-eager forward time per layer on one thread (both timed
+alternately in this process, the lowered one compiled with the default code generation);
+and the profile stage's time / one native forward. One noisy VM: compare ratios within one
+run.
 """
 
 from __future__ import annotations

@@ -93,6 +93,8 @@ def _accumulators(loops: list[ir.Operation], iv: ir.Value) -> list[Accumulator] 
     if not accs or len({ops.index(a.load) for a in accs}) < len(accs):
         return None
     roots = [_root(a.store.operands[1]) for a in accs]
+    if any(r in roots[:i] for i, r in enumerate(roots)):
+        return None  # two sums in one buffer: their addresses may coincide
     paired = [a.load for a in accs] + [a.store for a in accs]
     for op in loads + stores:
         memref = op.operands[0] if op.name == "memref.load" else op.operands[1]

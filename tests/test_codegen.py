@@ -73,6 +73,30 @@ func.func @mv(%x: memref<4x8xf32>, %W: memref<${J}x4x8xf32>, %y: memref<${J}x1xf
 }
 """
 
+# Two sums per row (of W and of W squared, as a norm computes), into $A and $B.
+TWO_SUMS = """
+func.func @mv(%W: memref<32x16xf32>, %s: memref<2x32xf32>, %t: memref<2x32xf32>) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c16 = arith.constant 16 : index
+  %c32 = arith.constant 32 : index
+  scf.parallel (%j) = (%c0) to (%c32) step (%c1) {
+    scf.for %k = %c0 to %c16 step %c1 {
+      %w = memref.load %W[%j, %k] : memref<32x16xf32>
+      %a = memref.load ${A}[%c0, %j] : memref<2x32xf32>
+      %sa = arith.addf %a, %w : f32
+      memref.store %sa, ${A}[%c0, %j] : memref<2x32xf32>
+      %b = memref.load ${B}[%c1, %j] : memref<2x32xf32>
+      %w2 = arith.mulf %w, %w : f32
+      %sb = arith.addf %b, %w2 : f32
+      memref.store %sb, ${B}[%c1, %j] : memref<2x32xf32>
+    }
+    scf.reduce
+  }
+  return
+}
+"""
+
 
 def parse(text: str, **dims: int) -> ir.Module:
     return ir.Module.parse(Template(text).substitute(dims), context=mlir.new_context())
@@ -126,6 +150,18 @@ def test_nest_whose_accumulator_is_read_elsewhere_is_left_alone() -> None:
     before = str(module)
     assert codegen.register_block(module, 16) == 0
     assert str(module) == before
+
+
+def test_two_sums_share_the_factor() -> None:
+    module = parse(TWO_SUMS, A="%s", B="%t")
+    assert codegen.register_block(module, 16) == 1
+    (header,) = re.findall(r"scf\.for .* -> \((.*)\) \{", str(module))
+    assert header.split(", ") == ["f32"] * 16  # 8 rows x 2 sums
+
+
+def test_two_sums_in_one_buffer_are_left_alone() -> None:
+    module = parse(TWO_SUMS, A="%s", B="%s")
+    assert codegen.register_block(module, 16) == 0
 
 
 def test_unit_parallel_dimensions_are_skipped() -> None:
