@@ -9,11 +9,11 @@ oneDNN's gemv on one thread). ``register_block`` unrolls the innermost parallel 
 (scalar replacement): ``u`` rows stream at once and LLVM vectorizes the loop over the
 reduction dimension with ``u`` vector accumulators.
 
-This runs where the program is compiled (instrument, reinsert), after extract has read
-``scf.mlir``: the nests the tool reasons about (their ids, iteration counts and data volumes)
-stay those of the paper; only the code that runs them changes. MLIR has an unroll-and-jam for
-affine loops and ``scf.for`` only, and no scalar replacement on memrefs outside affine, so
-this is written against the Python bindings.
+This runs where the program is compiled (instrument, reinsert, calibrate), after extract has
+read ``scf.mlir``: the nests the tool reasons about (their ids, iteration counts and data
+volumes) stay those of the paper; only the code that runs them changes. MLIR has an
+unroll-and-jam for affine loops and ``scf.for`` only, and no scalar replacement on memrefs
+outside affine, so this is written against the Python bindings.
 """
 
 from __future__ import annotations
