@@ -25,7 +25,7 @@ class CalibrateParams:
     buffer_mib: int = 512  # larger than the last-level cache, so reads stream from memory
     repetitions: int = 10
     warmup: int = 2
-    register_block: int = 16  # lowering.register_block: the code generation candidates get
+    register_block: int = 16  # lowering.register_block: compiled as the candidates are
 
 
 def _kernel(p: CalibrateParams) -> lower.LowerParams:
