@@ -24,7 +24,7 @@ from torch_mlir import ir
 from torch_mlir.dialects import scf
 
 from pimbuild import mlir
-from pimbuild.extract import VIEW_OPS, _const, _owner
+from pimbuild.extract import constant_index, owner, view_root
 
 
 @dataclass
@@ -33,23 +33,16 @@ class Accumulator:
     store: ir.Operation  # memref.store v, acc[idx], the same idx
 
 
-def _root(memref: ir.Value) -> ir.Value:
-    """The buffer a memref value is a view of (an allocation or a function argument)."""
-    while not isinstance(_owner(memref), ir.Block) and _owner(memref).name in VIEW_OPS:
-        memref = _owner(memref).operands[0]
-    return memref
-
-
 def _defined_in(value: ir.Value, block: ir.Block) -> bool:
-    owner = _owner(value)
-    if isinstance(owner, ir.Block):
-        return owner == block
-    return owner.block == block
+    defining = owner(value)
+    if isinstance(defining, ir.Block):
+        return defining == block
+    return defining.block == block
 
 
 def _constant(value: ir.Value) -> int | None:
     try:
-        return _const(value)
+        return constant_index(value)
     except ValueError:
         return None
 
@@ -92,13 +85,13 @@ def _accumulators(loops: list[ir.Operation], iv: ir.Value) -> list[Accumulator] 
         accs.append(Accumulator(matching[0], store))
     if not accs or len({ops.index(a.load) for a in accs}) < len(accs):
         return None
-    roots = [_root(a.store.operands[1]) for a in accs]
+    roots = [view_root(a.store.operands[1]) for a in accs]
     if any(r in roots[:i] for i, r in enumerate(roots)):
         return None  # two sums in one buffer: their addresses may coincide
     paired = [a.load for a in accs] + [a.store for a in accs]
     for op in loads + stores:
         memref = op.operands[0] if op.name == "memref.load" else op.operands[1]
-        if not any(op == p for p in paired) and _root(memref) in roots:
+        if not any(op == p for p in paired) and view_root(memref) in roots:
             return None  # the accumulator's buffer is also accessed another way
     return accs
 
@@ -121,14 +114,14 @@ def _clone(op: ir.Operation, mapping: dict, ip: ir.InsertionPoint) -> ir.Operati
     return new
 
 
-def _blocked_dim(parallel: ir.Operation) -> int | None:
+def _blocked_dim(parallel: ir.Operation) -> tuple[int, int] | None:
     """The innermost dimension of ``parallel`` with more than one iteration (from 0, step
-    1, constant bounds): the one to unroll. None when there is none."""
+    1, constant bounds) and its trip count: the one to unroll. None when there is none."""
     n = len(parallel.regions[0].blocks[0].arguments)
     for d in reversed(range(n)):
         lb, ub, step = (_constant(parallel.operands[k * n + d]) for k in range(3))
         if lb == 0 and step == 1 and ub is not None and ub > 1:
-            return d
+            return d, ub
         if (lb, step) != (0, 1) or ub != 1:
             return None  # a dimension this does not handle comes first
     return None
@@ -173,13 +166,13 @@ def _jam(loops: list[ir.Operation], accs: list[Accumulator], maps: list[dict],
 
 
 def _block(parallel: ir.Operation, factor: int) -> bool:
-    loops, d = _reduction_loops(parallel), _blocked_dim(parallel)
-    if loops is None or d is None:
+    loops, dim = _reduction_loops(parallel), _blocked_dim(parallel)
+    if loops is None or dim is None:
         return False
-    body, n = parallel.regions[0].blocks[0], len(parallel.regions[0].blocks[0].arguments)
+    (d, trips), body = dim, parallel.regions[0].blocks[0]
     iv = body.arguments[d]
     accs = _accumulators(loops, iv)
-    u = _factor(_constant(parallel.operands[n + d]), len(accs), factor) if accs else 1
+    u = _factor(trips, len(accs), factor) if accs else 1
     if u == 1:
         return False
     here, loc = ir.InsertionPoint(loops[0]), loops[0].location
@@ -195,7 +188,7 @@ def _block(parallel: ir.Operation, factor: int) -> bool:
             _clone(acc.store, {**maps[k], acc.store.operands[0]: jammed.results[a * u + k]},
                    here)
     loops[0].erase()
-    parallel.operands[2 * n + d] = _index_constant(u, ir.InsertionPoint(parallel),
+    parallel.operands[2 * len(body.arguments) + d] = _index_constant(u, ir.InsertionPoint(parallel),
                                                    parallel.location)
     return True
 

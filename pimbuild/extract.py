@@ -28,17 +28,24 @@ ELEMENT_BYTES = {"f64": 8, "f32": 4, "f16": 2, "bf16": 2, "i64": 8, "i32": 4, "i
 SOURCE_LOC = re.compile(r'"([^"|]*)\|([^"#]*)#([^"|]*)\|([^"]*)":(\d+)')
 
 
-def _owner(value: ir.Value) -> ir.Operation | ir.Block:
+def owner(value: ir.Value) -> ir.Operation | ir.Block:
     """The op that defines ``value`` (as an Operation, not an OpView), or its block."""
-    owner = value.owner
-    return owner if isinstance(owner, ir.Block) else owner.operation
+    defining = value.owner
+    return defining if isinstance(defining, ir.Block) else defining.operation
 
 
-def _const(value: ir.Value) -> int:
-    owner = _owner(value)
-    if isinstance(owner, ir.Block) or owner.name != "arith.constant":
+def constant_index(value: ir.Value) -> int:
+    defining = owner(value)
+    if isinstance(defining, ir.Block) or defining.name != "arith.constant":
         raise ValueError(f"loop bound is not a constant: {value}")
-    return ir.IntegerAttr(owner.attributes["value"]).value
+    return ir.IntegerAttr(defining.attributes["value"]).value
+
+
+def view_root(memref: ir.Value) -> ir.Value:
+    """The buffer a memref value is a view of: an allocation, a global or an argument."""
+    while not isinstance(owner(memref), ir.Block) and owner(memref).name in VIEW_OPS:
+        memref = owner(memref).operands[0]
+    return memref
 
 
 def trip_counts(op: ir.Operation) -> list[int]:
@@ -46,7 +53,7 @@ def trip_counts(op: ir.Operation) -> list[int]:
     n = len(op.regions[0].blocks[0].arguments)
     ops = list(op.operands)
     lbs, ubs, steps = ops[:n], ops[n:2 * n], ops[2 * n:3 * n]
-    return [max(0, -(-(_const(u) - _const(lb)) // _const(s)))
+    return [max(0, -(-(constant_index(u) - constant_index(lb)) // constant_index(s)))
             for lb, u, s in zip(lbs, ubs, steps, strict=True)]
 
 
@@ -82,10 +89,10 @@ class Allocations:
 
     @staticmethod
     def _key(value: ir.Value) -> Any:
-        owner = _owner(value)
-        if isinstance(owner, ir.Block):
+        defining = owner(value)
+        if isinstance(defining, ir.Block):
             return ("arg", ir.BlockArgument(value).arg_number)
-        return (owner, ir.OpResult(value).result_number)
+        return (defining, ir.OpResult(value).result_number)
 
     def _add(self, key: Any, ident: str, t: ir.Type, role: str, name: str) -> None:
         shape, element, nbytes = _memref_bytes(t)
@@ -94,9 +101,7 @@ class Allocations:
                              "bytes": nbytes}
 
     def resolve(self, value: ir.Value) -> str:
-        while not isinstance(_owner(value), ir.Block) and _owner(value).name in VIEW_OPS:
-            value = _owner(value).operands[0]
-        return self._ids.get(self._key(value), "unknown")
+        return self._ids.get(self._key(view_root(value)), "unknown")
 
 
 def _op_class(name: str) -> str | None:
