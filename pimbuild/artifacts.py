@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import importlib.util
 import json
 import os
 import platform
@@ -30,10 +31,12 @@ COMPLETE = ".complete"  # written last, inside the temporary folder, before the 
 @functools.cache
 def code_version() -> str:
     """``<version>+<digest>``: the release and a digest of pimbuild's own code (the package,
-    its task graph, the marker runtime), so an artifact is never reused across code edits."""
-    root = Path(__file__).resolve().parent
-    files = sorted([*root.rglob("*.py"), *root.rglob("*.c"),
-                    *(root.parent / "tasks").glob("*.py")])
+    its task graph and recipes, the marker runtime), so an artifact is never reused across
+    code edits. The task graph and recipes live in their own folders in the source tree."""
+    roots = {Path(loc) for name in ("pimbuild", "pimbuild.tasks", "pimbuild.recipes")
+             for loc in importlib.util.find_spec(name).submodule_search_locations}
+    files = sorted({f for root in roots for pattern in ("*.py", "*.c")
+                    for f in root.rglob(pattern)})
     h = hashlib.sha256()
     for f in files:
         h.update(f.name.encode())

@@ -12,10 +12,11 @@ from typing import Any
 from hydra.utils import to_absolute_path
 from omegaconf import DictConfig
 
-import tasks
 from pimbuild.artifacts import Store, write_manifest
 from pimbuild.console import candidates_table, console, report_lines, summary_table
-from tasks.runner import execute
+from pimbuild.decide import policy_params
+from pimbuild.tasks import plan
+from pimbuild.tasks.runner import execute
 
 log = logging.getLogger(__name__)
 
@@ -31,7 +32,7 @@ def build(cfg: DictConfig, run_dir: Path) -> BuildResult:
     """Build ``cfg.targets``; raise a PimbuildError on bad input or a failed stage."""
     store = Store(Path(to_absolute_path(cfg.store)))
     run_dir.mkdir(parents=True, exist_ok=True)
-    stage_tasks = tasks.plan(cfg, store, failure_dir=run_dir / "failure")
+    stage_tasks = plan(cfg, store, failure_dir=run_dir / "failure")
     outcome = execute(stage_tasks, store, console)
     if outcome.error is not None:
         raise outcome.error
@@ -70,7 +71,7 @@ def _summarize(cfg: DictConfig, stage_tasks: list, result: BuildResult, run_dir:
         candidates = json.loads((Path(stages["extract"]["dir"]) / "candidates.json").read_text())
         console.print(candidates_table(
             candidates, f"{len(candidates['candidates'])} candidate nests of "
-                        f"model '{cfg.model.name}' (fusion={cfg.lowering.fusion.name})",
+                        f"model '{cfg.model.name}' (fusion={cfg.lowering.fusion})",
             profiled, decided))
     if "profile" in stages:
         info = json.loads((Path(stages["profile"]["dir"]) / "profile.json").read_text())
@@ -80,7 +81,7 @@ def _summarize(cfg: DictConfig, stage_tasks: list, result: BuildResult, run_dir:
                       f"({info['counter_backend_reason']})")
     if "calibrate" in stages:
         cal = json.loads((Path(stages["calibrate"]["dir"]) / "calibrate.json").read_text())
-        theta = cfg.policy.theta_gbps or cfg.policy.theta_ratio * cal["b_cpu_gbps"]
+        theta = policy_params(cfg).theta(cal["b_cpu_gbps"])
         console.print(f"B_cpu {cal['b_cpu_gbps']:.3g} GB/s ({cal['source']}); "
                       f"theta {theta:.3g} GB/s")
     if "simulate" in stages:

@@ -1,10 +1,12 @@
-"""Task ``calibrate``: the host's single-thread streaming read bandwidth ``B_cpu``.
+"""Stage ``calibrate``: the host's single-thread streaming read bandwidth ``B_cpu``.
 
-Measured through the same path as every candidate: ``recipes.calibration:stream_read`` is
-lowered, instrumented and timed with the marker runtime; ``B_cpu`` is the bytes its reduction
-nest reads divided by that nest's median time. The paper carries its threshold across hosts
-as ``theta = theta_ratio * B_cpu`` (0.12 x 16.754 GB/s = 2.0 GB/s on its host). When the
-platform config sets ``b_cpu_gbps``, that value is used and nothing is measured.
+Measured through the same path as every candidate: ``pimbuild.recipes.calibration:stream_read``
+is lowered, instrumented (with the same code generation) and timed with the marker runtime;
+``B_cpu`` is the bytes its reduction nest reads divided by that nest's median time. The paper
+carries its threshold across hosts as ``theta = theta_ratio * B_cpu`` (0.12 x 16.754 GB/s =
+2.0 GB/s on its host). When the platform config sets ``b_cpu_gbps``, that value is used and
+nothing is measured. Keyed by the platform's calibration settings and the host CPU, so every
+model on a host shares it.
 """
 
 from __future__ import annotations
@@ -13,60 +15,81 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from pimbuild import extract, instrument, jit, lower, profile
-from pimbuild.runtime import LIBRARY, Markers
+from omegaconf import DictConfig
 
-RECIPE = "recipes.calibration:stream_read"
+from pimbuild import instrument, lower
+from pimbuild.profile import host_cpu
+from pimbuild.stage import Inputs
+
+NAME = "calibrate"
+READS = ("runtime",)
+WRITES = ("calibrate.json",)
+RECIPE = "pimbuild.recipes.calibration:stream_read"
 
 
 @dataclass(frozen=True)
-class CalibrateParams:
-    b_cpu_gbps: float | None = None  # set: use it, measure nothing
-    buffer_mib: int = 512  # larger than the last-level cache, so reads stream from memory
-    repetitions: int = 10
-    warmup: int = 2
-    register_block: int = 16  # lowering.register_block: compiled as the candidates are
+class Params:
+    b_cpu_gbps: float | None  # set: use it, measure nothing
+    buffer_mib: int  # larger than the last-level cache, so reads stream from memory
+    repetitions: int
+    warmup: int
+    register_block: int  # lowering.register_block: compiled as the candidates are
+    host: str
 
 
-def _kernel(p: CalibrateParams) -> lower.LowerParams:
+def params(cfg: DictConfig) -> Params:
+    pf = cfg.platform
+    return Params(b_cpu_gbps=pf.b_cpu_gbps, buffer_mib=pf.calibration_mib,
+                  repetitions=pf.calibration_repetitions, warmup=pf.calibration_warmup,
+                  register_block=instrument.register_block(cfg), host=host_cpu())
+
+
+def _kernel(p: Params) -> lower.Params:
     cols = 16384
     rows = max(1, p.buffer_mib * (1 << 20) // (4 * cols))
-    return lower.LowerParams(name="calibrate", recipe=RECIPE, size={"rows": rows, "cols": cols})
+    model = lower.ModelParams(name="calibrate", recipe=RECIPE,
+                              size={"rows": rows, "cols": cols}, dtype="float32", seed=0)
+    return lower.Params(model=model, fusion="controlled", fastmath=True, weights="args",
+                        source_digest="")
 
 
-def measure(p: CalibrateParams, runtime_dir: Path, work: Path) -> dict:
+def measure(p: Params, runtime_dir: Path, work: Path) -> dict:
     """Lower, instrument and time the streaming kernel; B_cpu from its reduction nest."""
+    from pimbuild import frontend, jit, loops, profile
+    from pimbuild.runtime import LIBRARY, Markers
+
     lp = _kernel(p)
-    lower.run(lp, work, work / "failure")
-    extract.run(work / "scf.mlir", work / "signature.json", work)
-    instrument.run(work / "scf.mlir", work / "candidates.json", runtime_dir / LIBRARY,
-                   p.register_block, work, work / "failure")
-    inp = profile.Inputs.from_artifacts(lp, work, work, work, runtime_dir)
+    lower.lower(lp, work, work / "failure")
+    signature = json.loads((work / "signature.json").read_text())
+    (work / "candidates.json").write_text(json.dumps(
+        loops.extract(work / "scf.mlir", signature), indent=2) + "\n")
+    instrument.instrument(work / "scf.mlir", work / "candidates.json", runtime_dir / LIBRARY,
+                          p.register_block, work, work / "failure")
+    program = profile.Program.from_artifacts(lp.model, work, work, work, runtime_dir)
     markers = Markers(runtime_dir / LIBRARY)
-    engine = jit.load_llvm(inp.llvm_path, markers.symbols)
-    args, _ = lower.materialize(lp, inp.signature)
-    rows, _ = profile.timing_run(engine, markers, inp, args,
-                                 profile.ProfileParams(repetitions=p.repetitions,
-                                                       warmup=p.warmup))
-    nest = max(inp.candidates, key=lambda c: sum(c["reads"].values()))
+    engine = jit.load_llvm(program.llvm_path, markers.symbols([instrument.ENTER,
+                                                               instrument.EXIT]))
+    args, _ = frontend.materialize(lp.model, program.signature)
+    rows, _ = profile.timing_run(engine, markers, program, args, p.warmup, p.repetitions)
+    nest = max(program.candidates, key=lambda c: sum(c["reads"].values()))
     seconds = next(r for r in rows if r["id"] == nest["id"])
     read_bytes = sum(nest["reads"].values())
     return {"b_cpu_gbps": read_bytes / seconds["median_s"] / 1e9, "source": "measured",
             "bytes_read": read_bytes, "median_s": seconds["median_s"],
             "iqr_s": seconds["iqr_s"], "nest_id": nest["id"], "kernel": RECIPE,
-            "size": lp.size}
+            "size": lp.model.size}
 
 
-def run(p: CalibrateParams, runtime_dir: Path, out_dir: Path) -> None:
+def run(inputs: Inputs, p: Params, out: Path) -> None:
     if p.b_cpu_gbps is not None:
         result = {"b_cpu_gbps": p.b_cpu_gbps, "source": "config (platform.b_cpu_gbps)"}
     else:
-        work = out_dir / "kernel"
+        work = out / "kernel"
         work.mkdir()
-        result = measure(p, runtime_dir, work)
+        result = measure(p, inputs["runtime"], work)
         for big in ("torch.mlir", "linalg.mlir"):  # keep scf / llvm level for review
             (work / big).unlink(missing_ok=True)
-    (out_dir / "calibrate.json").write_text(json.dumps(result, indent=2) + "\n")
+    (out / "calibrate.json").write_text(json.dumps(result, indent=2) + "\n")
 
 
 def b_cpu(calibrate_dir: Path) -> float:

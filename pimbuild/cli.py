@@ -13,11 +13,11 @@ from pimbuild.config import register_configs
 from pimbuild.console import error
 from pimbuild.errors import PimbuildError
 
-CONF_DIR = Path(__file__).resolve().parent.parent / "conf"  # the source tree's conf/
+CONFIG_MODULE = "pimbuild.conf"  # the config tree ships with the package (conf/ in the repo)
 register_configs()
 
 
-@hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="config")
+@hydra.main(version_base="1.3", config_path=f"pkg://{CONFIG_MODULE}", config_name="config")
 def app(cfg: DictConfig) -> None:
     from pimbuild.build import build  # heavy imports (torch) after Hydra parsed the overrides
 

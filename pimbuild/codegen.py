@@ -24,7 +24,7 @@ from torch_mlir import ir
 from torch_mlir.dialects import scf
 
 from pimbuild import mlir
-from pimbuild.extract import constant_index, owner, view_root
+from pimbuild.loops import constant_index, owner, view_root
 
 
 @dataclass
@@ -197,17 +197,16 @@ def register_block(module: ir.Module, factor: int) -> int:
     """Unroll-and-jam every reduction nest's innermost parallel dimension by up to
     ``factor`` with its accumulators in registers; returns how many nests it blocked.
 
-    Functions marked ``pimbuild.target = "pim"`` (the nests reinsert outlined) are left as
-    they are: the host runs them only to check the hybrid program, and their code is the PIM
-    compiler's business, so blocking them would only cost compile time."""
+    Functions marked ``pimbuild.target`` (the units reinsert outlined for a device) are left
+    as they are: the host runs them only to check the hybrid program, and their code is the
+    device compiler's business, so blocking them would only cost compile time."""
     if factor <= 1:
         return 0
-    nests = [op for func in module.body.operations if not _runs_on_pim(func.operation)
+    nests = [op for func in module.body.operations if not _offloaded(func.operation)
              for op in mlir.walk(func.operation) if op.name == "scf.parallel"]
     with module.context:
         return sum(_block(op, factor) for op in nests)
 
 
-def _runs_on_pim(op: ir.Operation) -> bool:
-    return ("pimbuild.target" in op.attributes
-            and ir.StringAttr(op.attributes["pimbuild.target"]).value == "pim")
+def _offloaded(op: ir.Operation) -> bool:
+    return "pimbuild.target" in op.attributes

@@ -1,208 +1,37 @@
-"""Stage ``extract``: one offloading candidate per top-level ``scf.parallel`` nest of ``scf.mlir``.
-
-For each nest (Torch-PIM §4.2): its source torch operator (from the MLIR location that
-``lower`` planted), the parallel dimensions and ``n_iter`` (their product), ``n_total`` (every
-iteration including inner sequential loops), the trip count of enclosing loops, the buffers it
-reads and writes identified by allocation (``bytes`` of the whole allocation, so a buffer read
-and written in place is one entry of ``moved_bytes``), and the op mix of one parallel iteration.
+"""Stage ``extract``: one offloading candidate per top-level ``scf.parallel`` nest of
+``scf.mlir`` (``pimbuild.loops``): its source torch operator, parallel dimensions and
+``n_iter``, ``n_total``, enclosing trip count, the buffers it reads and writes by allocation,
+and the op mix of one parallel iteration. Writes ``candidates.json``.
 """
 
 from __future__ import annotations
 
 import json
-import math
-import re
-from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from torch_mlir import ir
+from omegaconf import DictConfig
 
-from pimbuild import mlir
+from pimbuild.stage import Inputs
 
-VIEW_OPS = frozenset({"memref.expand_shape", "memref.collapse_shape", "memref.subview",
-                      "memref.cast", "memref.reinterpret_cast", "memref.view",
-                      "memref.transpose"})
-ELEMENT_BYTES = {"f64": 8, "f32": 4, "f16": 2, "bf16": 2, "i64": 8, "i32": 4, "i16": 2,
-                 "i8": 1, "i1": 1, "index": 8}
-SOURCE_LOC = re.compile(r'"([^"|]*)\|([^"#]*)#([^"|]*)\|([^"]*)":(\d+)')
+NAME = "extract"
+READS = ("lower",)
+WRITES = ("candidates.json",)
 
 
-def owner(value: ir.Value) -> ir.Operation | ir.Block:
-    """The op that defines ``value`` (as an Operation, not an OpView), or its block."""
-    defining = value.owner
-    return defining if isinstance(defining, ir.Block) else defining.operation
+@dataclass(frozen=True)
+class Params:
+    """extract reads no configuration: its key is its input's."""
 
 
-def constant_index(value: ir.Value) -> int:
-    defining = owner(value)
-    if isinstance(defining, ir.Block) or defining.name != "arith.constant":
-        raise ValueError(f"loop bound is not a constant: {value}")
-    return ir.IntegerAttr(defining.attributes["value"]).value
+def params(cfg: DictConfig) -> Params:
+    return Params()
 
 
-def view_root(memref: ir.Value) -> ir.Value:
-    """The buffer a memref value is a view of: an allocation, a global or an argument."""
-    while not isinstance(owner(memref), ir.Block) and owner(memref).name in VIEW_OPS:
-        memref = owner(memref).operands[0]
-    return memref
+def run(inputs: Inputs, p: Params, out: Path) -> None:
+    from pimbuild import loops
 
-
-def trip_counts(op: ir.Operation) -> list[int]:
-    """Trip count of each dimension of an ``scf.parallel`` or ``scf.for``."""
-    n = len(op.regions[0].blocks[0].arguments)
-    ops = list(op.operands)
-    lbs, ubs, steps = ops[:n], ops[n:2 * n], ops[2 * n:3 * n]
-    return [max(0, -(-(constant_index(u) - constant_index(lb)) // constant_index(s)))
-            for lb, u, s in zip(lbs, ubs, steps, strict=True)]
-
-
-def _memref_bytes(t: ir.Type) -> tuple[list[int], str, int]:
-    mt = ir.MemRefType(t)
-    element = str(mt.element_type)
-    return list(mt.shape), element, math.prod(mt.shape) * ELEMENT_BYTES.get(element, 4)
-
-
-class Allocations:
-    """Names every buffer by the allocation it resolves to: ``arg<i>``, ``alloc<k>``,
-    ``global:<name>``; views (subview, expand_shape, ...) resolve to their source."""
-
-    def __init__(self, func: ir.Operation, signature: dict[str, Any]) -> None:
-        self.table: dict[str, dict[str, Any]] = {}
-        self._ids: dict[Any, str] = {}
-        block = func.regions[0].blocks[0]
-        n_args = len(signature["args"])
-        for i, arg in enumerate(block.arguments):
-            role, name = (("arg", signature["args"][i]["source"]) if i < n_args
-                          else ("output", f"result{i - n_args}"))
-            self._add(("arg", i), f"arg{i}", arg.type, role, name)
-        k = 0
-        for op in mlir.walk(func):
-            if op.name in ("memref.alloc", "memref.alloca"):
-                self._add(self._key(op.results[0]), f"alloc{k}", op.results[0].type, "alloc",
-                          "")
-                k += 1
-            elif op.name == "memref.get_global":
-                name = str(op.attributes["name"]).lstrip("@")
-                self._add(self._key(op.results[0]), f"global:{name}", op.results[0].type,
-                          "global", name)
-
-    @staticmethod
-    def _key(value: ir.Value) -> Any:
-        defining = owner(value)
-        if isinstance(defining, ir.Block):
-            return ("arg", ir.BlockArgument(value).arg_number)
-        return (defining, ir.OpResult(value).result_number)
-
-    def _add(self, key: Any, ident: str, t: ir.Type, role: str, name: str) -> None:
-        shape, element, nbytes = _memref_bytes(t)
-        self._ids[key] = ident
-        self.table[ident] = {"role": role, "name": name, "shape": shape, "dtype": element,
-                             "bytes": nbytes}
-
-    def resolve(self, value: ir.Value) -> str:
-        return self._ids.get(self._key(view_root(value)), "unknown")
-
-
-def _op_class(name: str) -> str | None:
-    if name == "memref.load":
-        return "loads"
-    if name == "memref.store":
-        return "stores"
-    if name.startswith("math."):
-        return "math"
-    if name.startswith("arith.") and name != "arith.constant":
-        return "arith"
-    if name == "func.call":
-        return "calls"
-    return None
-
-
-def _body_stats(block: ir.Block, weight: int, mix: Counter, accesses: list) -> int:
-    """Accumulate op mix and memory accesses of ``block`` executed ``weight`` times per
-    parallel iteration; return innermost-body executions per parallel iteration."""
-    inner = 0
-    for op in block.operations:
-        op = op.operation
-        if op.name == "scf.for":
-            trips = trip_counts(op)[0]
-            inner += trips * _body_stats(op.regions[0].blocks[0], weight * trips, mix,
-                                         accesses)
-            continue
-        cls = _op_class(op.name)
-        if cls:
-            mix[cls] += weight
-        if op.name == "memref.load":
-            accesses.append(("read", op.operands[0]))
-        elif op.name == "memref.store":
-            accesses.append(("write", op.operands[1]))
-        for region in op.regions:
-            for b in region.blocks:
-                inner += _body_stats(b, weight, mix, accesses)
-    return max(inner, 1)
-
-
-def source_of(op: ir.Operation) -> dict[str, str]:
-    """The torch operator (and module) a nest came from, and the aten op it lowered from."""
-    m = SOURCE_LOC.search(str(op.location))
-    if not m:
-        return {"source_op": "<unknown>", "source_module": "", "source_node": "",
-                "lowered_op": ""}
-    return {"source_op": m.group(2), "source_module": m.group(1), "source_node": m.group(3),
-            "lowered_op": m.group(4)}
-
-
-def analyze(op: ir.Operation, ident: int, enclosing: int, allocs: Allocations) -> dict:
-    dims = trip_counts(op)
-    mix: Counter = Counter()
-    accesses: list = []
-    inner = _body_stats(op.regions[0].blocks[0], 1, mix, accesses)
-    reads, writes = {}, {}
-    for kind, value in accesses:
-        alloc = allocs.resolve(value)
-        (reads if kind == "read" else writes)[alloc] = allocs.table.get(alloc, {}).get("bytes", 0)
-    moved = {**reads, **writes}
-    n_iter = math.prod(dims)
-    return {
-        "id": ident,
-        **source_of(op),
-        "parallel_dims": dims,
-        "n_iter": n_iter,
-        "n_total": n_iter * inner,
-        "enclosing_trips": enclosing,
-        "reads": reads,
-        "writes": writes,
-        "moved_bytes": sum(moved.values()),
-        "op_mix": {k: mix.get(k, 0) for k in ("loads", "stores", "arith", "math", "calls")},
-    }
-
-
-def find_nests(block: ir.Block, enclosing: int = 1):
-    """Yield ``(scf.parallel op, enclosing trip count)`` for every top-level parallel nest."""
-    for op in block.operations:
-        op = op.operation
-        if op.name == "scf.parallel":
-            yield op, enclosing
-            continue
-        trips = math.prod(trip_counts(op)) if op.name == "scf.for" else 1
-        for region in op.regions:
-            for b in region.blocks:
-                yield from find_nests(b, enclosing * trips)
-
-
-def extract(scf_path: Path, signature: dict[str, Any]) -> dict[str, Any]:
-    module = mlir.parse_file(scf_path)
-    func = next(op.operation for op in module.body.operations
-                if op.operation.name == "func.func"
-                and ir.StringAttr(op.operation.attributes["sym_name"]).value
-                == signature["function"])
-    allocs = Allocations(func, signature)
-    nests = find_nests(func.regions[0].blocks[0])
-    candidates = [analyze(op, i, enc, allocs) for i, (op, enc) in enumerate(nests)]
-    return {"function": signature["function"], "allocations": allocs.table,
-            "candidates": candidates}
-
-
-def run(scf_path: Path, signature_path: Path, out_dir: Path) -> None:
-    result = extract(scf_path, json.loads(signature_path.read_text()))
-    (out_dir / "candidates.json").write_text(json.dumps(result, indent=2) + "\n")
+    lower = inputs["lower"]
+    result = loops.extract(lower / "scf.mlir",
+                           json.loads((lower / "signature.json").read_text()))
+    (out / "candidates.json").write_text(json.dumps(result, indent=2) + "\n")

@@ -90,3 +90,35 @@ def walk(op: ir.Operation):
             for child in block.operations:
                 yield child.operation
                 yield from walk(child.operation)
+
+
+def declare(module: ir.Module, name: str) -> None:
+    """``func.func private @name(i64)``: an external marker function."""
+    with ir.InsertionPoint.at_block_begin(module.body), ir.Location.unknown(module.context):
+        i64 = ir.IntegerType.get_signless(64)
+        ir.Operation.create("func.func", regions=1, attributes={
+            "sym_name": ir.StringAttr.get(name),
+            "function_type": ir.TypeAttr.get(ir.FunctionType.get([i64], [])),
+            "sym_visibility": ir.StringAttr.get("private")})
+
+
+def call(name: str, operands: list[ir.Value], loc: ir.Location) -> None:
+    """``func.call @name(operands)`` at the current insertion point."""
+    with loc:
+        ir.Operation.create("func.call", operands=operands,
+                            attributes={"callee": ir.FlatSymbolRefAttr.get(name)})
+
+
+def call_marker(name: str, ident: int, loc: ir.Location) -> None:
+    """``func.call @name(<ident : i64>)`` at the current insertion point."""
+    with loc:
+        i64 = ir.IntegerType.get_signless(64)
+        const = ir.Operation.create("arith.constant", results=[i64],
+                                    attributes={"value": ir.IntegerAttr.get(i64, ident)})
+    call(name, [const.result], loc)
+
+
+def function(module: ir.Module, name: str) -> ir.Operation:
+    """The ``func.func`` called ``name``."""
+    return next(op.operation for op in module.body.operations
+                if ir.StringAttr(op.operation.attributes["sym_name"]).value == name)

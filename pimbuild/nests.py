@@ -28,6 +28,11 @@ class Nest:
     op_mix: dict[str, int]
 
     @property
+    def moved_bytes(self) -> int:
+        """Bytes of every buffer it reads or writes (one read and written counts once)."""
+        return sum({**self.reads, **self.writes}.values())
+
+    @property
     def operator(self) -> str:
         """The torch operator a nest came from: its module path and FX node."""
         return f"{self.source_module}|{self.source_node}"
@@ -51,8 +56,6 @@ def load_nests(candidates_path: Path, timing_path: Path, counters_path: Path) ->
                  store_bound=_number(counters[c["id"]]["store_bound"]),
                  reads=c["reads"], writes=c["writes"], op_mix=c["op_mix"])
             for c in candidates]
-
-
 
 
 def display_name(source_module: str, source_op: str) -> str:

@@ -4,11 +4,9 @@ Timing run (always native, counters off): ``warmup`` forwards, then ``repetition
 per nest the invocations per forward and the median / interquartile range of its time per
 forward, and the same for the whole function body (the forward region). ``timing.csv``.
 
-Counter run, one event set, no multiplexing (``counters.csv``), by ``profile.backend``:
-``papi`` reads the platform's PAPI events in the C markers; ``valgrind`` replays the forward
-under callgrind's cache simulation (``pimbuild.valgrind``); ``timer`` records no counters;
-``auto`` takes ``papi`` when the platform's events can be added, else ``valgrind`` (else
-``timer``), and says which and why.
+Counter run, one event set, no multiplexing (``counters.csv``), by ``profile.backend``, a
+backend of ``pimbuild.counters.BACKENDS`` (``papi``, ``valgrind``, ``timer``); ``auto`` takes
+the first of ``profile.auto`` that is available on this host and says why.
 """
 
 from __future__ import annotations
@@ -16,19 +14,26 @@ from __future__ import annotations
 import csv
 import json
 import logging
-from dataclasses import dataclass, field
+import platform
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from omegaconf import DictConfig
 
-from pimbuild import jit, lower, valgrind
-from pimbuild.errors import StageError
+from pimbuild.config import plain
+from pimbuild.counters import BACKENDS, CounterRun
+from pimbuild.errors import ConfigError
 from pimbuild.instrument import FORWARD_REGION
-from pimbuild.runtime import LIBRARY, Markers
+from pimbuild.lower import ModelParams, model_params
+from pimbuild.stage import Inputs
 
 log = logging.getLogger(__name__)
 
+NAME = "profile"
+READS = ("lower", "extract", "runtime", "instrument", "calibrate")
+WRITES = ("timing.csv", "counters.csv", "profile.json")
 TIMING_COLUMNS = ["id", "source_op", "source_module", "invocations", "median_s", "iqr_s",
                   "p25_s", "p75_s", "min_s", "max_s", "share"]
 # Roles of platform events (conf/platform/*.yaml `events`) that the decision rule reads.
@@ -38,32 +43,61 @@ LL_WRITE_MISSES = "ll_write_misses"  # valgrind: last-level data write misses (D
 
 
 @dataclass(frozen=True)
-class ProfileParams:
-    backend: str = "auto"
-    repetitions: int = 10
-    warmup: int = 2
-    events: dict[str, str] = field(default_factory=dict)  # role -> PAPI event name
-    cache_line: int = 64
-    l1d_bytes: int = 49152
-    l1d_assoc: int = 12
-    llc_bytes: int = 44040192
-    llc_assoc: int = 21
+class Params:
+    model: ModelParams  # to rebuild the forward's arguments
+    backend: str  # a counter backend, or auto
+    auto: tuple[str, ...]  # what auto tries, in order
+    repetitions: int
+    warmup: int
+    events: dict[str, str]  # role -> PAPI event name
+    cache_line: int
+    l1d_bytes: int
+    l1d_assoc: int
+    llc_bytes: int
+    llc_assoc: int
+    host: str  # the CPU measured on: measurements are not reused on another
+
+
+def host_cpu() -> str:
+    """The host's CPU model: measurements made on one host are not reused on another."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def params(cfg: DictConfig) -> Params:
+    pr, pf = cfg.profile, cfg.platform
+    for name in [pr.backend, *pr.auto] if pr.backend == "auto" else [pr.backend]:
+        if name != "auto":
+            BACKENDS.check(name)
+    if pr.repetitions < 1 or pr.warmup < 0:
+        raise ConfigError(f"profile.repetitions must be >= 1 and profile.warmup >= 0, got "
+                          f"{pr.repetitions} and {pr.warmup}")
+    return Params(model=model_params(cfg), backend=pr.backend, auto=tuple(pr.auto),
+                  repetitions=pr.repetitions, warmup=pr.warmup, events=plain(pf.events),
+                  cache_line=pf.cache_line, l1d_bytes=pf.l1d_bytes, l1d_assoc=pf.l1d_assoc,
+                  llc_bytes=pf.llc_bytes, llc_assoc=pf.llc_assoc, host=host_cpu())
 
 
 @dataclass
-class Inputs:
-    """Everything a profile run reads from earlier stages."""
+class Program:
+    """The instrumented program a profile run measures, and what it needs to run it."""
 
-    lower: lower.LowerParams
+    model: ModelParams
     signature: dict[str, Any]
     candidates: list[dict[str, Any]]
     llvm_path: Path
     runtime_dir: Path
 
     @classmethod
-    def from_artifacts(cls, lp: lower.LowerParams, lower_dir: Path, extract_dir: Path,
-                       instrument_dir: Path, runtime_dir: Path) -> Inputs:
-        return cls(lower=lp, signature=json.loads((lower_dir / "signature.json").read_text()),
+    def from_artifacts(cls, model: ModelParams, lower_dir: Path, extract_dir: Path,
+                       instrument_dir: Path, runtime_dir: Path) -> Program:
+        return cls(model=model,
+                   signature=json.loads((lower_dir / "signature.json").read_text()),
                    candidates=json.loads((extract_dir / "candidates.json").read_text())[
                        "candidates"],
                    llvm_path=instrument_dir / "llvm.mlir", runtime_dir=runtime_dir)
@@ -74,15 +108,17 @@ def _quartiles(samples: np.ndarray) -> tuple[float, float, float]:
     return float(p25), float(p50), float(p75)
 
 
-def timing_run(engine, markers: Markers, inp: Inputs, args: list[np.ndarray],
-               p: ProfileParams) -> tuple[list[dict], dict[str, float]]:
+def timing_run(engine, markers, inp: Program, args: list[np.ndarray], warmup: int,
+               repetitions: int) -> tuple[list[dict], dict[str, float]]:
     """Per-nest and forward times over the repetitions (seconds per forward)."""
+    from pimbuild import jit
+
     n = len(inp.candidates)
     samples, invocations = [], None
-    for rep in range(p.warmup + p.repetitions):
+    for rep in range(warmup + repetitions):
         markers.reset()
         jit.invoke(engine, inp.signature["function"], args, inp.signature["outputs"])
-        if rep >= p.warmup:
+        if rep >= warmup:
             samples.append(markers.seconds(FORWARD_REGION + 1).copy())
             invocations = markers.counts(n)
     times = np.array(samples)  # [repetitions, regions]
@@ -99,8 +135,8 @@ def timing_run(engine, markers: Markers, inp: Inputs, args: list[np.ndarray],
                      "max_s": float(times[:, c["id"]].max()), "share": p50 / f50})
     nest_total = float(np.median(times[:, :n].sum(axis=1)))
     summary = {"forward_median_s": f50, "forward_iqr_s": f75 - f25,
-               "coverage": nest_total / f50, "repetitions": p.repetitions,
-               "warmup": p.warmup}
+               "coverage": nest_total / f50, "repetitions": repetitions,
+               "warmup": warmup}
     return rows, summary
 
 
@@ -126,48 +162,19 @@ def derived(counts: dict[str, float], t_cpu_s: float, cache_line: int,
     return out
 
 
-def papi_run(engine, markers: Markers, inp: Inputs, args: list[np.ndarray],
-             p: ProfileParams) -> list[dict]:
-    """One forward with the platform's events in one PAPI event set."""
-    roles, names = list(p.events), list(p.events.values())
-    n_events, reason = markers.papi_start(names)
-    if n_events < 0:
-        raise StageError("profile", f"PAPI cannot count {names}: {reason}")
-    try:
-        markers.reset()
-        jit.invoke(engine, inp.signature["function"], args, inp.signature["outputs"])
-        values = markers.values(len(inp.candidates), n_events)
-    finally:
-        markers.papi_stop()
-    return [{"id": c["id"], "source_op": c["source_op"], "counter_source": "papi",
-             "counts": {role: int(values[c["id"], i]) for i, role in enumerate(roles)}}
-            for c in inp.candidates]
-
-
-def choose_backend(p: ProfileParams, markers: Markers) -> tuple[str, str]:
-    """The counter backend to use and why (``auto`` probes PAPI with the platform events)."""
+def choose_backend(run: CounterRun) -> tuple[str, str]:
+    """The counter backend to use and why (``auto``: the first available of ``p.auto``)."""
+    p = run.params
     if p.backend != "auto":
         return p.backend, f"profile.backend={p.backend}"
-    n, reason = markers.papi_start(list(p.events.values())) if p.events else (-1, "no events")
-    markers.papi_stop()
-    status = markers.perf_event_status()
-    if n < 0 and status:
-        reason += f"; PAPI's perf_event component is disabled: {status}"
-    if n > 0:
-        return "papi", f"PAPI counts the platform events {list(p.events.values())}"
-    if valgrind.available():
-        return "valgrind", f"PAPI cannot count the platform events: {reason}"
-    return "timer", f"PAPI cannot count the platform events: {reason}; valgrind not found"
-
-
-def counter_run(backend: str, engine, markers: Markers, inp: Inputs, args: list[np.ndarray],
-                p: ProfileParams, out_dir: Path) -> list[dict]:
-    if backend == "papi":
-        return papi_run(engine, markers, inp, args, p)
-    if backend == "valgrind":
-        return valgrind.counter_rows(inp, args, p, out_dir)
-    return [{"id": c["id"], "source_op": c["source_op"], "counter_source": "timer",
-             "counts": {}} for c in inp.candidates]
+    rejected = []
+    for name in p.auto:
+        ok, why = BACKENDS.get(name).available(run)
+        if ok:
+            return name, "; ".join([*rejected, why])
+        rejected.append(why)
+    raise ConfigError(f"no counter backend of profile.auto {list(p.auto)} is available: "
+                      f"{'; '.join(rejected)}")
 
 
 def counters_table(rows: list[dict], timing: list[dict], cache_line: int,
@@ -189,18 +196,31 @@ def counters_table(rows: list[dict], timing: list[dict], cache_line: int,
     return columns, table
 
 
-def run(inp: Inputs, p: ProfileParams, b_cpu_gbps: float, out_dir: Path) -> None:
+def run(inputs: Inputs, p: Params, out: Path) -> None:
+    from pimbuild.calibrate import b_cpu
+
+    program = Program.from_artifacts(p.model, inputs["lower"], inputs["extract"],
+                                     inputs["instrument"], inputs["runtime"])
+    profile(program, p, b_cpu(inputs["calibrate"]), out)
+
+
+def profile(program: Program, p: Params, b_cpu_gbps: float, out: Path) -> None:
     """Write ``timing.csv``, ``counters.csv`` and ``profile.json``."""
-    markers = Markers(inp.runtime_dir / LIBRARY)
-    engine = jit.load_llvm(inp.llvm_path, markers.symbols)
-    args, _ = lower.materialize(inp.lower, inp.signature)
-    rows, summary = timing_run(engine, markers, inp, args, p)
-    write_csv(out_dir / "timing.csv", TIMING_COLUMNS, rows)
-    backend, why = choose_backend(p, markers)
+    from pimbuild import frontend, jit
+    from pimbuild.instrument import ENTER, EXIT
+    from pimbuild.runtime import LIBRARY, Markers
+
+    markers = Markers(program.runtime_dir / LIBRARY)
+    engine = jit.load_llvm(program.llvm_path, markers.symbols([ENTER, EXIT]))
+    args, _ = frontend.materialize(program.model, program.signature)
+    rows, summary = timing_run(engine, markers, program, args, p.warmup, p.repetitions)
+    write_csv(out / "timing.csv", TIMING_COLUMNS, rows)
+    counter_run = CounterRun(engine, markers, program, args, p, out)
+    backend, why = choose_backend(counter_run)
     log.info("counter backend: %s (%s)", backend, why)
-    counter_rows = counter_run(backend, engine, markers, inp, args, p, out_dir)
+    counter_rows = BACKENDS.get(backend).count(counter_run)
     columns, table = counters_table(counter_rows, rows, p.cache_line, b_cpu_gbps)
-    write_csv(out_dir / "counters.csv", columns, table)
-    (out_dir / "profile.json").write_text(json.dumps(
+    write_csv(out / "counters.csv", columns, table)
+    (out / "profile.json").write_text(json.dumps(
         {**summary, "counter_backend": backend, "counter_backend_reason": why,
          "requested_backend": p.backend}, indent=2) + "\n")

@@ -1,135 +1,54 @@
 """Stage ``reinsert``: the hybrid program.
 
-Consecutive PIM nests form segments. Every PIM nest is outlined into its own function
-``@pim_nest_<id>`` (attribute ``pimbuild.target = "pim"``; its buffers become arguments, its
-constants are cloned in), called from where it was; each segment is bracketed by
-``pim_offload_begin(segment)`` / ``pim_offload_end(segment)``, the boundaries a downstream PIM
-toolchain takes over. The hybrid program is compiled and run on the host with those markers
-and must match PyTorch eager; its transitions are counted (``N_region``).
+Consecutive offloaded nests form segments; every offloaded nest is outlined into a function
+and each segment bracketed by the target's boundary calls (``pimbuild.outline``, names from
+the target's ``Boundary``). The hybrid program is compiled and run on the host with the marker
+runtime and must match PyTorch eager; its transitions are counted (``N_region``). Writes
+``hybrid.mlir``, ``hybrid_llvm.mlir``, ``hybrid.o`` and ``reinsert.json``.
+
+The hybrid program depends on which nests are offloaded, not on why: placements that come
+out the same (a theta sweep, a core count that changes nothing) share one build through the
+store's run cache.
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
-from torch_mlir import ir
+from omegaconf import DictConfig
 
-from pimbuild import jit, lower, mlir
+from pimbuild import instrument, targets
+from pimbuild.artifacts import run_cache
 from pimbuild.errors import StageError
-from pimbuild.extract import find_nests
-from pimbuild.runtime import Markers
+from pimbuild.lower import ModelParams, model_params
+from pimbuild.stage import Inputs
+from pimbuild.targets import Boundary
 
-BEGIN, END = "pim_offload_begin", "pim_offload_end"
+NAME = "reinsert"
+READS = ("lower", "runtime", "decide")
+WRITES = ("hybrid.mlir", "hybrid_llvm.mlir", "hybrid.o", "reinsert.json")
 RTOL = 1e-5
 
 
-def _inside(value: ir.Value, root: ir.Operation) -> bool:
-    """Is ``value`` defined within ``root`` (a result of a nested op or a nested block arg)?"""
-    owner = value.owner
-    op = owner.owner if isinstance(owner, ir.Block) else owner.operation
-    while op is not None:
-        if op == root:
-            return True
-        parent = op.parent
-        op = parent.operation if parent is not None else None
-    return False
+@dataclass(frozen=True)
+class Params:
+    model: ModelParams  # to rebuild the forward's arguments and eager's outputs
+    register_block: int  # host code generation, as instrument
+    boundary: Boundary  # what the target needs at a segment's boundary
 
 
-def _free_values(root: ir.Operation) -> list[ir.Value]:
-    free: list[ir.Value] = []
-    for op in [root, *mlir.walk(root)]:
-        for v in op.operands:
-            if not _inside(v, root) and not any(v == f for f in free):
-                free.append(v)
-    return free
+def params(cfg: DictConfig) -> Params:
+    return Params(model=model_params(cfg), register_block=instrument.register_block(cfg),
+                  boundary=targets.from_config(cfg).boundary)
 
 
-def _declare(module: ir.Module, name: str) -> None:
-    with ir.InsertionPoint.at_block_begin(module.body), ir.Location.unknown(module.context):
-        i64 = ir.IntegerType.get_signless(64)
-        ir.Operation.create("func.func", regions=1, attributes={
-            "sym_name": ir.StringAttr.get(name),
-            "function_type": ir.TypeAttr.get(ir.FunctionType.get([i64], [])),
-            "sym_visibility": ir.StringAttr.get("private")})
-
-
-def _call(name: str, operands: list[ir.Value], loc: ir.Location) -> None:
-    with loc:
-        ir.Operation.create("func.call", operands=operands,
-                            attributes={"callee": ir.FlatSymbolRefAttr.get(name)})
-
-
-def _marker(name: str, segment: int, loc: ir.Location) -> None:
-    with loc:
-        i64 = ir.IntegerType.get_signless(64)
-        c = ir.Operation.create("arith.constant", results=[i64],
-                                attributes={"value": ir.IntegerAttr.get(i64, segment)})
-    _call(name, [c.result], loc)
-
-
-def outline(module: ir.Module, nest: ir.Operation, ident: int) -> str:
-    """Move ``nest`` into a new function and call it from where it was; returns its name."""
-    name = f"pim_nest_{ident}"
-    free = _free_values(nest)
-    constants = [v for v in free if not isinstance(v.owner, ir.Block)
-                 and v.owner.operation.name == "arith.constant"]
-    args = [v for v in free if not any(v == c for c in constants)]
-    with ir.InsertionPoint.at_block_begin(module.body), nest.location:
-        func = ir.Operation.create("func.func", regions=1, attributes={
-            "sym_name": ir.StringAttr.get(name),
-            "function_type": ir.TypeAttr.get(ir.FunctionType.get([a.type for a in args], [])),
-            "sym_visibility": ir.StringAttr.get("private"),
-            "pimbuild.target": ir.StringAttr.get("pim"),
-            "pimbuild.nest": ir.IntegerAttr.get(ir.IntegerType.get_signless(64), ident)})
-    with nest.location:
-        block = func.regions[0].blocks.append(*[a.type for a in args])
-        with ir.InsertionPoint(block):
-            ret = ir.Operation.create("func.return")
-    with ir.InsertionPoint(nest):
-        _call(name, args, nest.location)
-    nest.move_before(ret)
-    mapping = list(zip(args, block.arguments, strict=True))
-    with ir.InsertionPoint(nest):
-        for c in constants:
-            mapping.append((c, c.owner.operation.clone().result))
-    for op in [nest, *mlir.walk(nest)]:
-        for old, new in mapping:
-            op.replace_uses_of_with(old, new)
-    return name
-
-
-def reinsert(module: ir.Module, function: str, pim: set[int]) -> list[list[int]]:
-    """Outline the PIM nests and mark the segments; returns the segments (nest ids)."""
-    func = next(op.operation for op in module.body.operations
-                if ir.StringAttr(op.operation.attributes["sym_name"]).value == function)
-    nests = [op for op, _ in find_nests(func.regions[0].blocks[0])]
-    segments: list[list[int]] = []
-    for ident in sorted(pim):
-        if segments and segments[-1][-1] == ident - 1:
-            segments[-1].append(ident)
-        else:
-            segments.append([ident])
-    ops = dict(enumerate(nests))
-    for s, seg in enumerate(segments):
-        first, last = ops[seg[0]], ops[seg[-1]]
-        after = [o.operation for o in last.block.operations]
-        following = after[after.index(last) + 1]
-        with ir.InsertionPoint(first):
-            _marker(BEGIN, s, first.location)
-        with ir.InsertionPoint(following):
-            _marker(END, s, last.location)
-        for ident in seg:
-            outline(module, ops[ident], ident)
-    if segments:
-        for name in (BEGIN, END):
-            _declare(module, name)
-    return segments
-
-
-def check(engine, markers: Markers, signature: dict, args: list[np.ndarray],
+def check(engine, markers, signature: dict, args: list[np.ndarray],
           expected: list[np.ndarray]) -> dict:
+    from pimbuild import jit
+
     markers.reset()
     results = jit.invoke(engine, signature["function"], args, signature["outputs"])
     errors = []
@@ -140,25 +59,42 @@ def check(engine, markers: Markers, signature: dict, args: list[np.ndarray],
             "transitions": markers.transitions()}
 
 
-def run(scf_path: Path, signature_path: Path, decisions_path: Path, runtime_lib: Path,
-        lp: lower.LowerParams, out_dir: Path, failure_dir: Path) -> None:
-    signature = json.loads(signature_path.read_text())
-    pim = set(json.loads(decisions_path.read_text())["offloaded"])
-    module = mlir.parse_file(scf_path)
-    segments = reinsert(module, signature["function"], pim)
-    mlir.write_ir(module, out_dir / "hybrid.mlir")
-    jit.to_llvm(module, lp.register_block, stage="reinsert", failure_dir=failure_dir)
+def build(lower_dir: Path, offloaded: set[int], runtime_lib: Path, p: Params, out: Path,
+          failure_dir: Path) -> None:
+    from pimbuild import frontend, jit, mlir, outline
+    from pimbuild.runtime import Markers
+
+    signature = json.loads((lower_dir / "signature.json").read_text())
+    module = mlir.parse_file(lower_dir / "scf.mlir")
+    segments = outline.reinsert(module, signature["function"], offloaded, p.boundary)
+    mlir.write_ir(module, out / "hybrid.mlir")
+    jit.to_llvm(module, p.register_block, stage=NAME, failure_dir=failure_dir)
     markers = Markers(runtime_lib)
-    (out_dir / "hybrid_llvm.mlir").write_text(mlir.asm(module) + "\n")
-    engine = jit.write_object(module, markers.symbols, out_dir / "hybrid.o")
-    args, expected = lower.materialize(lp, signature)
+    (out / "hybrid_llvm.mlir").write_text(mlir.asm(module) + "\n")
+    symbols = markers.symbols([instrument.ENTER, instrument.EXIT, p.boundary.begin,
+                               p.boundary.end])
+    engine = jit.write_object(module, symbols, out / "hybrid.o")
+    args, expected = frontend.materialize(p.model, signature)
     result = check(engine, markers, signature, args, expected)
     report = {"segments": segments, "n_region": 2 * len(segments),
-              "outlined": sorted(pim), "check": result}
-    (out_dir / "reinsert.json").write_text(json.dumps(report, indent=2) + "\n")
+              "outlined": sorted(offloaded), "check": result}
+    (out / "reinsert.json").write_text(json.dumps(report, indent=2) + "\n")
     if result["max_rel_error"] > RTOL:
-        raise StageError("reinsert", f"the hybrid program differs from PyTorch eager: max "
-                                     f"relative error {result['max_rel_error']:.3g} > {RTOL}")
+        raise StageError(NAME, f"the hybrid program differs from PyTorch eager: max "
+                               f"relative error {result['max_rel_error']:.3g} > {RTOL}")
     if result["transitions"] != report["n_region"]:
-        raise StageError("reinsert", f"the hybrid program made {result['transitions']} "
-                                     f"host<->PIM transitions, expected {report['n_region']}")
+        raise StageError(NAME, f"the hybrid program made {result['transitions']} "
+                               f"transitions to and from {p.boundary.device}, expected "
+                               f"{report['n_region']}")
+
+
+def run(inputs: Inputs, p: Params, out: Path) -> None:
+    from pimbuild.runtime import LIBRARY
+
+    offloaded = json.loads((inputs["decide"] / "decisions.json").read_text())["offloaded"]
+    content = {"lower": inputs.keys["lower"], "runtime": inputs.keys["runtime"],
+               "register_block": p.register_block, "boundary": asdict(p.boundary),
+               "offloaded": sorted(offloaded)}
+    run_cache(inputs.store, NAME, content, out, lambda tmp: build(
+        inputs["lower"], set(offloaded), inputs["runtime"] / LIBRARY, p, tmp,
+        inputs.failure_dir))

@@ -1,127 +1,135 @@
-"""Stage ``simulate``: what the placement buys under the PIM model (``pimbuild.pim_model``).
+"""Stage ``simulate``: what the placement buys under the target's model (``pimbuild.hybrid``).
 
-For the decided placement at ``pim.cores``: ``T_hybrid`` by eq. 9 with ``T_copy`` under both
-copy models (the configured one enters ``T_hybrid``), ``N_region`` and the speedup over
-CPU-only; the CPU-only, operator-level and oracle baselines under the same model; per nest
-the ground truth (does offloading it alone beat keeping it?) and the rule's agreement with
-it; and the speedups of the policy and the baselines over ``sim.cores_sweep`` (re-deciding
-at each core count, since C1 and C2 depend on it). Writes ``report.json`` and ``report.md``
-and the plots (``pimbuild.report``).
+For the decided placement: ``T_hybrid`` by eq. 9 with ``T_copy`` under both built-in copy
+models (the configured one enters ``T_hybrid``), ``N_region`` and the speedup over CPU-only;
+the target's baseline policies under the same model; per nest the ground truth (does
+offloading it alone beat keeping it?) and the policy's agreement with it; and the speedups
+of the policy and the baselines over ``sim.cores_sweep`` (re-deciding at each size, since the
+rule depends on it). Writes ``report.json``; the target renders ``report.md`` and its plots.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pimbuild import decide, pim_model
-from pimbuild.nests import Nest, display_name
-from pimbuild.report import PLOTS
+from omegaconf import DictConfig
 
-__all__ = ["PLOTS", "SimInputs", "simulate", "write"]
+from pimbuild import decide, hybrid, policies
+from pimbuild.nests import display_name
+from pimbuild.policies import PolicyContext, PolicyParams
+from pimbuild.stage import Inputs
+
+NAME = "simulate"
+READS = ("extract", "profile", "calibrate", "decide", "reinsert")
+WRITES = ("report.json", "report.md")
 
 
 @dataclass(frozen=True)
-class SimInputs:
-    nests: list[Nest]
-    forward_s: float
-    outputs: set[str]
-    decisions: dict[str, Any]  # decisions.json
-    reinsert: dict[str, Any]  # reinsert.json
-    counter_backend: str
-    b_cpu_gbps: float
+class Params:
+    policy: PolicyParams
+    system: str
+    target: Any
+    copy_model: str
+    cores_sweep: tuple[int, ...]  # target sizes of the report's sweep
 
 
-def _with_cores(rule: decide.RuleParams, model: pim_model.PimModel, cores: int):
-    return dataclasses.replace(rule, n_core=cores), dataclasses.replace(model, n_core=cores)
+def params(cfg: DictConfig) -> Params:
+    d = decide.params(cfg)
+    return Params(policy=d.policy, system=d.system, target=d.target, copy_model=d.copy_model,
+                  cores_sweep=tuple(cfg.sim.cores_sweep))
 
 
-def evaluate(inp: SimInputs, pim: set[int], model: pim_model.PimModel,
-             copy_model: str) -> dict[str, Any]:
-    b = pim_model.hybrid(inp.nests, pim, inp.forward_s, model, copy_model, inp.outputs)
+def evaluate(ctx: PolicyContext, offloaded: set[int]) -> dict[str, Any]:
+    """Eq. 9's terms for a placement, named by the target's sides (``t_host_s``, ...)."""
+    t = ctx.target
+    b = hybrid.hybrid(ctx.nests, offloaded, ctx.forward_s, t, ctx.copy_model, ctx.outputs)
     return {"speedup": b.speedup, "t_hybrid_s": b.t_hybrid_s, "t_cpu_only_s": b.t_cpu_only_s,
-            "t_host_s": b.t_host_s,
-            "t_pim_s": b.t_pim_s, "t_copy_s": b.t_copy_s, "t_switch_s": b.t_switch_s,
-            "n_region": b.n_region, "fetch_bytes": b.fetch_bytes,
-            "flush_bytes": b.flush_bytes}
+            f"t_{t.host}_s": b.t_host_s, f"t_{t.device}_s": b.t_device_s,
+            "t_copy_s": b.t_copy_s, "t_switch_s": b.t_switch_s, "n_region": b.n_region,
+            "fetch_bytes": b.fetch_bytes, "flush_bytes": b.flush_bytes}
 
 
-def placement(policy: str, inp: SimInputs, rule: decide.RuleParams,
-              model: pim_model.PimModel, copy_model: str) -> set[int]:
-    return {d.id for d in decide.place(policy, inp.nests, rule, inp.forward_s, model,
-                                       copy_model, inp.outputs) if d.target == "pim"}
+def placement(name: str, ctx: PolicyContext) -> set[int]:
+    return policies.place(name, ctx).offloaded(ctx)
 
 
-def agreement(inp: SimInputs, pim: set[int], truth: set[int]) -> dict[str, Any]:
-    ids = {n.id for n in inp.nests}
-    tp, fp = len(pim & truth), len(pim - truth)
-    fn, tn = len(truth - pim), len(ids - pim - truth)
+def agreement(ctx: PolicyContext, offloaded: set[int], truth: set[int]) -> dict[str, Any]:
+    ids = {n.id for n in ctx.nests}
+    tp, fp = len(offloaded & truth), len(offloaded - truth)
+    fn, tn = len(truth - offloaded), len(ids - offloaded - truth)
     return {"agree": tp + tn, "total": len(ids), "accuracy": (tp + tn) / max(len(ids), 1),
             "true_positives": tp, "false_positives": fp, "false_negatives": fn,
             "true_negatives": tn}
 
 
-def simulate(inp: SimInputs, policy: str, rule: decide.RuleParams,
-             model: pim_model.PimModel, copy_model: str, cores_sweep: list[int]
-             ) -> dict[str, Any]:
-    pim = set(inp.decisions["offloaded"])
-    main = evaluate(inp, pim, model, copy_model)
-    other = "resident" if copy_model == "upper_bound" else "upper_bound"
-    main_other = evaluate(inp, pim, model, other)
-    truth = {n.id for n in inp.nests if pim_model.beneficial(
-        n, inp.nests, inp.forward_s, model, copy_model, inp.outputs)}
-    baselines = {name: evaluate(inp, placement(name, inp, rule, model, copy_model), model,
-                                copy_model)
-                 for name in ("cpu", "operator", "oracle")}
-    sweep = []
-    for cores in sorted({*cores_sweep, model.n_core}):
-        r, m = _with_cores(rule, model, cores)
-        row = {"cores": cores}
-        for name in dict.fromkeys((policy, "operator", "oracle")):
-            chosen = placement(name, inp, r, m, copy_model)
-            row[name] = evaluate(inp, chosen, m, copy_model) | {"offloaded": sorted(chosen)}
-        sweep.append(row)
-    decisions = {d["id"]: d for d in inp.decisions["decisions"]}
-    captured = sum(n.t_cpu_s for n in inp.nests if n.id in pim)
+def sweep(ctx: PolicyContext, sizes: tuple[int, ...]) -> list[dict[str, Any]]:
+    """The policy and the baselines re-decided and evaluated at each target size."""
+    t = ctx.target
+    rows = []
+    for units in sorted({*sizes, t.units}):
+        scaled = ctx.with_units(units)
+        row: dict[str, Any] = {t.units_name: units}
+        for name in dict.fromkeys((ctx.policy.name, *t.baselines[1:])):
+            chosen = placement(name, scaled)
+            row[name] = evaluate(scaled, chosen) | {"offloaded": sorted(chosen)}
+        rows.append(row)
+    return rows
+
+
+def simulate(ctx: PolicyContext, decisions: dict[str, Any], reinsert: dict[str, Any],
+             counter_backend: str, sizes: tuple[int, ...]) -> dict[str, Any]:
+    t, name = ctx.target, ctx.policy.name
+    offloaded = set(decisions["offloaded"])
+    main = evaluate(ctx, offloaded)
+    other_model = "resident" if ctx.copy_model == "upper_bound" else "upper_bound"
+    other = evaluate(PolicyContext(ctx.nests, ctx.forward_s, ctx.outputs, ctx.b_cpu_gbps,
+                                   ctx.policy, t, other_model), offloaded)
+    truth = {n.id for n in ctx.nests if hybrid.beneficial(
+        n, ctx.nests, ctx.forward_s, t, ctx.copy_model, ctx.outputs)}
+    baselines = {b: evaluate(ctx, placement(b, ctx)) for b in t.baselines}
+    by_id = {d["id"]: d for d in decisions["decisions"]}
+    captured = sum(n.t_cpu_s for n in ctx.nests if n.id in offloaded)
     per_nest = [{
         "id": n.id, "source_op": n.source_op, "source_module": n.source_module,
-        "target": decisions[n.id]["target"], "decided_by": decisions[n.id]["decided_by"],
-        "reason": decisions[n.id]["reason"], "t_cpu_s": n.t_cpu_s,
-        "t_pim_s": pim_model.t_pim(n, model),
-        "c1_bound_s": decide.c1_bound_s(n.n_total, n.invocations, rule),
+        "target": by_id[n.id]["target"], "decided_by": by_id[n.id]["decided_by"],
+        "reason": by_id[n.id]["reason"], "t_cpu_s": n.t_cpu_s,
+        **t.report_columns(n, ctx.policy),
         "bw_read_gbps": n.bw_read_gbps, "store_bound": n.store_bound,
-        "beneficial": n.id in truth} for n in inp.nests]
+        "beneficial": n.id in truth} for n in ctx.nests]
     return {
-        "policy": policy, "cores": model.n_core, "copy_model": copy_model,
-        **{k: main[k] for k in ("speedup", "t_hybrid_s", "t_host_s", "t_pim_s", "t_copy_s",
-                                "t_switch_s", "n_region")},
+        "policy": name, t.units_name: t.units, "copy_model": ctx.copy_model,
+        **{k: main[k] for k in ("speedup", "t_hybrid_s", f"t_{t.host}_s",
+                                f"t_{t.device}_s", "t_copy_s", "t_switch_s", "n_region")},
         "t_cpu_only_s": main["t_cpu_only_s"],
-        "forward_median_s": inp.forward_s,
-        "t_copy": {copy_model: main["t_copy_s"], other: main_other["t_copy_s"]},
-        "offloaded": sorted(pim),
+        "forward_median_s": ctx.forward_s,
+        "t_copy": {ctx.copy_model: main["t_copy_s"], other_model: other["t_copy_s"]},
+        "offloaded": sorted(offloaded),
         "offloaded_sources": list(dict.fromkeys(
-            display_name(n.source_module, n.source_op) for n in inp.nests if n.id in pim)),
-        "offloaded_share_of_nests": len(pim) / max(len(inp.nests), 1),
+            display_name(n.source_module, n.source_op) for n in ctx.nests
+            if n.id in offloaded)),
+        "offloaded_share_of_nests": len(offloaded) / max(len(ctx.nests), 1),
         "captured_share_of_cpu_time": captured / main["t_cpu_only_s"],
-        "agreement": agreement(inp, pim, truth),
-        "baselines": {name: b["speedup"] for name, b in baselines.items()},
+        "agreement": agreement(ctx, offloaded, truth),
+        "baselines": {b: r["speedup"] for b, r in baselines.items()},
         "baseline_breakdowns": baselines,
-        "theta_gbps": rule.theta_gbps, "b_cpu_gbps": inp.b_cpu_gbps,
-        "counter_backend": inp.counter_backend,
-        "segments": inp.reinsert["segments"],
-        "hybrid_check": inp.reinsert["check"],
-        "model": dataclasses.asdict(model),
-        "sweep": sweep,
+        "theta_gbps": ctx.policy.theta(ctx.b_cpu_gbps), "b_cpu_gbps": ctx.b_cpu_gbps,
+        "counter_backend": counter_backend,
+        "segments": reinsert["segments"],
+        "hybrid_check": reinsert["check"],
+        "model": t.describe(),
+        "sweep": sweep(ctx, sizes),
         "nests": per_nest,
     }
 
 
-def write(report: dict[str, Any], out_dir: Path) -> None:
-    from pimbuild import report as render
-
-    (out_dir / "report.json").write_text(json.dumps(report, indent=2) + "\n")
-    (out_dir / "report.md").write_text(render.markdown(report))
-    render.plots(report, out_dir)
+def run(inputs: Inputs, p: Params, out: Path) -> None:
+    ctx = decide.context(inputs, decide.Params(p.policy, p.system, p.target, p.copy_model))
+    info = json.loads((inputs["profile"] / "profile.json").read_text())
+    report = simulate(ctx, json.loads((inputs["decide"] / "decisions.json").read_text()),
+                      json.loads((inputs["reinsert"] / "reinsert.json").read_text()),
+                      info["counter_backend"], p.cores_sweep)
+    (out / "report.json").write_text(json.dumps(report, indent=2) + "\n")
+    p.target.render(report, out)

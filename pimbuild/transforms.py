@@ -97,6 +97,10 @@ def controlled_fusion(module: ir.Module) -> None:
             op.erase()
 
 
+def no_fusion(module: ir.Module) -> None:
+    """``lowering.fusion=none``: every linalg op lowers to its own loop nest."""
+
+
 def full_fusion(module: ir.Module) -> None:
     with module.context:
         PassManager.parse(ELEMENTWISE_FUSION).run(module.operation)

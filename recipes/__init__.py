@@ -1,18 +1,24 @@
 """Model recipes: PyTorch builders that return a module and example inputs at fixed shapes.
 
 A recipe is a function ``builder(**size) -> Recipe``; the model config names it as
-``"module.path:function"`` and passes ``model.size`` as keyword arguments.
+``"package.module:function"`` and passes ``model.size`` as keyword arguments. It may live in
+any importable package: the lower stage's key hashes every module of that package
+(``source_digest``), so editing a helper module of a model rebuilds it. This package is
+installed as ``pimbuild.recipes`` and imports torch only when a recipe is built.
 """
 
 from __future__ import annotations
 
+import hashlib
 import importlib
-import inspect
+import importlib.util
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
 
 @dataclass
@@ -23,14 +29,38 @@ class Recipe:
     dynamic_shapes: dict[str, Any] | None = field(default=None)
 
 
+def split(path: str) -> tuple[str, str]:
+    module, _, attr = path.partition(":")
+    if not module or not attr:
+        raise ValueError(f"recipe '{path}' must look like 'package.module:function'")
+    return module, attr
+
+
 def resolve(path: str) -> Callable[..., Recipe]:
     """Import ``"package.module:function"`` and return the builder."""
-    module_name, _, attr = path.partition(":")
-    if not attr:
-        raise ValueError(f"recipe '{path}' must look like 'package.module:function'")
-    return getattr(importlib.import_module(module_name), attr)
+    module, attr = split(path)
+    return getattr(importlib.import_module(module), attr)
 
 
-def source_file(path: str) -> str:
-    """The source file that defines a recipe (its text is part of the lower stage's key)."""
-    return inspect.getsourcefile(resolve(path)) or ""
+def source_files(path: str) -> list[Path]:
+    """The source files a recipe may depend on: every ``.py`` file of the top-level package
+    that holds its module and of the module's own folder (only the module's file when it is a
+    top-level module)."""
+    module, _ = split(path)
+    top = importlib.util.find_spec(module.split(".")[0])
+    own = importlib.util.find_spec(module)
+    if top is None or own is None or own.origin is None:
+        raise ImportError(f"no module named '{module}'")
+    if not top.submodule_search_locations:
+        return [Path(own.origin)]
+    roots = {*map(Path, top.submodule_search_locations), Path(own.origin).parent}
+    return sorted({p for root in roots for p in root.rglob("*.py")})
+
+
+def source_digest(path: str) -> str:
+    """sha256 of the recipe's package sources (file names and contents)."""
+    h = hashlib.sha256()
+    for f in source_files(path):
+        h.update(f.name.encode())
+        h.update(f.read_bytes())
+    return h.hexdigest()[:16]

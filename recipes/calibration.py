@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from recipes import Recipe
-from recipes.operators import _Fn
+from pimbuild.recipes import Recipe
+from pimbuild.recipes.operators import _Fn
 
 
 def stream_read(rows: int = 8192, cols: int = 16384) -> Recipe:

@@ -14,8 +14,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from recipes import Recipe
-from recipes.operators import RMSNorm
+from pimbuild.recipes import Recipe
+from pimbuild.recipes.operators import RMSNorm
 
 
 def _init(module: nn.Module) -> nn.Module:

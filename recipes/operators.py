@@ -12,7 +12,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from recipes import Recipe
+from pimbuild.recipes import Recipe
 
 
 class _Fn(nn.Module):

@@ -1,10 +1,10 @@
 """The task graph: one doit task per stage artifact, named ``<stage>:<artifact key>``.
 
-``stages.plan`` turns a composed config into ``StageTask`` records (what a stage reads, its
-config slice, its key, how to produce it); ``runner.execute`` hands them to doit through its
-API, never through ``sys.argv``.
+``graph.plan`` derives the tasks from the stage modules (``pimbuild.<stage>``: what each reads,
+its params, its key); ``runner.execute`` hands them to doit through its API, never through
+``sys.argv``. Installed as ``pimbuild.tasks``.
 """
 
-from tasks.stages import STAGES, StageTask, plan
+from pimbuild.tasks.graph import STAGES, StageTask, plan, stage_module
 
-__all__ = ["STAGES", "StageTask", "plan"]
+__all__ = ["STAGES", "StageTask", "plan", "stage_module"]

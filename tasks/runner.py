@@ -14,7 +14,7 @@ from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from pimbuild.artifacts import Store
 from pimbuild.errors import PimbuildError
-from tasks.stages import StageTask
+from pimbuild.tasks.graph import StageTask
 
 
 @dataclass

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from recipes import Recipe
+from pimbuild.recipes import Recipe
 
 
 class _Fn(nn.Module):

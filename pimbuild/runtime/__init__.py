@@ -1,6 +1,6 @@
-"""The marker runtime (``markers.c``), compiled by the build with the system C compiler.
+"""Stage ``runtime``: the marker runtime (``markers.c``), compiled with the system C compiler.
 
-``build`` writes ``libpimmarkers.so`` (timing, plus PAPI counters when ``papi.h`` and
+``run`` writes ``libpimmarkers.so`` (timing, plus PAPI counters when ``papi.h`` and
 ``libpapi`` are present) and, when valgrind's ``callgrind.h`` is present,
 ``libpimmarkers_callgrind.so``; ``runtime.json`` records the compiler, the commands and which
 features each library has. ``Markers`` is the ctypes view of a loaded library.
@@ -14,16 +14,39 @@ import json
 import os
 import shutil
 import subprocess
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
+from omegaconf import DictConfig
 
 from pimbuild.errors import StageError
+from pimbuild.stage import Inputs
 
+NAME = "runtime"
+READS: tuple[str, ...] = ()
 SOURCE = Path(__file__).with_name("markers.c")
 LIBRARY = "libpimmarkers.so"
 CALLGRIND_LIBRARY = "libpimmarkers_callgrind.so"
-CFLAGS = ["-O2", "-shared", "-fPIC", "-std=gnu11", "-Wall"]
+WRITES = (LIBRARY, "runtime.json")
+CFLAGS = ("-O2", "-shared", "-fPIC", "-std=gnu11", "-Wall")
+
+
+@dataclass(frozen=True)
+class Params:
+    """What the build depends on: the source, the compiler and the headers it finds (the
+    runtime reads no configuration)."""
+
+    source_sha256: str
+    cc: str
+    cc_version: str
+    papi_h: bool
+    callgrind_h: bool
+    cflags: tuple[str, ...]
+
+
+def params(cfg: DictConfig) -> Params:
+    return probe()
 
 
 def compiler() -> str:
@@ -39,14 +62,14 @@ def _has_header(cc: str, header: str) -> bool:
     return proc.returncode == 0
 
 
-def probe() -> dict[str, object]:
+def probe() -> Params:
     """What the runtime build depends on: source, compiler version, available headers."""
     cc = compiler()
     version = subprocess.run([cc, "--version"], capture_output=True, text=True).stdout
-    return {"source_sha256": hashlib.sha256(SOURCE.read_bytes()).hexdigest(),
-            "cc": cc, "cc_version": version.splitlines()[0] if version else "",
-            "papi_h": _has_header(cc, "papi.h"),
-            "callgrind_h": _has_header(cc, "valgrind/callgrind.h"), "cflags": CFLAGS}
+    return Params(source_sha256=hashlib.sha256(SOURCE.read_bytes()).hexdigest(), cc=cc,
+                  cc_version=version.splitlines()[0] if version else "",
+                  papi_h=_has_header(cc, "papi.h"),
+                  callgrind_h=_has_header(cc, "valgrind/callgrind.h"), cflags=CFLAGS)
 
 
 def _compile(cc: str, out: Path, defines: list[str], libs: list[str]) -> list[str]:
@@ -58,17 +81,19 @@ def _compile(cc: str, out: Path, defines: list[str], libs: list[str]) -> list[st
     return cmd
 
 
-def build(out_dir: Path) -> None:
-    info = probe()
-    cc = str(info["cc"])
-    papi = bool(info["papi_h"])
-    commands = [_compile(cc, out_dir / LIBRARY, ["-DPIM_WITH_PAPI"] if papi else [],
-                         ["-lpapi"] if papi else [])]
-    if info["callgrind_h"]:
-        commands.append(_compile(cc, out_dir / CALLGRIND_LIBRARY,
+def run(inputs: Inputs, p: Params, out: Path) -> None:
+    build(out, p)
+
+
+def build(out_dir: Path, p: Params | None = None) -> None:
+    p = p or probe()
+    commands = [_compile(p.cc, out_dir / LIBRARY, ["-DPIM_WITH_PAPI"] if p.papi_h else [],
+                         ["-lpapi"] if p.papi_h else [])]
+    if p.callgrind_h:
+        commands.append(_compile(p.cc, out_dir / CALLGRIND_LIBRARY,
                                  ["-DPIM_WITH_CALLGRIND"], []))
     (out_dir / "runtime.json").write_text(json.dumps(
-        {**info, "papi": papi, "callgrind": bool(info["callgrind_h"]),
+        {**asdict(p), "papi": p.papi_h, "callgrind": p.callgrind_h,
          "commands": [" ".join(c) for c in commands]}, indent=2) + "\n")
 
 
@@ -86,12 +111,9 @@ class Markers:
         self.max_regions = self.lib.pim_max_regions()
         self.max_events = self.lib.pim_max_events()
 
-    @property
-    def symbols(self) -> dict[str, ctypes.c_void_p]:
-        """Addresses of the marker functions, for ``jit.load_llvm``."""
-        return {name: ctypes.cast(getattr(self.lib, name), ctypes.c_void_p)
-                for name in ("region_enter", "region_exit", "pim_offload_begin",
-                             "pim_offload_end")}
+    def symbols(self, names: list[str]) -> dict[str, ctypes.c_void_p]:
+        """Addresses of the named marker functions, for ``jit.load_llvm``."""
+        return {name: ctypes.cast(getattr(self.lib, name), ctypes.c_void_p) for name in names}
 
     def transitions(self) -> int:
         """Host<->PIM transitions the hybrid program made since the last reset."""

@@ -1,4 +1,4 @@
-"""The ``valgrind`` counter backend: per-nest cache-simulation counts from callgrind.
+"""Counter backend ``valgrind``: per-nest cache-simulation counts from callgrind.
 
 The instrumented LLVM-dialect module is compiled for ``x86-64-v3`` without AVX-512 (valgrind
 3.19 cannot decode AVX-512), linked with a generated C driver and the callgrind build of the
@@ -27,19 +27,22 @@ import numpy as np
 from torch_mlir import ir
 
 from pimbuild import jit, mlir
+from pimbuild.counters import CounterRun
 from pimbuild.errors import StageError
+from pimbuild.instrument import ENTER, EXIT
 from pimbuild.runtime import CALLGRIND_LIBRARY, LIBRARY, Markers
 
 if TYPE_CHECKING:
-    from pimbuild.profile import Inputs, ProfileParams
+    from pimbuild.profile import Params, Program
 
 TARGET_CPU = "x86-64-v3"
 TARGET_FEATURES = "#llvm.target_features<[\"-avx512f\"]>"
 DUMP_RE = re.compile(r"^desc: Trigger: Client Request: region (\d+)$", re.M)
 
 
-def available() -> bool:
-    return shutil.which("valgrind") is not None
+def available(run: CounterRun | None = None) -> tuple[bool, str]:
+    path = shutil.which("valgrind")
+    return (True, f"valgrind found at {path}") if path else (False, "valgrind not found")
 
 
 def compile_portable_object(llvm_path: Path, symbols: dict, out: Path) -> Path:
@@ -95,8 +98,8 @@ def driver_source(signature: dict, evict_bytes: int) -> str:
     return "\n".join(lines) + "\n"
 
 
-def build_driver(inp: Inputs, p: ProfileParams, work: Path) -> Path:
-    symbols = Markers(inp.runtime_dir / LIBRARY).symbols
+def build_driver(inp: Program, p: Params, work: Path) -> Path:
+    symbols = Markers(inp.runtime_dir / LIBRARY).symbols([ENTER, EXIT])
     obj = compile_portable_object(inp.llvm_path, symbols, work / "forward_x86-64-v3.o")
     (work / "driver.c").write_text(driver_source(inp.signature, 2 * p.llc_bytes))
     runtime = inp.runtime_dir / CALLGRIND_LIBRARY
@@ -113,7 +116,7 @@ def build_driver(inp: Inputs, p: ProfileParams, work: Path) -> Path:
     return exe
 
 
-def cache_options(p: ProfileParams) -> list[str]:
+def cache_options(p: Params) -> list[str]:
     return [f"--I1=32768,8,{p.cache_line}",
             f"--D1={p.l1d_bytes},{p.l1d_assoc},{p.cache_line}",
             f"--LL={p.llc_bytes},{p.llc_assoc},{p.cache_line}"]
@@ -130,9 +133,9 @@ def parse_dump(path: Path) -> tuple[int, dict[str, int]]:
     return int(m.group(1)), dict(zip(events, map(int, totals), strict=False))
 
 
-def counter_rows(inp: Inputs, args: list[np.ndarray], p: ProfileParams,
-                 out_dir: Path) -> list[dict]:
-    work = out_dir / "valgrind"
+def count(run: CounterRun) -> list[dict]:
+    inp, args, p = run.program, run.args, run.params
+    work = run.out_dir / "valgrind"
     work.mkdir()
     exe = build_driver(inp, p, work)
     with (work / "inputs.bin").open("wb") as f:

@@ -1,0 +1,82 @@
+"""Copy models: the bytes a placement moves between the host and the device, per forward.
+
+A copy model is ``f(nests, offloaded, outputs) -> (fetch_bytes, flush_bytes)``; buffers are
+identified by allocation. ``sim.copy_model`` names one in ``COPY_MODELS`` (or
+``package.module:function``).
+
+- ``upper_bound`` (paper eq. 8): each segment (maximal run of consecutive offloaded nests)
+  fetches every buffer it reads before writing it and flushes every buffer it writes, per
+  execution.
+- ``resident``: a buffer moves only when the side about to use it does not hold its latest
+  version; outputs left on the device are flushed at the end.
+"""
+
+from __future__ import annotations
+
+from pimbuild.nests import Nest
+from pimbuild.registry import Registry
+
+COPY_MODELS = Registry("copy model", "sim.copy_model", builtins={
+    "upper_bound": "pimbuild.copymodels:upper_bound",
+    "resident": "pimbuild.copymodels:resident",
+})
+
+
+def segments(nests: list[Nest], offloaded: set[int]) -> list[list[Nest]]:
+    """Maximal runs of consecutive offloaded nests, in program order."""
+    runs: list[list[Nest]] = []
+    current: list[Nest] = []
+    for n in nests:
+        if n.id in offloaded:
+            current.append(n)
+        elif current:
+            runs.append(current)
+            current = []
+    if current:
+        runs.append(current)
+    return runs
+
+
+def upper_bound(nests: list[Nest], offloaded: set[int], outputs: set[str]) -> tuple[int, int]:
+    """(fetch, flush) bytes per forward under eq. 8."""
+    fetch = flush = 0
+    for seg in segments(nests, offloaded):
+        written: set[str] = set()
+        fetched: dict[str, int] = {}
+        flushed: dict[str, int] = {}
+        for n in seg:
+            for alloc, size in n.reads.items():
+                if alloc not in written:
+                    fetched[alloc] = size
+            for alloc, size in n.writes.items():
+                written.add(alloc)
+                flushed[alloc] = size
+        executions = max(seg[0].invocations, 1)
+        fetch += executions * sum(fetched.values())
+        flush += executions * sum(flushed.values())
+    return fetch, flush
+
+
+def resident(nests: list[Nest], offloaded: set[int], outputs: set[str]) -> tuple[int, int]:
+    """(fetch, flush) bytes per forward when buffers stay where they were last written."""
+    host, device = "host", "device"
+    latest: dict[str, str] = {}  # allocation -> host | device | both; default host
+    fetch = flush = 0
+    size: dict[str, int] = {}
+    for n in nests:
+        side = device if n.id in offloaded else host
+        times = max(n.invocations, 1)
+        for alloc, nbytes in n.reads.items():
+            size[alloc] = nbytes
+            held = latest.get(alloc, host)
+            if side == device and held == host:
+                fetch += times * nbytes
+                latest[alloc] = "both"
+            elif side == host and held == device:
+                flush += times * nbytes
+                latest[alloc] = "both"
+        for alloc, nbytes in n.writes.items():
+            size[alloc] = nbytes
+            latest[alloc] = side
+    flush += sum(size[a] for a, held in latest.items() if held == device and a in outputs)
+    return fetch, flush

@@ -1,0 +1,43 @@
+"""Counter backends: per-nest event counts for the profile stage's counter run.
+
+A backend is a module with ``available(run) -> (bool, why)`` and ``count(run) -> rows``, one
+row per candidate: ``{"id", "source_op", "counter_source", "counts": {role: count}}``, the
+counts per forward. ``profile.backend`` names one in ``BACKENDS`` (a module
+``pimbuild/counters/<name>.py``, or ``package.module``); ``auto`` tries ``profile.auto`` in
+order. Built in: ``papi`` (the platform's PAPI events, read in the C markers), ``valgrind``
+(callgrind's cache simulation), ``timer`` (no counts).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pimbuild.registry import Registry
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from pimbuild.profile import Params, Program
+    from pimbuild.runtime import Markers
+
+BACKENDS = Registry("counter backend", "profile.backend", package="pimbuild.counters")
+
+
+@dataclass
+class CounterRun:
+    """What a backend may use: the compiled program, the marker runtime, the arguments of
+    one forward, the profile stage's params and the artifact folder it may write into."""
+
+    engine: Any  # an ExecutionEngine with the instrumented forward
+    markers: Markers
+    program: Program
+    args: list[np.ndarray]
+    params: Params
+    out_dir: Path
+
+
+def empty_rows(run: CounterRun, source: str) -> list[dict]:
+    return [{"id": c["id"], "source_op": c["source_op"], "counter_source": source,
+             "counts": {}} for c in run.program.candidates]

@@ -1,0 +1,166 @@
+"""The PyTorch side of lowering: build a recipe, run it eagerly, export it at fixed shapes,
+name every node's source, import it into MLIR, and rebuild the lowered function's arguments.
+
+``annotate_sources`` rewrites each FX node's stack trace so that its MLIR location names its
+source: ``File "<module path>|<torch op>#<torch node>|<aten op>", line <i>,`` (the torch op
+the model wrote, before decomposition, and the aten op it decomposed into).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import warnings
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+from torch.export import ExportedProgram
+from torch_mlir.extras.fx_decomp_util import get_decomposition_table
+from torch_mlir.extras.fx_importer import FxImporter
+
+from pimbuild import mlir, recipes
+from pimbuild.errors import ConfigError, RecipeError
+
+if TYPE_CHECKING:
+    from pimbuild.lower import ModelParams
+
+FUNC_NAME = "forward"
+DTYPES = {"float32": torch.float32}
+
+
+def build_recipe(p: ModelParams) -> recipes.Recipe:
+    """Call the recipe builder under the config's seed, in the config's dtype."""
+    torch.manual_seed(p.seed)
+    try:
+        recipe = recipes.resolve(p.recipe)(**p.size)
+    except TypeError as e:
+        raise ConfigError(f"model '{p.name}': bad size parameters {dict(p.size)}: {e}") from None
+    dtype = DTYPES[p.dtype]
+    recipe.module = recipe.module.to(dtype).eval()
+    recipe.inputs = {k: v.to(dtype) if v.is_floating_point() else v
+                     for k, v in recipe.inputs.items()}
+    return recipe
+
+
+def eager(p: ModelParams, recipe: recipes.Recipe) -> list[torch.Tensor]:
+    """Run the model in PyTorch eager mode; a forward that raises is a RecipeError."""
+    try:
+        with torch.no_grad():
+            out = recipe.module(*recipe.inputs.values())
+    except Exception as e:  # the user's forward may raise anything
+        raise RecipeError(f"the forward of model '{p.name}' raised "
+                          f"{type(e).__name__}: {e}") from None
+    return list(out) if isinstance(out, (tuple, list)) else [out]
+
+
+def export(p: ModelParams, recipe: recipes.Recipe) -> ExportedProgram:
+    """torch.export at fixed shapes, decomposed with torch-mlir's table; no dynamic dims."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            prog = torch.export.export(recipe.module, tuple(recipe.inputs.values()),
+                                       dynamic_shapes=recipe.dynamic_shapes, strict=False)
+            prog = prog.run_decompositions(get_decomposition_table())
+    except Exception as e:
+        raise RecipeError(f"model '{p.name}' cannot be exported: {type(e).__name__}: "
+                          f"{str(e).splitlines()[0] if str(e) else ''}") from None
+    _reject_dynamic_dims(p, prog, list(recipe.inputs))
+    return prog
+
+
+def _reject_dynamic_dims(p: ModelParams, prog: ExportedProgram, names: list[str]) -> None:
+    user_inputs = prog.graph_signature.user_inputs
+    placeholders = {n.name: n for n in prog.graph.nodes if n.op == "placeholder"}
+    for input_name, node_name in zip(names, user_inputs, strict=False):
+        val = placeholders[node_name].meta.get("val")
+        for dim, size in enumerate(getattr(val, "shape", ())):
+            if not isinstance(size, int):
+                raise RecipeError(
+                    f"model '{p.name}': input '{input_name}' has a dynamic dimension {dim} "
+                    f"({size}); pimbuild needs every extent to be a compile-time constant")
+
+
+def _torch_op(node: torch.fx.Node) -> tuple[str, str]:
+    """(node name, target) of the operator the model was written with, before
+    decomposition: ``layer_norm`` for the ``var_mean`` a LayerNorm decomposes into."""
+    sources = node.meta.get("from_node") or []
+    if not sources:
+        return node.name, str(node.target)
+    src = sources[0]
+    while src.from_node:
+        src = src.from_node[0]
+    return src.name, str(src.target)
+
+
+def annotate_sources(gm: torch.fx.GraphModule) -> None:
+    """Rewrite each node's stack trace so its MLIR location names its source:
+    ``File "<module path>|<torch op>#<torch node>|<aten op>", line <i>,`` (the torch op the
+    model wrote, and the aten op it decomposed into)."""
+    for i, node in enumerate(gm.graph.nodes):
+        if node.op != "call_function":
+            continue
+        stack = node.meta.get("nn_module_stack") or {}
+        path = list(stack.values())[-1][0] if stack else ""
+        name, op = _torch_op(node)
+        node.meta["stack_trace"] = f'File "{path}|{op}#{name}|{node.target}", line {i}, in x\n'
+
+
+def signature(prog: ExportedProgram, recipe: recipes.Recipe, outputs: list[torch.Tensor],
+              weights: str) -> dict[str, Any]:
+    """The lowered function's arguments in order, each with where its value comes from."""
+    sig = prog.graph_signature
+    user = dict(zip(sig.user_inputs, recipe.inputs, strict=True))
+    args = []
+    for spec in sig.input_specs:
+        name = spec.arg.name
+        if name in user:
+            kind, source = "input", user[name]
+        elif weights == "constants":
+            continue  # parameters are folded into the IR
+        else:
+            kind, source = spec.kind.name.lower(), spec.target
+        val = next(n for n in prog.graph.nodes if n.name == name).meta["val"]
+        args.append({"name": name, "kind": kind, "source": source,
+                     "shape": list(val.shape), "dtype": str(val.dtype).removeprefix("torch.")})
+    outs = [{"shape": list(o.shape), "dtype": str(o.dtype).removeprefix("torch.")}
+            for o in outputs]
+    return {"function": FUNC_NAME, "args": args, "outputs": outs}
+
+
+def import_program(prog: ExportedProgram, weights: str):
+    importer = FxImporter(context=mlir.new_context())
+    if weights == "constants":
+        importer.import_frozen_program(prog, func_name=FUNC_NAME)
+    else:
+        importer.import_stateless_graph(prog.graph_module.graph, func_name=FUNC_NAME)
+    return importer.module
+
+
+_LAST_MATERIALIZED: dict[str, tuple[list[np.ndarray], list[np.ndarray]]] = {}
+
+
+def materialize(p: ModelParams, sig: dict[str, Any]) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """Rebuild the lowered function's arguments and PyTorch eager's outputs from the recipe.
+
+    The last result is kept for the process: the stages of one build and the jobs of a sweep
+    ask for the same arguments again (a decoder layer's 200M random weights cost seconds).
+    Callers only read them: no lowered program writes its inputs (extract records writes,
+    and none goes to an input argument)."""
+    key = json.dumps([dataclasses.asdict(p), sig["args"]], sort_keys=True)
+    if key not in _LAST_MATERIALIZED:
+        _LAST_MATERIALIZED.clear()
+        _LAST_MATERIALIZED[key] = _materialize(p, sig)
+    return _LAST_MATERIALIZED[key]
+
+
+def _materialize(p: ModelParams, sig: dict[str, Any]
+                 ) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    recipe = build_recipe(p)
+    expected = [o.detach().numpy() for o in eager(p, recipe)]
+    state = dict(recipe.module.state_dict(keep_vars=False))
+    values = []
+    for arg in sig["args"]:
+        tensor = recipe.inputs[arg["source"]] if arg["kind"] == "input" else state[arg["source"]]
+        values.append(np.ascontiguousarray(tensor.detach().numpy()))
+    return values, expected

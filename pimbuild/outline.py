@@ -1,0 +1,96 @@
+"""Outlining for reinsert: offloaded nests become functions, segments get boundary calls.
+
+Consecutive offloaded nests form segments. Every offloaded nest is outlined into its own
+function ``@<prefix><id>`` (attribute ``pimbuild.target = "<device>"``; its buffers become
+arguments, its constants are cloned in), called from where it was; each segment is bracketed
+by ``<begin>(segment)`` / ``<end>(segment)`` calls, the boundaries a downstream toolchain takes
+over. Names come from the target's ``Boundary``.
+"""
+
+from __future__ import annotations
+
+from torch_mlir import ir
+
+from pimbuild import mlir
+from pimbuild.loops import find_nests
+from pimbuild.targets import Boundary
+
+
+def _inside(value: ir.Value, root: ir.Operation) -> bool:
+    """Is ``value`` defined within ``root`` (a result of a nested op or a nested block arg)?"""
+    owner = value.owner
+    op = owner.owner if isinstance(owner, ir.Block) else owner.operation
+    while op is not None:
+        if op == root:
+            return True
+        parent = op.parent
+        op = parent.operation if parent is not None else None
+    return False
+
+
+def _free_values(root: ir.Operation) -> list[ir.Value]:
+    free: list[ir.Value] = []
+    for op in [root, *mlir.walk(root)]:
+        for v in op.operands:
+            if not _inside(v, root) and not any(v == f for f in free):
+                free.append(v)
+    return free
+
+
+def outline(module: ir.Module, nest: ir.Operation, ident: int, boundary: Boundary) -> str:
+    """Move ``nest`` into a new function and call it from where it was; returns its name."""
+    name = f"{boundary.outline_prefix}{ident}"
+    free = _free_values(nest)
+    constants = [v for v in free if not isinstance(v.owner, ir.Block)
+                 and v.owner.operation.name == "arith.constant"]
+    args = [v for v in free if not any(v == c for c in constants)]
+    with ir.InsertionPoint.at_block_begin(module.body), nest.location:
+        func = ir.Operation.create("func.func", regions=1, attributes={
+            "sym_name": ir.StringAttr.get(name),
+            "function_type": ir.TypeAttr.get(ir.FunctionType.get([a.type for a in args], [])),
+            "sym_visibility": ir.StringAttr.get("private"),
+            "pimbuild.target": ir.StringAttr.get(boundary.device),
+            "pimbuild.nest": ir.IntegerAttr.get(ir.IntegerType.get_signless(64), ident)})
+    with nest.location:
+        block = func.regions[0].blocks.append(*[a.type for a in args])
+        with ir.InsertionPoint(block):
+            ret = ir.Operation.create("func.return")
+    with ir.InsertionPoint(nest):
+        mlir.call(name, args, nest.location)
+    nest.move_before(ret)
+    mapping = list(zip(args, block.arguments, strict=True))
+    with ir.InsertionPoint(nest):
+        for c in constants:
+            mapping.append((c, c.owner.operation.clone().result))
+    for op in [nest, *mlir.walk(nest)]:
+        for old, new in mapping:
+            op.replace_uses_of_with(old, new)
+    return name
+
+
+def reinsert(module: ir.Module, function: str, offloaded: set[int],
+             boundary: Boundary) -> list[list[int]]:
+    """Outline the offloaded nests and mark the segments; returns the segments (nest ids)."""
+    func = mlir.function(module, function)
+    nests = [op for op, _ in find_nests(func.regions[0].blocks[0])]
+    segments: list[list[int]] = []
+    for ident in sorted(offloaded):
+        if segments and segments[-1][-1] == ident - 1:
+            segments[-1].append(ident)
+        else:
+            segments.append([ident])
+    ops = dict(enumerate(nests))
+    for s, seg in enumerate(segments):
+        first, last = ops[seg[0]], ops[seg[-1]]
+        after = [o.operation for o in last.block.operations]
+        following = after[after.index(last) + 1]
+        with ir.InsertionPoint(first):
+            mlir.call_marker(boundary.begin, s, first.location)
+        with ir.InsertionPoint(following):
+            mlir.call_marker(boundary.end, s, last.location)
+        for ident in seg:
+            outline(module, ops[ident], ident, boundary)
+    if segments:
+        for name in (boundary.begin, boundary.end):
+            mlir.declare(module, name)
+    return segments

@@ -1,0 +1,88 @@
+"""Policies: which units a target runs, with the reason and the numbers behind each choice.
+
+A policy is a function ``place(ctx: PolicyContext) -> Placement``. ``policy.name`` picks it
+from ``POLICIES``: a module ``pimbuild/policies/<name>.py`` whose ``place`` it is, a
+``register``-ed function, or ``package.module:function``. Built in: ``torchpim`` (the paper's
+rule), ``operator`` (the rule per torch operator), ``cpu`` (nothing offloaded), ``oracle``
+(lowest simulated hybrid time). A policy may read any field of ``ctx``; everything in it is
+part of the decide stage's key.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pimbuild.registry import Registry
+
+if TYPE_CHECKING:
+    from pimbuild.nests import Nest
+    from pimbuild.targets import Target
+
+POLICIES = Registry("policy", "policy.name", package="pimbuild.policies", attribute="place")
+
+
+@dataclass(frozen=True)
+class PolicyParams:
+    """The ``policy`` config group."""
+
+    name: str
+    theta_ratio: float  # theta = theta_ratio * B_cpu ...
+    theta_gbps: float | None  # ... unless an absolute theta is set
+    sigma: float
+    i_min: float
+
+    def theta(self, b_cpu_gbps: float) -> float:
+        """theta, the read-bandwidth threshold of C3 (the one place it is derived)."""
+        return self.theta_gbps if self.theta_gbps is not None else self.theta_ratio * b_cpu_gbps
+
+
+@dataclass(frozen=True)
+class PolicyContext:
+    nests: list[Nest]  # in program order
+    forward_s: float  # median forward time on the host
+    outputs: set[str]  # allocations of the function's results
+    b_cpu_gbps: float
+    policy: PolicyParams
+    target: Target
+    copy_model: str
+
+    def with_units(self, units: int) -> PolicyContext:
+        """The same context on a target of another size (the report's cores sweep)."""
+        return PolicyContext(self.nests, self.forward_s, self.outputs, self.b_cpu_gbps,
+                             self.policy, self.target.with_units(units), self.copy_model)
+
+
+@dataclass
+class Decision:
+    id: int
+    target: str  # the target's host or device side
+    decided_by: str  # the condition that decided it
+    reason: str
+    quantities: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Placement:
+    params: dict[str, Any]  # the numbers the policy decided with (decisions.json "params")
+    decisions: list[Decision]
+
+    def offloaded(self, ctx: PolicyContext) -> set[int]:
+        return {d.id for d in self.decisions if d.target == ctx.target.device}
+
+
+Policy = Callable[[PolicyContext], Placement]
+
+
+def place(name: str, ctx: PolicyContext) -> Placement:
+    return POLICIES.get(name)(ctx)
+
+
+def write(path: Path, name: str, placement: Placement, ctx: PolicyContext) -> None:
+    path.write_text(json.dumps({
+        "policy": name, "params": placement.params,
+        "offloaded": sorted(placement.offloaded(ctx)),
+        "decisions": [d.__dict__ for d in placement.decisions]}, indent=2) + "\n")

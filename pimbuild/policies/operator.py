@@ -1,0 +1,41 @@
+"""Policy ``operator``: the paper's rule on each torch operator as a whole (its nests'
+times, counts and traffic summed, its parallelism the largest of its nests'); every nest of
+an operator gets the operator's decision."""
+
+from __future__ import annotations
+
+from pimbuild.nests import Nest
+from pimbuild.policies import Decision, Placement, PolicyContext
+from pimbuild.policies.torchpim import rule, rule_params
+
+
+def _operator_signals(group: list[Nest]) -> tuple[float | None, float | None]:
+    """Read bandwidth and store-bound of an operator as a whole (traffic over total time)."""
+    t = sum(n.t_cpu_s for n in group)
+    bw = None
+    if all(n.bw_read_gbps is not None for n in group) and t > 0:
+        bw = sum(n.bw_read_gbps * n.t_cpu_s for n in group) / t  # sum(n_rd * L) / sum(T)
+    sb = None
+    if all(n.store_bound is not None for n in group) and t > 0:
+        sb = sum(n.store_bound * n.t_cpu_s for n in group) / t  # time-weighted
+    return bw, sb
+
+
+def place(ctx: PolicyContext) -> Placement:
+    p = rule_params(ctx)
+    groups: dict[str, list[Nest]] = {}
+    for n in ctx.nests:
+        groups.setdefault(n.operator, []).append(n)
+    verdict = {}
+    for op, group in groups.items():
+        bw, sb = _operator_signals(group)
+        work = sum(n.n_total * max(n.invocations, 1) for n in group)
+        verdict[op] = rule(sum(n.t_cpu_s for n in group), work, 1,
+                           max(n.n_iter for n in group), bw, sb, p)
+    side = {True: ctx.target.device, False: ctx.target.host}
+    decisions = []
+    for n in ctx.nests:
+        offload, by, why, q = verdict[n.operator]
+        decisions.append(Decision(n.id, side[offload], f"operator:{by}",
+                                  f"operator {n.operator}: {why}", q))
+    return Placement(p.__dict__, decisions)

@@ -1,0 +1,74 @@
+"""Policy ``torchpim``: the paper's two-stage rule, per nest.
+
+``offload = (C1 and C2) and (C3 or C4)``:
+C1 ``T_cpu >= T_ctx + N_total * I_min / (N_core * f_pim)``; C2 ``N_iter >= N_core``;
+C3 ``BW_read = n_rd * L / T_cpu > theta``; C4 ``StoreBound > sigma``;
+``theta = policy.theta_ratio * B_cpu`` unless ``policy.theta_gbps`` is set. It needs a target
+with PIM cores (``n_core``, ``f_pim_ghz``, ``t_ctx_us``, ``cache_line``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from pimbuild.policies import Decision, Placement, PolicyContext
+
+
+@dataclass(frozen=True)
+class RuleParams:
+    n_core: int
+    f_pim_ghz: float
+    t_ctx_s: float
+    i_min: float
+    theta_gbps: float
+    sigma: float
+    cache_line: int = 64
+
+
+def rule_params(ctx: PolicyContext) -> RuleParams:
+    t = ctx.target
+    return RuleParams(n_core=t.n_core, f_pim_ghz=t.f_pim_ghz, t_ctx_s=t.t_ctx_us * 1e-6,
+                      i_min=ctx.policy.i_min, theta_gbps=ctx.policy.theta(ctx.b_cpu_gbps),
+                      sigma=ctx.policy.sigma, cache_line=t.cache_line)
+
+
+def c1_bound_s(n_total: int, invocations: int, p: RuleParams) -> float:
+    """C1's lower bound on PIM time: N_total * I_min / (N_core * f_pim), per forward."""
+    return n_total * max(invocations, 1) * p.i_min / (p.n_core * p.f_pim_ghz * 1e9)
+
+
+def rule(t_cpu_s: float, n_total: int, invocations: int, n_iter: int,
+         bw_read_gbps: float | None, store_bound: float | None, p: RuleParams
+         ) -> tuple[bool, str, str, dict[str, Any]]:
+    """The paper's two-stage rule; returns (offload, deciding condition, reason, numbers)."""
+    bound = c1_bound_s(n_total, invocations, p)
+    q = {"t_cpu_s": t_cpu_s, "c1_threshold_s": p.t_ctx_s + bound, "n_iter": n_iter,
+         "n_core": p.n_core, "bw_read_gbps": bw_read_gbps, "theta_gbps": p.theta_gbps,
+         "store_bound": store_bound, "sigma": p.sigma}
+    if t_cpu_s < p.t_ctx_s + bound:
+        return False, "C1", (f"T_cpu {t_cpu_s * 1e6:.3g} us < T_ctx + lower bound "
+                             f"{(p.t_ctx_s + bound) * 1e6:.3g} us"), q
+    if n_iter < p.n_core:
+        return False, "C2", f"N_iter {n_iter} < N_core {p.n_core}", q
+    if bw_read_gbps is None and store_bound is None:
+        return False, "no-counters", "no counters to judge memory boundedness", q
+    if bw_read_gbps is not None and bw_read_gbps > p.theta_gbps:
+        return True, "C3", f"BW_read {bw_read_gbps:.3g} GB/s > theta {p.theta_gbps:.3g}", q
+    if store_bound is not None and store_bound > p.sigma:
+        return True, "C4", f"StoreBound {store_bound:.2f} > sigma {p.sigma}", q
+    bw = "n/a" if bw_read_gbps is None else f"{bw_read_gbps:.3g} GB/s"
+    sb = "n/a" if store_bound is None else f"{store_bound:.2f}"
+    return False, "C3/C4", (f"BW_read {bw} <= theta {p.theta_gbps:.3g} and StoreBound "
+                            f"{sb} <= sigma {p.sigma}"), q
+
+
+def place(ctx: PolicyContext) -> Placement:
+    p = rule_params(ctx)
+    side = {True: ctx.target.device, False: ctx.target.host}
+    decisions = []
+    for n in ctx.nests:
+        offload, by, why, q = rule(n.t_cpu_s, n.n_total, n.invocations, n.n_iter,
+                                   n.bw_read_gbps, n.store_bound, p)
+        decisions.append(Decision(n.id, side[offload], by, why, q))
+    return Placement(p.__dict__, decisions)

@@ -1,0 +1,52 @@
+"""The shape every stage module has (docs/design.md, "Stages").
+
+A stage module ``pimbuild.<stage>`` defines
+
+- ``NAME``: the stage's name, also the store folder of its artifacts;
+- ``READS``: the stages whose artifacts it reads;
+- ``WRITES``: the files it writes into its artifact folder;
+- ``Params``: a frozen dataclass, everything it may know of the configuration;
+- ``params(cfg) -> Params``: the only function that sees the composed config;
+- ``run(inputs: Inputs, params: Params, out: Path) -> None``: writes ``WRITES`` into ``out``.
+
+An artifact's key hashes the stage name, ``dataclasses.asdict(params)``, the keys of the
+artifacts it reads and the code version (``pimbuild.artifacts.artifact_key``), so a stage
+cannot depend on a value its key does not cover. Stage modules import their heavy
+dependencies lazily: planning a build imports none of them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pimbuild.artifacts import Store
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """What ``run`` gets besides its params: the artifact folders it reads, by stage, and
+    where it may keep a run cache or save a failing input."""
+
+    dirs: dict[str, Path]
+    keys: dict[str, str]
+    store: Store
+    failure_dir: Path  # <run dir>/failure/<stage>: a failing input IR is saved here
+
+    def __getitem__(self, stage: str) -> Path:
+        return self.dirs[stage]
+
+
+def spec_errors(module: ModuleType) -> list[str]:
+    """What a stage module lacks of the protocol (empty when it is complete)."""
+    missing = [name for name in ("NAME", "READS", "WRITES", "Params", "params", "run")
+               if not hasattr(module, name)]
+    params = getattr(module, "Params", None)
+    if params is not None and not getattr(params, "__dataclass_params__", None):
+        missing.append("Params is not a dataclass")
+    elif params is not None and not params.__dataclass_params__.frozen:
+        missing.append("Params is not frozen")
+    return missing

@@ -1,0 +1,125 @@
+"""The PIM target: host CPU + general-purpose in-order PIM cores (Torch-PIM).
+
+PIM time of a nest (paper Table 2; PIMProf's PIM side): its parallel iterations are spread
+over ``min(N_core, N_iter)`` cores; one parallel iteration costs its op mix in cycles (single
+issue: one cycle per load, store, arithmetic op and loop step, ``c_math`` per transcendental
+call done in software) at ``f_pim``; the bytes it touches move at ``B_bank`` per core (an
+in-order core waits for each line: by default ``B_bank = L / DRAM latency``); compute and
+memory do not overlap; each invocation pays a launch cost and a per-core synchronization /
+aggregation cost, which is what makes small regions slower as cores are added. The result is
+never below C1's bound and grows with work. Host<->PIM copies move at the host memory
+system's bandwidth ``B_mem``; each transition costs ``T_sw``. Parameters and their sources:
+``conf/pim/default.yaml``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from pimbuild.targets import Boundary
+
+if TYPE_CHECKING:
+    from omegaconf import DictConfig
+
+    from pimbuild.nests import Nest
+    from pimbuild.policies import PolicyParams
+
+
+@dataclass(frozen=True)
+class PimTarget:
+    n_core: int
+    f_pim_ghz: float
+    dram_latency_ns: float
+    cache_line: int
+    bank_bw_gbps: float | None  # per core; None: cache_line / dram_latency
+    launch_us: float
+    sync_ns_per_core: float
+    c_load: float
+    c_store: float
+    c_arith: float
+    c_math: float
+    c_loop: float
+    t_sw_us: float
+    b_mem_gbps: float  # host memory system, for host<->PIM copies (B_rd = B_wb)
+    t_ctx_us: float  # T_ctx of the rule's C1
+
+    host: ClassVar[str] = "host"
+    device: ClassVar[str] = "pim"
+    units_name: ClassVar[str] = "cores"
+    baselines: ClassVar[tuple[str, ...]] = ("cpu", "operator", "oracle")
+
+    @classmethod
+    def from_config(cls, cfg: DictConfig) -> PimTarget:
+        pim = cfg.pim
+        return cls(n_core=pim.cores, f_pim_ghz=pim.freq_ghz,
+                   dram_latency_ns=pim.dram_latency_ns, cache_line=cfg.platform.cache_line,
+                   bank_bw_gbps=pim.bank_bw_gbps, launch_us=pim.launch_us,
+                   sync_ns_per_core=pim.sync_ns_per_core, c_load=pim.c_load,
+                   c_store=pim.c_store, c_arith=pim.c_arith, c_math=pim.c_math,
+                   c_loop=pim.c_loop, t_sw_us=pim.t_sw_us, b_mem_gbps=cfg.platform.b_mem_gbps,
+                   t_ctx_us=pim.t_ctx_us)
+
+    @property
+    def boundary(self) -> Boundary:
+        return Boundary(begin="pim_offload_begin", end="pim_offload_end",
+                        outline_prefix="pim_nest_", device=self.device)
+
+    @property
+    def units(self) -> int:
+        return self.n_core
+
+    def with_units(self, units: int) -> PimTarget:
+        return dataclasses.replace(self, n_core=units)
+
+    @property
+    def b_bank_gbps(self) -> float:
+        return self.bank_bw_gbps or self.cache_line / self.dram_latency_ns
+
+    def unit_time(self, nest: Nest) -> float:
+        """T_pim: seconds the nest takes on ``n_core`` PIM cores, per forward."""
+        cores = max(1, min(self.n_core, nest.n_iter))
+        per_core_iters = math.ceil(nest.n_iter / cores)
+        inner = nest.n_total / max(nest.n_iter, 1)  # innermost iterations per parallel one
+        mix = nest.op_mix
+        cycles = (mix["loads"] * self.c_load + mix["stores"] * self.c_store
+                  + mix["arith"] * self.c_arith + mix["math"] * self.c_math
+                  + inner * self.c_loop)
+        compute = per_core_iters * cycles / (self.f_pim_ghz * 1e9)
+        memory = nest.moved_bytes / cores / (self.b_bank_gbps * 1e9)
+        overhead = self.launch_us * 1e-6 + cores * self.sync_ns_per_core * 1e-9
+        return max(nest.invocations, 1) * (overhead + compute + memory)
+
+    def copy_time(self, fetch_bytes: int, flush_bytes: int) -> float:
+        return (fetch_bytes + flush_bytes) / (self.b_mem_gbps * 1e9)
+
+    def switch_time(self, n_region: int) -> float:
+        return n_region * self.t_sw_us * 1e-6
+
+    def c1_bound_s(self, nest: Nest, i_min: float) -> float:
+        """C1's lower bound on PIM time: N_total * I_min / (N_core * f_pim), per forward."""
+        return (nest.n_total * max(nest.invocations, 1) * i_min
+                / (self.n_core * self.f_pim_ghz * 1e9))
+
+    def describe(self) -> dict[str, Any]:
+        """The timing model's parameters, as the report lists them (T_ctx is C1's and is in
+        each decision's numbers)."""
+        model = dataclasses.asdict(self)
+        del model["t_ctx_us"]
+        return model
+
+    def report_columns(self, nest: Nest, policy: PolicyParams) -> dict[str, Any]:
+        return {"t_pim_s": self.unit_time(nest), "c1_bound_s": self.c1_bound_s(nest,
+                                                                             policy.i_min)}
+
+    def render(self, report: dict[str, Any], out_dir: Path) -> None:
+        from pimbuild import report as render
+
+        (out_dir / "report.md").write_text(render.markdown(report))
+        render.plots(report, out_dir)
+
+
+TARGET = PimTarget
