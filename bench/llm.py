@@ -58,22 +58,22 @@ def profile_info(cwd: Path, model: str) -> dict:
 def forward_ratio(model: str, rounds: int = 12) -> dict:
     """Lowered forward (scf.mlir compiled with the default code generation, no markers) and
     PyTorch eager on one thread, timed alternately in this process: medians and their ratio."""
-    from hydra import compose, initialize_config_dir
+    from hydra import compose, initialize_config_module
 
-    from pimbuild import jit, lower
-    from pimbuild.cli import CONF_DIR
-    from tasks.stages import lower_params
+    from pimbuild import frontend, instrument, jit, lower
+    from pimbuild.cli import CONFIG_MODULE
 
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        p = lower_params(compose("config", overrides=[f"model={model}"]))
+    with initialize_config_module(config_module=CONFIG_MODULE, version_base="1.3"):
+        cfg = compose("config", overrides=[f"model={model}"])
+    p, block = lower.params(cfg), instrument.register_block(cfg)
     torch.set_num_threads(1)
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp)
-        lower.run(p, out, out / "failure")
+        lower.lower(p, out, out / "failure")
         signature = json.loads((out / "signature.json").read_text())
-        engine = jit.compile_scf(out / "scf.mlir", out / "failure", p.register_block)
-    args, _ = lower.materialize(p, signature)
-    recipe = lower.build_recipe(p)
+        engine = jit.compile_scf(out / "scf.mlir", out / "failure", block)
+    args, _ = frontend.materialize(p.model, signature)
+    recipe = frontend.build_recipe(p.model)
     lowered, eager = [], []
     with torch.no_grad():
         for _ in range(rounds):
@@ -85,7 +85,7 @@ def forward_ratio(model: str, rounds: int = 12) -> dict:
             eager.append(time.perf_counter() - t)
     lo, ea = float(np.median(lowered[2:])), float(np.median(eager[2:]))
     return {"model": model, "lowered_ms": lo * 1e3, "eager_ms": ea * 1e3, "ratio": lo / ea,
-            "register_block": p.register_block}
+            "register_block": block}
 
 
 def main() -> None:

@@ -15,11 +15,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from hydra import compose, initialize_config_dir
+from hydra import compose, initialize_config_module
 from rich.table import Table
 
 from pimbuild.build import build
-from pimbuild.cli import CONF_DIR
+from pimbuild.cli import CONFIG_MODULE
 from pimbuild.config import register_configs
 from pimbuild.console import console
 
@@ -29,7 +29,7 @@ DEFAULT_MODELS = ["gemv", "attention", "mlp", "layernorm", "softmax", "matmul",
 
 def bench(model: str, extra: tuple[str, ...] = ()) -> dict:
     with tempfile.TemporaryDirectory() as tmp, \
-            initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+            initialize_config_module(config_module=CONFIG_MODULE, version_base="1.3"):
         cfg = compose("config", overrides=[f"model={model}", f"store={tmp}/store",
                                            "show_candidates=false", *extra])
         console.quiet = True

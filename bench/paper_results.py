@@ -13,11 +13,11 @@ import json
 from collections import Counter
 from pathlib import Path
 
-from hydra import compose, initialize_config_dir
+from hydra import compose, initialize_config_module
 from rich.table import Table
 
 from pimbuild.build import build
-from pimbuild.cli import CONF_DIR
+from pimbuild.cli import CONFIG_MODULE
 from pimbuild.config import register_configs
 from pimbuild.console import console
 
@@ -26,7 +26,7 @@ MODELS = ["ew_add", "copying", "scale", "zeroing", "relu", "silu", "gelu", "tanh
 
 
 def run(model: str, store: Path, run_dir: Path) -> dict:
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+    with initialize_config_module(config_module=CONFIG_MODULE, version_base="1.3"):
         cfg = compose("config", overrides=[f"model={model}", f"store={store}",
                                            "show_candidates=false"])
         console.quiet = True

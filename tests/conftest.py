@@ -9,11 +9,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
+from hydra import compose, initialize_config_module
 from omegaconf import DictConfig
 
 from pimbuild.build import BuildResult, build
-from pimbuild.cli import CONF_DIR
+from pimbuild.cli import CONFIG_MODULE
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -24,7 +24,7 @@ TEST_DEFAULTS = ["show_candidates=false", "platform.calibration_mib=16",
 
 
 def make_cfg(store: Path, overrides: list[str]) -> DictConfig:
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+    with initialize_config_module(config_module=CONFIG_MODULE, version_base="1.3"):
         return compose(config_name="config",
                        overrides=[f"store={store}", *TEST_DEFAULTS, *overrides])
 

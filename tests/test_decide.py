@@ -1,15 +1,20 @@
-"""The decision rule: which condition decides, with the numbers (DESIGN §4)."""
+"""The decision rule: which condition decides, with the numbers (docs/design.md)."""
 
 from __future__ import annotations
 
 import dataclasses
 
-from pimbuild import decide
-from tests.test_pim_model import RULE, nest
+from pimbuild import policies
+from pimbuild.policies import Decision
+from tests.test_pim_model import POLICY, RULE, context, nest
 
 
-def _one(n) -> decide.Decision:
-    (d,) = decide.torchpim([n], RULE)
+def _place(name: str, nests, policy=POLICY) -> list[Decision]:
+    return policies.place(name, context(nests, policy)).decisions
+
+
+def _one(n) -> Decision:
+    (d,) = _place("torchpim", [n])
     return d
 
 
@@ -48,17 +53,23 @@ def test_operator_policy_gives_every_nest_of_an_operator_one_decision() -> None:
     nests = [nest(0, node="softmax", bw=9.0, t_cpu_s=1e-3),
              nest(1, node="softmax", bw=0.0, t_cpu_s=1e-4),
              nest(2, node="relu", bw=0.0, t_cpu_s=1e-3)]
-    per_nest = {d.id: d.target for d in decide.torchpim(nests, RULE)}
-    per_op = {d.id: d.target for d in decide.operator_level(nests, RULE)}
+    per_nest = {d.id: d.target for d in _place("torchpim", nests)}
+    per_op = {d.id: d.target for d in _place("operator", nests)}
     assert per_nest == {0: "pim", 1: "host", 2: "host"}
     assert per_op == {0: "pim", 1: "pim", 2: "host"}
 
 
 def test_absolute_theta_overrides_ratio() -> None:
-    strict = dataclasses.replace(RULE, theta_gbps=100.0)
-    (d,) = decide.torchpim([nest(bw=50.0)], strict)
+    strict = dataclasses.replace(POLICY, theta_gbps=100.0)
+    (d,) = _place("torchpim", [nest(bw=50.0)], strict)
     assert d.target == "host" and d.quantities["theta_gbps"] == 100.0
 
 
 def test_cpu_policy_offloads_nothing() -> None:
-    assert {d.target for d in decide.cpu_only([nest(0), nest(1)])} == {"host"}
+    assert {d.target for d in _place("cpu", [nest(0), nest(1)])} == {"host"}
+
+
+def test_theta_zero_is_an_absolute_theta() -> None:
+    zero = dataclasses.replace(POLICY, theta_gbps=0.0)
+    assert zero.theta(16.0) == 0.0
+    assert dataclasses.replace(POLICY, theta_gbps=None).theta(16.0) == 0.12 * 16.0

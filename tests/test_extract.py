@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from pimbuild import extract
+from pimbuild import loops
 from tests.conftest import candidates
 
 
@@ -88,7 +88,7 @@ def test_enclosing_trip_count_and_steps(tmp_path: Path) -> None:
     path = tmp_path / "scf.mlir"
     path.write_text(SCF_IN_LOOP)
     sig = {"function": "forward", "args": [{"name": "x", "source": "x"}], "outputs": [{}]}
-    result = extract.extract(path, sig)
+    result = loops.extract(path, sig)
     (nest,) = result["candidates"]
     assert nest["enclosing_trips"] == 3
     assert nest["parallel_dims"] == [4, 4]  # 0..8 step 2
@@ -104,7 +104,7 @@ def test_non_constant_bound_is_rejected(tmp_path: Path) -> None:
         "%c2 = arith.constant 2 : index", "%c2 = arith.constant 2 : index\n"
         "  %n = memref.dim %arg0, %c0 : memref<4x8xf32>"))
     with pytest.raises(ValueError, match="not a constant"):
-        extract.extract(path, {"function": "forward", "args": [{"source": "x"}]})
+        loops.extract(path, {"function": "forward", "args": [{"source": "x"}]})
 
 
 def test_candidates_json_is_what_extract_returns(run_build) -> None:

@@ -1,4 +1,4 @@
-"""Invariants of the analytic PIM model and the copy models (DESIGN §5, §6)."""
+"""Invariants of the PIM target's timing model and the copy models (docs/design.md)."""
 
 from __future__ import annotations
 
@@ -8,14 +8,25 @@ from pathlib import Path
 
 import pytest
 
-from pimbuild import decide, pim_model
+from pimbuild import copymodels, hybrid, policies, targets
+from pimbuild.copymodels import upper_bound
 from pimbuild.nests import Nest
-from tasks.stages import model_params
+from pimbuild.policies import PolicyContext, PolicyParams
+from pimbuild.policies.torchpim import c1_bound_s, rule_params
 from tests.conftest import make_cfg
 
-MODEL = model_params(make_cfg(Path("unused-store"), []))  # conf/pim/default.yaml
-RULE = decide.RuleParams(n_core=128, f_pim_ghz=1.0, t_ctx_s=2e-6, i_min=1.0, theta_gbps=2.0,
-                         sigma=0.4)
+MODEL = targets.from_config(make_cfg(Path("unused-store"), []))  # conf/pim/default.yaml
+POLICY = PolicyParams(name="torchpim", theta_ratio=0.12, theta_gbps=2.0, sigma=0.4, i_min=1.0)
+
+
+def context(nests: list[Nest], policy: PolicyParams = POLICY, target=MODEL,
+            copy_model: str = "upper_bound", forward_s: float | None = None) -> PolicyContext:
+    forward = sum(n.t_cpu_s for n in nests) if forward_s is None else forward_s
+    return PolicyContext(nests=nests, forward_s=forward, outputs={"out"}, b_cpu_gbps=16.0,
+                         policy=policy, target=target, copy_model=copy_model)
+
+
+RULE = rule_params(context([]))
 
 
 def nest(ident: int = 0, n_iter: int = 4096, inner: int = 1, mix=(2, 1, 1, 0),
@@ -41,26 +52,26 @@ def test_never_below_c1_lower_bound(args: dict, cores: int) -> None:
     n = nest(**args)
     m = dataclasses.replace(MODEL, n_core=cores)
     r = dataclasses.replace(RULE, n_core=cores)
-    assert pim_model.t_pim(n, m) >= decide.c1_bound_s(n.n_total, n.invocations, r)
+    assert m.unit_time(n) >= c1_bound_s(n.n_total, n.invocations, r)
 
 
 @pytest.mark.parametrize("cores", [8, 128])
 @pytest.mark.parametrize("args", SHAPE_ARGS)
 def test_monotone_in_work(args: dict, cores: int) -> None:
     m = dataclasses.replace(MODEL, n_core=cores)
-    base = pim_model.t_pim(nest(**args), m)
+    base = m.unit_time(nest(**args))
     inner = args.get("inner", 1)
     more_parallel = nest(**{**args, "n_iter": 2 * args["n_iter"]})
     more_inner = nest(**{**args, "inner": 2 * inner})
-    assert pim_model.t_pim(more_parallel, m) > base
-    assert pim_model.t_pim(more_inner, m) > base
+    assert m.unit_time(more_parallel) > base
+    assert m.unit_time(more_inner) > base
 
 
 def test_small_regions_slow_down_with_cores_large_ones_speed_up() -> None:
     small, large = nest(n_iter=4096), nest(n_iter=1 << 22)
     at = {c: dataclasses.replace(MODEL, n_core=c) for c in (64, 128)}
-    assert pim_model.t_pim(small, at[128]) > pim_model.t_pim(small, at[64])
-    assert pim_model.t_pim(large, at[128]) < pim_model.t_pim(large, at[64])
+    assert at[128].unit_time(small) > at[64].unit_time(small)
+    assert at[128].unit_time(large) < at[64].unit_time(large)
 
 
 def chain() -> list[Nest]:
@@ -76,29 +87,29 @@ def test_resident_never_moves_more_than_upper_bound() -> None:
     nests = chain()
     for k in range(len(nests) + 1):
         for pim in itertools.combinations(range(len(nests)), k):
-            ub = sum(pim_model.copy_upper_bound(nests, set(pim)))
-            res = sum(pim_model.copy_resident(nests, set(pim), {"out"}))
+            ub = sum(upper_bound(nests, set(pim), {"out"}))
+            res = sum(copymodels.resident(nests, set(pim), {"out"}))
             assert res <= ub, pim
 
 
 def test_upper_bound_counts_each_buffer_once_per_direction_and_segment() -> None:
     nests = chain()
-    fetch, flush = pim_model.copy_upper_bound(nests, {0, 1, 2})  # one segment
+    fetch, flush = upper_bound(nests, {0, 1, 2}, set())  # one segment
     assert fetch == 4096  # x only: a is produced inside the segment
     assert flush == 2 * 4096  # a and t
-    fetch, flush = pim_model.copy_upper_bound(nests, {0, 2})  # two segments
+    fetch, flush = upper_bound(nests, {0, 2}, set())  # two segments
     assert fetch == 4096 + 2 * 4096
-    assert pim_model.segments(nests, {0, 2}) == [[nests[0]], [nests[2]]]
+    assert copymodels.segments(nests, {0, 2}) == [[nests[0]], [nests[2]]]
 
 
 def test_nothing_offloaded_has_speedup_one() -> None:
-    b = pim_model.hybrid(chain(), set(), 6e-3, MODEL, "upper_bound", {"out"})
+    b = hybrid.hybrid(chain(), set(), 6e-3, MODEL, "upper_bound", {"out"})
     assert b.speedup == 1.0
-    assert b.n_region == 0 and b.t_copy_s == 0 and b.t_pim_s == 0
+    assert b.n_region == 0 and b.t_copy_s == 0 and b.t_device_s == 0
 
 
 def test_transitions_are_two_per_segment() -> None:
-    b = pim_model.hybrid(chain(), {0, 1, 3}, 6e-3, MODEL, "upper_bound", {"out"})
+    b = hybrid.hybrid(chain(), {0, 1, 3}, 6e-3, MODEL, "upper_bound", {"out"})
     assert b.n_region == 4
     assert b.t_switch_s == pytest.approx(4 * MODEL.t_sw_us * 1e-6)
 
@@ -110,9 +121,9 @@ def test_oracle_beats_every_policy(copy_model: str) -> None:
                                  [9.0, 0.1, 3.0, 8.0, 0.5], strict=True)]
     forward = sum(n.t_cpu_s for n in nests)
     cost = {}
-    for policy in decide.POLICIES:
-        pim = {d.id for d in decide.place(policy, nests, RULE, forward, MODEL, copy_model,
-                                          {"out"}) if d.target == "pim"}
-        cost[policy] = pim_model.hybrid(nests, pim, forward, MODEL, copy_model,
-                                        {"out"}).t_hybrid_s
+    ctx = context(nests, copy_model=copy_model, forward_s=forward)
+    for policy in policies.POLICIES.names():
+        pim = policies.place(policy, ctx).offloaded(ctx)
+        cost[policy] = hybrid.hybrid(nests, pim, forward, MODEL, copy_model,
+                                     {"out"}).t_hybrid_s
     assert all(cost["oracle"] <= c + 1e-15 for c in cost.values())

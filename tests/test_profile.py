@@ -9,11 +9,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pimbuild import jit, lower
+from pimbuild import frontend, jit, lower
 from pimbuild.errors import StageError
-from pimbuild.instrument import FORWARD_REGION
+from pimbuild.instrument import ENTER, EXIT, FORWARD_REGION
 from pimbuild.runtime import LIBRARY, Markers
-from tasks.stages import lower_params
 from tests.conftest import artifact_dir, candidates, make_cfg
 
 
@@ -51,8 +50,10 @@ def test_instrumented_program_matches_eager(run_build, tmp_path: Path, model: st
     signature = json.loads((lo / "signature.json").read_text())
     runtime_lib = artifact_dir(result, "runtime") / LIBRARY
     markers = Markers(runtime_lib)
-    engine = jit.load_llvm(artifact_dir(result, "instrument") / "llvm.mlir", markers.symbols)
-    args, expected = lower.materialize(lower_params(make_cfg(tmp_path, overrides)), signature)
+    engine = jit.load_llvm(artifact_dir(result, "instrument") / "llvm.mlir",
+                           markers.symbols([ENTER, EXIT]))
+    args, expected = frontend.materialize(lower.model_params(make_cfg(tmp_path, overrides)),
+                                          signature)
     markers.reset()
     (got,) = jit.invoke(engine, signature["function"], args, signature["outputs"])
     scale = float(np.abs(expected[0]).max())

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from omegaconf import DictConfig
 
-from pimbuild import extract, jit, lower, reinsert
+from pimbuild import frontend, jit, loops, lower, reinsert
 from pimbuild.runtime import LIBRARY
-from tasks.stages import lower_params
 from tests.conftest import make_cfg
 
 # Nests per recipe at the default sizes (conf/model/*.yaml). Under fusion=none the paper gives:
@@ -39,26 +39,26 @@ GOLDEN_NESTS = {
 PAPER_NESTS = {"softmax": 8, "relu": 1, "ew_add": 1, "mlp": 7, "attention": 14}
 
 
-def _lower(tmp_path: Path, model: str, fusion: str) -> tuple[lower.LowerParams, Path]:
-    params = lower_params(make_cfg(tmp_path / "store", [f"model={model}",
-                                                        f"lowering.fusion={fusion}"]))
+def _lower(tmp_path: Path, overrides: list[str]) -> tuple[DictConfig, lower.Params, Path]:
+    cfg = make_cfg(tmp_path / "store", overrides)
+    params = lower.params(cfg)
     out = tmp_path / "lower"
     out.mkdir()
-    lower.run(params, out, tmp_path / "failure")
-    return params, out
+    lower.lower(params, out, tmp_path / "failure")
+    return cfg, params, out
 
 
 @pytest.mark.parametrize("fusion", ["none", "controlled"])
 @pytest.mark.parametrize("model", sorted(GOLDEN_NESTS))
 def test_recipe_nests_and_matches_eager(tmp_path: Path, runtime_dir: Path, model: str,
                                         fusion: str) -> None:
-    params, out = _lower(tmp_path, model, fusion)
+    cfg, params, out = _lower(tmp_path, [f"model={model}", f"lowering.fusion={fusion}"])
     signature = json.loads((out / "signature.json").read_text())
-    found = extract.extract(out / "scf.mlir", signature)["candidates"]
+    found = loops.extract(out / "scf.mlir", signature)["candidates"]
     assert len(found) == GOLDEN_NESTS[model][0 if fusion == "none" else 1]
 
-    engine = jit.compile_scf(out / "scf.mlir", tmp_path / "failure", params.register_block)
-    args, expected = lower.materialize(params, signature)
+    engine = jit.compile_scf(out / "scf.mlir", tmp_path / "failure", cfg.lowering.register_block)
+    args, expected = frontend.materialize(params.model, signature)
     results = jit.invoke(engine, signature["function"], args, signature["outputs"])
     assert len(results) == len(expected)
     for got, want in zip(results, expected, strict=True):
@@ -67,13 +67,12 @@ def test_recipe_nests_and_matches_eager(tmp_path: Path, runtime_dir: Path, model
         assert float(np.abs(got - want).max()) / scale <= 1e-5
 
     # The hybrid program, with the even nests outlined for PIM, still matches eager
-    # (reinsert.run raises if it differs or miscounts its transitions).
+    # (reinsert.build raises if it differs or miscounts its transitions).
     pim = [c["id"] for c in found if c["id"] % 2 == 0]
-    (tmp_path / "decisions.json").write_text(json.dumps({"offloaded": pim}))
     hybrid = tmp_path / "reinsert"
     hybrid.mkdir()
-    reinsert.run(out / "scf.mlir", out / "signature.json", tmp_path / "decisions.json",
-                 runtime_dir / LIBRARY, params, hybrid, tmp_path / "failure")
+    reinsert.build(out, set(pim), runtime_dir / LIBRARY, reinsert.params(cfg), hybrid,
+                   tmp_path / "failure")
     report = json.loads((hybrid / "reinsert.json").read_text())
     assert report["check"]["transitions"] == report["n_region"] == 2 * len(report["segments"])
     assert report["outlined"] == pim
@@ -85,32 +84,25 @@ def test_paper_nest_counts_are_in_the_golden_table() -> None:
 
 
 def test_weights_as_constants_match_eager(tmp_path: Path) -> None:
-    params = lower_params(make_cfg(tmp_path / "store", [
-        "model=mlp", "model.size.hidden=16", "model.size.ffn=32", "lowering.weights=constants"]))
-    out = tmp_path / "lower"
-    out.mkdir()
-    lower.run(params, out, tmp_path / "failure")
+    cfg, params, out = _lower(tmp_path, ["model=mlp", "model.size.hidden=16",
+                                         "model.size.ffn=32", "lowering.weights=constants"])
     signature = json.loads((out / "signature.json").read_text())
     assert [a["kind"] for a in signature["args"]] == ["input"]
-    engine = jit.compile_scf(out / "scf.mlir", tmp_path / "failure", params.register_block)
-    args, expected = lower.materialize(params, signature)
+    engine = jit.compile_scf(out / "scf.mlir", tmp_path / "failure", cfg.lowering.register_block)
+    args, expected = frontend.materialize(params.model, signature)
     (got,) = jit.invoke(engine, signature["function"], args, signature["outputs"])
     assert np.allclose(got, expected[0], rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize(("model", "nests"), [("softmax", 6), ("layernorm", 8)])
 def test_full_fusion_matches_eager(tmp_path: Path, model: str, nests: int) -> None:
-    params = lower_params(make_cfg(tmp_path / "store", [f"model={model}",
-                                                        "lowering.fusion=full"]))
-    out = tmp_path / "lower"
-    out.mkdir()
-    lower.run(params, out, tmp_path / "failure")
+    cfg, params, out = _lower(tmp_path, [f"model={model}", "lowering.fusion=full"])
     signature = json.loads((out / "signature.json").read_text())
-    found = extract.extract(out / "scf.mlir", signature)["candidates"]
+    found = loops.extract(out / "scf.mlir", signature)["candidates"]
     # softmax: exp has two users, so MLIR's fusion leaves it alone as controlled fusion does;
     # layernorm: elementwise producers fuse into its reductions.
     assert len(found) == nests <= GOLDEN_NESTS[model][1]
-    engine = jit.compile_scf(out / "scf.mlir", tmp_path / "failure", params.register_block)
-    args, expected = lower.materialize(params, signature)
+    engine = jit.compile_scf(out / "scf.mlir", tmp_path / "failure", cfg.lowering.register_block)
+    args, expected = frontend.materialize(params.model, signature)
     (got,) = jit.invoke(engine, signature["function"], args, signature["outputs"])
     assert np.allclose(got, expected[0], rtol=1e-5, atol=1e-6)
