@@ -98,3 +98,31 @@ def test_cli_bad_type_fails_at_composition(tmp_path: Path) -> None:
     proc = run_cli(["pim.cores=abc"], cwd=tmp_path)
     assert proc.returncode != 0
     assert "pim.cores" in proc.stderr
+
+
+@pytest.mark.parametrize(("override", "choices"), [
+    ("lowering.fusion=some", "controlled, full, none"),
+    ("policy.name=greedy9", "cpu, operator, oracle, torchpim"),
+    ("profile.backend=perf9", "papi, timer, valgrind"),
+    ("sim.copy_model=lazy9", "resident, upper_bound"),
+    ("system.name=fpga9", "pim"),
+    ("lowering.weights=heap", "args, constants"),
+])
+def test_unknown_plugin_name_lists_the_choices(run_build, store: Path, override: str,
+                                               choices: str) -> None:
+    with pytest.raises(ConfigError, match=choices):
+        run_build(["model=relu", override])
+    assert store_entries(store) == []
+
+
+def test_bad_plugin_import_path(run_build, store: Path) -> None:
+    with pytest.raises(ConfigError, match="policy.name 'nowhere.at_all:place' cannot be "
+                                          "loaded"):
+        run_build(["model=relu", "policy.name=nowhere.at_all:place"])
+    assert store_entries(store) == []
+
+
+def test_missing_recipe_module(run_build, store: Path) -> None:
+    with pytest.raises(ConfigError, match="model.recipe 'nowhere9.net:build' cannot be found"):
+        run_build(["model=relu", "model.recipe=nowhere9.net:build"])
+    assert store_entries(store) == []

@@ -1,0 +1,76 @@
+"""Every stage module has the same shape, and its key covers all the config it reads."""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import inspect
+from pathlib import Path
+
+import pytest
+
+from pimbuild.stage import spec_errors
+from pimbuild.tasks import STAGES, stage_module
+from pimbuild.tasks.graph import key
+from tests.conftest import make_cfg
+
+# Names through which code can reach the composed config.
+CONFIG_NAMES = {"cfg", "DictConfig", "OmegaConf", "HydraConfig", "compose", "GlobalHydra"}
+
+
+@pytest.mark.parametrize("stage", STAGES)
+def test_stage_module_has_the_protocol(stage: str) -> None:
+    module = stage_module(stage)
+    assert spec_errors(module) == []
+    assert module.NAME == stage
+    assert all(r in STAGES and STAGES.index(r) < STAGES.index(stage) for r in module.READS)
+    assert list(inspect.signature(module.run).parameters) == ["inputs", "p", "out"]
+
+
+def _functions_outside_params(tree: ast.Module) -> list[ast.FunctionDef]:
+    """Every function of the module that does not receive the config as ``cfg``."""
+    return [node for node in ast.walk(tree) if isinstance(node, ast.FunctionDef)
+            and "cfg" not in [a.arg for a in node.args.args]]
+
+
+@pytest.mark.parametrize("stage", STAGES)
+def test_stage_reads_config_only_through_params(stage: str) -> None:
+    """Only the functions that receive ``cfg`` (``params`` and its helpers) see the config;
+    ``run`` and everything else in the module work from the frozen Params alone."""
+    tree = ast.parse(Path(stage_module(stage).__file__).read_text())
+    for func in _functions_outside_params(tree):
+        names = {n.id for n in ast.walk(func) if isinstance(n, ast.Name)}
+        names |= {n.attr for n in ast.walk(func) if isinstance(n, ast.Attribute)}
+        assert not names & CONFIG_NAMES, f"{stage}.{func.name} reads {names & CONFIG_NAMES}"
+    module_level = [n for n in tree.body if not isinstance(n, (ast.FunctionDef,
+                                                               ast.ClassDef))]
+    for node in module_level:
+        used = {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+        assert not used & {"HydraConfig", "compose", "GlobalHydra"}, stage
+
+
+@pytest.mark.parametrize("stage", STAGES)
+def test_stage_mentions_no_target_by_name(stage: str) -> None:
+    """Stage modules know the host and the device only through the target interface."""
+    tree = ast.parse(Path(stage_module(stage).__file__).read_text())
+    literals = {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant)
+                and isinstance(n.value, str)}
+    assert not literals & {"pim", "host", "PIM"}
+    imports = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+    assert "pimbuild.targets.pim" not in imports
+
+
+def test_key_is_exactly_the_params(tmp_path: Path) -> None:
+    """Changing a value changes the key of exactly the stages whose Params hold it."""
+    base = make_cfg(tmp_path, ["model=relu"])
+    cores = make_cfg(tmp_path, ["model=relu", "pim.cores=32"])
+    reps = make_cfg(tmp_path, ["model=relu", "profile.repetitions=4"])
+    for stage in STAGES:
+        module = stage_module(stage)
+        a, b, c = (module.params(cfg) for cfg in (base, cores, reps))
+        assert (key(stage, a, {}) != key(stage, b, {})) == (a != b)
+        assert (key(stage, a, {}) != key(stage, c, {})) == (a != c)
+        assert dataclasses.asdict(a) == dataclasses.asdict(module.params(base))
+    changed = {s for s in STAGES if stage_module(s).params(base)
+               != stage_module(s).params(cores)}
+    assert changed == {"decide", "simulate"}  # reinsert follows through decide's key
