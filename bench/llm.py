@@ -34,7 +34,11 @@ THETAS = "0.015,0.03,0.06,0.12,0.24,0.48,0.96,1.92"
 
 
 def cli(args: list[str], cwd: Path) -> tuple[float, int]:
-    """Wall seconds and peak RSS (MB, this child and its descendants) of one command."""
+    """Wall seconds and peak RSS (MB, this child and its descendants) of one command. A
+    single run gets its own numbered run directory (Hydra's default is per second)."""
+    if "-m" not in args:
+        runs = cwd / "runs"
+        args = [*args, f"hydra.run.dir={runs / str(len(list(runs.glob('*'))))}"]
     start = time.perf_counter()
     with open(os.devnull, "w") as null:
         pid = subprocess.Popen([PIMBUILD, *args, "show_candidates=false"], cwd=cwd,
@@ -46,7 +50,8 @@ def cli(args: list[str], cwd: Path) -> tuple[float, int]:
 
 
 def last_run(cwd: Path, model: str) -> Path:
-    return max((cwd / "outputs" / "runs" / model).iterdir(), key=lambda p: p.stat().st_mtime)
+    """The latest single run's directory (see ``cli``)."""
+    return max((cwd / "runs").iterdir(), key=lambda p: int(p.name))
 
 
 def profile_info(cwd: Path, model: str) -> dict:

@@ -1,4 +1,4 @@
-"""Caching (DESIGN §3): content-addressed artifacts, the manifest, incremental rebuilds."""
+"""Caching (docs/design.md, "Keys"): content-addressed artifacts, the manifest, incremental rebuilds."""
 
 from __future__ import annotations
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -58,9 +59,15 @@ def test_rebuilds_import_heavy_dependencies_only_when_a_stage_runs(tmp_path: Pat
 
 @pytest.mark.slow
 def test_non_editable_install_runs_from_another_directory(tmp_path: Path) -> None:
-    site = tmp_path / "site"
+    src, site = tmp_path / "src", tmp_path / "site"
+    src.mkdir()
+    for part in ("pyproject.toml", "README.md"):
+        shutil.copy(REPO / part, src / part)
+    for part in ("pimbuild", "tasks", "recipes", "conf"):  # a copy: pip leaves build/ behind
+        shutil.copytree(REPO / part, src / part,
+                        ignore=shutil.ignore_patterns("__pycache__"))
     subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps",
-                    "--target", str(site), str(REPO)], check=True, timeout=600)
+                    "--target", str(site), str(src)], check=True, timeout=600)
     assert (site / "pimbuild" / "conf" / "model" / "softmax.yaml").is_file()
     assert (site / "pimbuild" / "tasks" / "graph.py").is_file()
     assert not (site / "tasks").exists() and not (site / "recipes").exists()

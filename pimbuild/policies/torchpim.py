@@ -23,7 +23,7 @@ class RuleParams:
     i_min: float
     theta_gbps: float
     sigma: float
-    cache_line: int = 64
+    cache_line: int
 
 
 def rule_params(ctx: PolicyContext) -> RuleParams:
