@@ -1,4 +1,4 @@
-"""The content-addressed artifact store and the run manifest (docs/design.md, "Keys").
+"""The content-addressed artifact store and the run manifest (docs/design.md §2).
 
 An artifact's key hashes the keys of the artifacts it reads, the stage's own config slice and
 the pimbuild version. A stage writes into a private temporary folder that is renamed to

@@ -1,4 +1,4 @@
-"""What a placement costs on a target: eq. 9, per-nest ground truth, the oracle's search.
+"""What a placement costs on a target (docs/design.md §6): eq. 9, ground truth, the oracle.
 
 ``T_hybrid = T_host + T_device + T_copy + N_region * T_sw`` (paper eq. 9): ``T_host`` is the
 host nests' time plus whatever the forward spends outside all nests, ``T_device`` the target's

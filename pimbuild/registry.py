@@ -1,4 +1,4 @@
-"""Name -> implementation tables for the pluggable parts (xDSL's lazy registry).
+"""Name -> implementation tables for the pluggable parts (xDSL's lazy registry; docs/design.md §4).
 
 A registry finds an implementation, in this order, by
 1. an explicit ``register(name)`` (a test, a plugin loaded by the user),

@@ -1,4 +1,4 @@
-"""The shape every stage module has (docs/design.md, "Stages").
+"""The shape every stage module has (docs/design.md §1).
 
 A stage module ``pimbuild.<stage>`` defines
 

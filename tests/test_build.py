@@ -1,4 +1,4 @@
-"""Caching (docs/design.md, "Keys"): content-addressed artifacts, the manifest, incremental rebuilds."""
+"""Caching (docs/design.md §2): content-addressed artifacts, the manifest, rebuilds."""
 
 from __future__ import annotations
 

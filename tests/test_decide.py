@@ -1,4 +1,4 @@
-"""The decision rule: which condition decides, with the numbers (docs/design.md)."""
+"""The decision rule: which condition decides, with the numbers (docs/design.md §7)."""
 
 from __future__ import annotations
 

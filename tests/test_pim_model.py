@@ -1,4 +1,4 @@
-"""Invariants of the PIM target's timing model and the copy models (docs/design.md)."""
+"""Invariants of the PIM target's timing model and the copy models (docs/design.md §6)."""
 
 from __future__ import annotations
 

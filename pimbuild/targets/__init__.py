@@ -1,4 +1,4 @@
-"""Targets: the side that runs an offloaded unit, behind one interface (docs/design.md).
+"""Targets: the side that runs an offloaded unit, behind one interface (docs/design.md §5).
 
 A target answers what the stages need to know of it:
 
