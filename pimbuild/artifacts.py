@@ -1,13 +1,17 @@
 """The content-addressed artifact store and the run manifest (docs/design.md §2).
 
-An artifact's key hashes the keys of the artifacts it reads, the stage's own config slice and
-the pimbuild version. A stage writes into a private temporary folder that is renamed to
-``<store>/<stage>/<key>/`` only when complete, so an interrupted or failed build leaves nothing
-half-written, and two processes building the same key cannot corrupt it.
+An artifact's key hashes the keys of the artifacts it reads, the stage's Params and the
+pimbuild version. A stage writes into a private temporary folder that is renamed to
+``<store>/<stage>/<key>/`` only when complete, with a marker that records every file's size,
+modification time and hash; before an artifact is reused its files are checked against that
+record, and a damaged one is rebuilt. Two processes that need the same key build it once
+(a lock per key), and the folders of a process that died mid-build are swept away.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import functools
 import hashlib
 import importlib.util
@@ -61,46 +65,146 @@ def sha256_file(path: Path) -> str:
 
 @dataclass(frozen=True)
 class Artifact:
+    """A published artifact: ``<store>/<stage>/<key>/``, its files and, last, the marker
+    ``.complete`` that records each file's size, modification time and sha256."""
+
     stage: str
     key: str
     dir: Path
 
     @property
+    def marker(self) -> Path:
+        return self.dir / COMPLETE
+
+    @property
     def complete(self) -> bool:
-        return (self.dir / COMPLETE).is_file()
+        """Published and intact (the fast check: see ``problem``)."""
+        return self.problem() is None
+
+    def _marker(self) -> dict[str, Any]:
+        try:
+            marker = json.loads(self.marker.read_text())
+            return marker if isinstance(marker, dict) else {}
+        except (OSError, ValueError):
+            return {}
+
+    def records(self) -> dict[str, dict[str, Any]]:
+        """What the marker recorded at publication: file -> {size, mtime_ns, sha256}."""
+        return self._marker().get("files") or {}
+
+    def digest(self) -> str:
+        """A hash of the artifact's content (its files' hashes, as recorded)."""
+        return hashlib.sha256(json.dumps(self.files(), sort_keys=True).encode()).hexdigest()
+
+    def problem(self, full: bool = False, inputs: tuple[Artifact, ...] = ()) -> str | None:
+        """Why the artifact cannot be reused, or None. A file whose size or modification time
+        differs from the record is hashed (``full``: every file is) and must match it; an
+        input whose content differs from the one it was built from (a measurement repaired
+        since) makes it stale."""
+        if not self.marker.is_file():
+            return "not published" if not self.dir.exists() else "no completion marker"
+        records = self.records()
+        if not records:
+            return "completion marker without file records"
+        for name, rec in records.items():
+            path = self.dir / name
+            try:
+                st = path.stat()
+            except OSError:
+                return f"{name} is missing"
+            if st.st_size != rec["size"]:
+                return f"{name} changed size"
+            if (full or st.st_mtime_ns != rec["mtime_ns"]) and sha256_file(path) != rec["sha256"]:
+                return f"{name} was modified"
+        built_from = self._marker().get("inputs") or {}
+        for a in inputs:
+            if built_from.get(a.stage) != a.digest():
+                return f"its input {a.stage} changed since it was built"
+        return None
 
     def files(self) -> dict[str, str]:
         """sha256 of every file of the artifact, by path relative to its folder."""
-        return {str(p.relative_to(self.dir)): sha256_file(p)
-                for p in sorted(self.dir.rglob("*")) if p.is_file() and p.name != COMPLETE}
+        return {name: rec["sha256"] for name, rec in sorted(self.records().items())}
+
+
+def _records(folder: Path) -> dict[str, dict[str, Any]]:
+    records = {}
+    for p in sorted(folder.rglob("*")):
+        if p.is_file() and p.name != COMPLETE:
+            st = p.stat()
+            records[str(p.relative_to(folder))] = {
+                "size": st.st_size, "mtime_ns": st.st_mtime_ns, "sha256": sha256_file(p)}
+    return records
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 class Store:
+    """The content-addressed store. ``build`` publishes an artifact under a lock per key
+    (another process that needs the same artifact waits and reuses it), through a temporary
+    folder named after the building process, so that folders left by a dead process are
+    recognised and removed (``sweep``)."""
+
     def __init__(self, root: Path) -> None:
         self.root = root.resolve()
 
     def artifact(self, stage: str, key: str) -> Artifact:
         return Artifact(stage, key, self.root / stage / key)
 
-    def build(self, artifact: Artifact, produce: Callable[[Path], None]) -> bool:
-        """Run ``produce(tmp_dir)`` and publish its output atomically as ``artifact``.
+    def sweep(self) -> list[Path]:
+        """Remove the temporary folders of processes that no longer run; returns them."""
+        removed = []
+        for tmp in self.root.glob("**/.tmp-*"):
+            parts = tmp.name.split("-")
+            pid = int(parts[2]) if len(parts) >= 4 and parts[2].isdigit() else None
+            if tmp.is_dir() and (pid is None or not _alive(pid)):
+                shutil.rmtree(tmp, ignore_errors=True)
+                removed.append(tmp)
+        return removed
 
-        Returns False when the artifact already existed (nothing was run)."""
-        if artifact.complete:
-            return False
+    @contextlib.contextmanager
+    def lock(self, artifact: Artifact):
+        """Hold the artifact's key: one process at a time builds it."""
         artifact.dir.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{artifact.key}-", dir=artifact.dir.parent))
-        try:
-            produce(tmp)
-            (tmp / COMPLETE).write_text("")
+        locks = self.root / ".locks"
+        locks.mkdir(exist_ok=True)
+        name = f"{artifact.stage.replace('/', '_')}-{artifact.key}.lock"
+        with (locks / name).open("a") as f:
+            fcntl.flock(f, fcntl.LOCK_EX)
             try:
+                yield
+            finally:
+                fcntl.flock(f, fcntl.LOCK_UN)
+
+    def build(self, artifact: Artifact, produce: Callable[[Path], None],
+              full: bool = False, inputs: tuple[Artifact, ...] = ()) -> str:
+        """Publish ``produce(tmp_dir)``'s output as ``artifact`` unless it is there and
+        intact. Returns ``"reused"``, ``"built"`` or ``"repaired: <why>"`` (a damaged or
+        half-published artifact was replaced). ``full``: hash every file to check it."""
+        with self.lock(artifact):
+            problem = artifact.problem(full, inputs)
+            if problem is None:
+                return "reused"
+            tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{artifact.key}-{os.getpid()}-",
+                                        dir=artifact.dir.parent))
+            try:
+                produce(tmp)
+                marker = {"files": _records(tmp), "inputs": {a.stage: a.digest() for a in inputs}}
+                (tmp / COMPLETE).write_text(json.dumps(marker) + "\n")
+                if artifact.dir.exists():
+                    shutil.rmtree(artifact.dir)
                 os.rename(tmp, artifact.dir)
-            except OSError:
-                if not artifact.complete:  # not a concurrent build of the same key
-                    raise
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
-        return True
+            finally:
+                shutil.rmtree(tmp, ignore_errors=True)
+        return "built" if problem == "not published" else f"repaired: {problem}"
 
 
 def run_cache(store: Store, name: str, content: dict[str, Any], out: Path,
@@ -110,8 +214,7 @@ def run_cache(store: Store, name: str, content: dict[str, Any], out: Path,
     For stages whose key is finer than what they depend on (reinsert depends on which nests
     are offloaded, not on the theta that chose them). Returns True on a cache hit."""
     cached = store.artifact(f".runcache/{name}", artifact_key(name, content, {}))
-    if not cached.complete:
-        store.build(cached, produce)
+    store.build(cached, produce)
     for src in cached.dir.iterdir():
         if src.is_file() and src.name != COMPLETE:
             shutil.copy2(src, out / src.name)

@@ -24,8 +24,9 @@ log = logging.getLogger(__name__)
 @dataclass
 class BuildResult:
     manifest: dict[str, Any]
-    executed: list[str]  # stages whose task doit ran
-    cached: list[str]  # stages found up to date
+    executed: list[str]  # stages whose artifact was produced (built or repaired)
+    cached: list[str]  # stages whose artifact was reused
+    repaired: dict[str, str]  # stages whose damaged artifact was rebuilt, and why
 
 
 def build(cfg: DictConfig, run_dir: Path) -> BuildResult:
@@ -40,9 +41,10 @@ def build(cfg: DictConfig, run_dir: Path) -> BuildResult:
     result = BuildResult(
         manifest=write_manifest(run_dir / "manifest.json", [t.artifact for t in stage_tasks]),
         executed=[by_name[n] for n in outcome.executed],
-        cached=[by_name[n] for n in outcome.cached])
+        cached=[by_name[n] for n in outcome.cached],
+        repaired={by_name[n]: why for n, why in outcome.repaired.items()})
     (run_dir / "build.json").write_text(json.dumps(
-        {"executed": result.executed, "cached": result.cached,
+        {"executed": result.executed, "cached": result.cached, "repaired": result.repaired,
          "seconds": {by_name[n]: s for n, s in outcome.seconds.items()}}, indent=2) + "\n")
     _summarize(cfg, stage_tasks, result, run_dir)
     return result
@@ -59,8 +61,12 @@ def _profile_rows(profile_dir: Path) -> dict[int, dict]:
 
 
 def _summarize(cfg: DictConfig, stage_tasks: list, result: BuildResult, run_dir: Path) -> None:
-    rows = [(t.stage, t.artifact.key, "built" if t.stage in result.executed else "cached",
-             str(t.artifact.dir)) for t in stage_tasks]
+    def status(stage: str) -> str:
+        if stage in result.repaired:
+            return "repaired"
+        return "built" if stage in result.executed else "up to date"
+
+    rows = [(t.stage, t.artifact.key, status(t.stage), str(t.artifact.dir)) for t in stage_tasks]
     stages = result.manifest["stages"]
     profiled = _profile_rows(Path(stages["profile"]["dir"])) if "profile" in stages else None
     decided = None

@@ -109,6 +109,7 @@ class Config:
     targets: list[str] = MISSING  # the stages to build, with everything they read
     store: str = MISSING  # the artifact store, relative to the launch directory
     show_candidates: bool = MISSING  # print the candidates table at the end of a run
+    verify: bool = MISSING  # hash every file of an artifact before reusing it
 
 
 SCHEMAS: dict[str, Any] = {

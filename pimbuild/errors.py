@@ -17,6 +17,10 @@ class RecipeError(PimbuildError):
     """The model recipe could not be built, traced or exported."""
 
 
+class StoreError(PimbuildError):
+    """The artifact store cannot be read or written (missing, read-only, full disk)."""
+
+
 class StageError(PimbuildError):
     """A stage failed on its input; carries the saved input IR and a repro command."""
 

@@ -29,7 +29,9 @@ class StageTask:
     stage: str
     artifact: Artifact
     inputs: Inputs
+    reads: tuple[Artifact, ...]  # the artifacts it reads
     params: Any  # the stage's frozen Params
+    verify: bool = False  # hash every file before reuse, not only those that look changed
 
     @property
     def name(self) -> str:
@@ -40,19 +42,15 @@ class StageTask:
         return stage_module(self.stage)
 
     def artifact_complete(self) -> bool:
-        """doit ``uptodate`` check: the content-addressed artifact exists and is complete."""
-        return self.artifact.complete
+        """doit ``uptodate`` check: the artifact is published and its files are intact."""
+        return self.artifact.problem(self.verify, self.reads) is None
 
     def produce(self, out: Path) -> None:
+        """Run the stage into ``out``; it must write every file it promises."""
         self.module.run(self.inputs, self.params, out)
-
-    @property
-    def targets(self) -> list[Path]:
-        return [self.artifact.dir / f for f in self.module.WRITES]
-
-    @property
-    def file_dep(self) -> list[Path]:
-        return [self.inputs[s] / f for s in self.inputs.dirs for f in stage_module(s).WRITES]
+        missing = [f for f in self.module.WRITES if not (out / f).is_file()]
+        if missing:
+            raise RuntimeError(f"stage {self.stage} did not write {missing}")
 
 
 def needed(targets: list[str]) -> list[str]:
@@ -87,5 +85,6 @@ def plan(cfg: DictConfig, store: Store, failure_dir: Path) -> list[StageTask]:
         artifact = store.artifact(stage, key(stage, params[stage], keys))
         inputs = Inputs(dirs={d: a.dir for d, a in reads.items()}, keys=keys, store=store,
                         failure_dir=failure_dir / stage)
-        tasks[stage] = StageTask(stage, artifact, inputs, params[stage])
+        tasks[stage] = StageTask(stage, artifact, inputs, tuple(reads.values()), params[stage],
+                                 bool(cfg.verify))
     return list(tasks.values())
