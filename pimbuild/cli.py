@@ -8,6 +8,7 @@ from pathlib import Path
 import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
+from rich.markup import escape
 
 from pimbuild.config import register_configs
 from pimbuild.console import error
@@ -24,8 +25,11 @@ def app(cfg: DictConfig) -> None:
     try:
         build(cfg, Path(HydraConfig.get().runtime.output_dir))
     except PimbuildError as e:
-        error(str(e))
+        error(escape(str(e)))
         sys.exit(1)
+    except KeyboardInterrupt:
+        error("interrupted: artifacts published so far are kept, nothing half-written is")
+        sys.exit(130)
 
 
 def main() -> None:

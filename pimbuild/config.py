@@ -137,3 +137,63 @@ def plain(node: Any) -> Any:
     from omegaconf import OmegaConf
 
     return OmegaConf.to_container(node, resolve=True, enum_to_str=True)
+
+
+# The range of every number in the schemas: (comparison, bound). Checked with ``validate``
+# before any stage is planned; ``None`` is allowed where the schema says ``| None``.
+RANGES: dict[str, tuple[str, float]] = {
+    "model.seed": (">=", 0),
+    "lowering.register_block": (">=", 1),
+    "platform.cache_line": (">=", 1),
+    "platform.l1d_bytes": (">=", 1),
+    "platform.l1d_assoc": (">=", 1),
+    "platform.l2_bytes": (">=", 1),
+    "platform.llc_bytes": (">=", 1),
+    "platform.llc_assoc": (">=", 1),
+    "platform.b_cpu_gbps": (">", 0),
+    "platform.calibration_mib": (">=", 1),
+    "platform.calibration_repetitions": (">=", 1),
+    "platform.calibration_warmup": (">=", 0),
+    "platform.b_mem_gbps": (">", 0),
+    "profile.repetitions": (">=", 1),
+    "profile.warmup": (">=", 0),
+    "pim.cores": (">=", 1),
+    "pim.freq_ghz": (">", 0),
+    "pim.t_sw_us": (">=", 0),
+    "pim.t_ctx_us": (">=", 0),
+    "pim.dram_latency_ns": (">", 0),
+    "pim.bank_bw_gbps": (">", 0),
+    "pim.launch_us": (">=", 0),
+    "pim.sync_ns_per_core": (">=", 0),
+    "pim.c_load": (">=", 0),
+    "pim.c_store": (">=", 0),
+    "pim.c_arith": (">=", 0),
+    "pim.c_math": (">=", 0),
+    "pim.c_loop": (">=", 0),
+    "policy.theta_ratio": (">=", 0),
+    "policy.theta_gbps": (">=", 0),
+    "policy.sigma": (">=", 0),
+    "policy.i_min": (">=", 0),
+    "sim.cores_sweep": (">=", 1),
+}
+
+
+def validate(cfg: Any) -> None:
+    """Raise a ConfigError for the first value outside its range (or not finite), e.g.
+    ``pim.cores must be >= 1 (got -4)``."""
+    import math
+
+    from omegaconf import OmegaConf
+
+    from pimbuild.errors import ConfigError
+
+    for path, (op, bound) in RANGES.items():
+        value = OmegaConf.select(cfg, path, throw_on_missing=False)
+        values = list(value) if OmegaConf.is_list(value) else [value]
+        for v in values:
+            if v is None:
+                continue
+            ok = (isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+                  and (v >= bound if op == ">=" else v > bound))
+            if not ok:
+                raise ConfigError(f"{path} must be {op} {bound:g} (got {v})")

@@ -8,6 +8,7 @@ from rich.table import Table
 from pimbuild.nests import display_name
 
 console = Console(highlight=False)
+errors = Console(highlight=False, stderr=True)  # one `error:` line per failure, on stderr
 
 
 def _mb(nbytes: int) -> str:
@@ -58,7 +59,7 @@ def summary_table(rows: list[tuple[str, str, str, str]], title: str) -> Table:
 
 
 def error(message: str) -> None:
-    console.print(f"[bold red]error:[/] {message}", soft_wrap=True)
+    errors.print(f"[bold red]error:[/] {message}", soft_wrap=True, markup=True)
 
 
 def report_lines(r: dict) -> list[str]:

@@ -21,6 +21,7 @@ from torch_mlir.extras.fx_importer import FxImporter
 
 from pimbuild import mlir, recipes
 from pimbuild.errors import ConfigError, RecipeError
+from pimbuild.jit import NP_DTYPES
 
 if TYPE_CHECKING:
     from pimbuild.lower import ModelParams
@@ -29,13 +30,31 @@ FUNC_NAME = "forward"
 DTYPES = {"float32": torch.float32}
 
 
+def _first_line(e: BaseException) -> str:
+    """An exception as one line: its type and the first line of its message (torch's
+    messages can carry pages of C++ frames)."""
+    text = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {text[0]}" if text else type(e).__name__
+
+
 def build_recipe(p: ModelParams) -> recipes.Recipe:
     """Call the recipe builder under the config's seed, in the config's dtype."""
     torch.manual_seed(p.seed)
     try:
-        recipe = recipes.resolve(p.recipe)(**p.size)
+        builder = recipes.resolve(p.recipe)
+    except Exception as e:  # the user's module may raise anything while it imports
+        raise RecipeError(f"model.recipe '{p.recipe}' cannot be loaded: "
+                          f"{_first_line(e)}") from None
+    try:
+        recipe = builder(**p.size)
     except TypeError as e:
         raise ConfigError(f"model '{p.name}': bad size parameters {dict(p.size)}: {e}") from None
+    except Exception as e:  # the user's builder may raise anything
+        raise RecipeError(f"model '{p.name}': the recipe builder raised "
+                          f"{_first_line(e)}") from None
+    if not isinstance(recipe, recipes.Recipe):
+        raise RecipeError(f"model '{p.name}': the recipe builder {p.recipe} returned "
+                          f"{type(recipe).__name__}, not a pimbuild.recipes.Recipe")
     dtype = DTYPES[p.dtype]
     recipe.module = recipe.module.to(dtype).eval()
     recipe.inputs = {k: v.to(dtype) if v.is_floating_point() else v
@@ -49,9 +68,18 @@ def eager(p: ModelParams, recipe: recipes.Recipe) -> list[torch.Tensor]:
         with torch.no_grad():
             out = recipe.module(*recipe.inputs.values())
     except Exception as e:  # the user's forward may raise anything
-        raise RecipeError(f"the forward of model '{p.name}' raised "
-                          f"{type(e).__name__}: {e}") from None
-    return list(out) if isinstance(out, (tuple, list)) else [out]
+        raise RecipeError(f"the forward of model '{p.name}' raised {_first_line(e)}") from None
+    outputs = list(out) if isinstance(out, (tuple, list)) else [out]
+    for i, o in enumerate(outputs):
+        if not isinstance(o, torch.Tensor):
+            raise RecipeError(f"model '{p.name}': output {i} of the forward is a "
+                              f"{type(o).__name__}; pimbuild needs every output to be a tensor")
+        dtype = str(o.dtype).removeprefix("torch.")
+        if dtype not in NP_DTYPES:
+            raise RecipeError(f"model '{p.name}': output {i} has dtype {dtype}, which the "
+                              f"lowered program cannot return (supported: "
+                              f"{', '.join(NP_DTYPES)})")
+    return outputs
 
 
 def export(p: ModelParams, recipe: recipes.Recipe) -> ExportedProgram:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from omegaconf import DictConfig
 
-from pimbuild.errors import ConfigError, StageError
+from pimbuild.errors import StageError
 from pimbuild.stage import Inputs
 
 if TYPE_CHECKING:
@@ -37,10 +37,7 @@ class Params:
 
 
 def register_block(cfg: DictConfig) -> int:
-    block = cfg.lowering.register_block
-    if isinstance(block, bool) or block < 1:
-        raise ConfigError(f"lowering.register_block must be a positive integer, got {block!r}")
-    return block
+    return cfg.lowering.register_block
 
 
 def params(cfg: DictConfig) -> Params:

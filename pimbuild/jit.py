@@ -26,7 +26,8 @@ SCF_TO_LLVM = (
     " convert-func-to-llvm, convert-cf-to-llvm, convert-ub-to-llvm,"
     " reconcile-unrealized-casts)"
 )
-NP_DTYPES = {"float32": np.float32, "int64": np.int64, "bool": np.bool_}
+NP_DTYPES = {"float32": np.float32, "float64": np.float64, "int64": np.int64, "int32": np.int32,
+             "int16": np.int16, "int8": np.int8, "uint8": np.uint8, "bool": np.bool_}
 
 
 def prepare_for_llvm(module: ir.Module) -> None:

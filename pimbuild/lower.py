@@ -96,10 +96,6 @@ def run(inputs: Inputs, p: Params, out: Path) -> None:
 def lower(p: Params, out: Path, failure_dir: Path) -> None:
     from pimbuild import frontend, mlir
 
-    try:
-        recipes.resolve(p.model.recipe)
-    except (ImportError, AttributeError, ValueError) as e:
-        raise ConfigError(f"model.recipe '{p.model.recipe}' cannot be loaded: {e}") from None
     recipe = frontend.build_recipe(p.model)
     outputs = frontend.eager(p.model, recipe)
     prog = frontend.export(p.model, recipe)
@@ -108,7 +104,7 @@ def lower(p: Params, out: Path, failure_dir: Path) -> None:
         module = frontend.import_program(prog, p.weights)
     except Exception as e:
         raise RecipeError(f"model '{p.model.name}' cannot be imported by torch-mlir: "
-                          f"{type(e).__name__}: {e}") from None
+                          f"{frontend._first_line(e)}") from None
     mlir.run_pipeline(module, mlir.TORCH_BACKEND, stage=NAME, failure_dir=failure_dir)
     mlir.write_ir(module, out / "torch.mlir")
     mlir.run_pipeline(module, mlir.TORCH_TO_LINALG, stage=NAME, failure_dir=failure_dir)

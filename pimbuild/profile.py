@@ -74,9 +74,6 @@ def params(cfg: DictConfig) -> Params:
     for name in [pr.backend, *pr.auto] if pr.backend == "auto" else [pr.backend]:
         if name != "auto":
             BACKENDS.check(name)
-    if pr.repetitions < 1 or pr.warmup < 0:
-        raise ConfigError(f"profile.repetitions must be >= 1 and profile.warmup >= 0, got "
-                          f"{pr.repetitions} and {pr.warmup}")
     return Params(model=model_params(cfg), backend=pr.backend, auto=tuple(pr.auto),
                   repetitions=pr.repetitions, warmup=pr.warmup, events=plain(pf.events),
                   cache_line=pf.cache_line, l1d_bytes=pf.l1d_bytes, l1d_assoc=pf.l1d_assoc,

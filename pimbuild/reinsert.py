@@ -45,16 +45,34 @@ def params(cfg: DictConfig) -> Params:
                   boundary=targets.from_config(cfg).boundary)
 
 
+def difference(got: np.ndarray, want: np.ndarray) -> float:
+    """How far ``got`` is from eager's ``want``: the largest error relative to ``want``'s
+    largest finite magnitude for floats, with NaN and infinities required at the same places;
+    integers and booleans must be equal. ``inf`` when they disagree in kind, shape or dtype;
+    never NaN, so a check against it cannot pass vacuously."""
+    if got.shape != want.shape or got.dtype != want.dtype:
+        return float("inf")
+    if got.size == 0:
+        return 0.0
+    if not np.issubdtype(want.dtype, np.floating):
+        return 0.0 if np.array_equal(got, want) else float("inf")
+    finite = np.isfinite(want)
+    if not np.array_equal(finite, np.isfinite(got)) or not np.array_equal(
+            got[~finite], want[~finite], equal_nan=True):
+        return float("inf")
+    if not finite.any():
+        return 0.0
+    scale = max(float(np.abs(want[finite]).max()), 1e-30)
+    return float(np.abs(got[finite].astype(np.float64) - want[finite]).max()) / scale
+
+
 def check(engine, markers, signature: dict, args: list[np.ndarray],
           expected: list[np.ndarray]) -> dict:
     from pimbuild import jit
 
     markers.reset()
     results = jit.invoke(engine, signature["function"], args, signature["outputs"])
-    errors = []
-    for got, want in zip(results, expected, strict=True):
-        scale = max(float(np.abs(want).max()), 1e-30)
-        errors.append(float(np.abs(got - want).max()) / scale)
+    errors = [difference(got, want) for got, want in zip(results, expected, strict=True)]
     return {"max_rel_error": max(errors, default=0.0), "rtol": RTOL,
             "transitions": markers.transitions()}
 

@@ -12,6 +12,7 @@ from typing import Any
 from omegaconf import DictConfig
 
 from pimbuild.artifacts import Artifact, Store, artifact_key
+from pimbuild.config import validate
 from pimbuild.errors import ConfigError
 from pimbuild.stage import Inputs
 
@@ -76,6 +77,7 @@ def key(stage: str, params: Any, inputs: dict[str, str]) -> str:
 def plan(cfg: DictConfig, store: Store, failure_dir: Path) -> list[StageTask]:
     """The stage tasks needed for ``cfg.targets``, in pipeline order. Every stage's params
     are built (and so checked) before anything runs."""
+    validate(cfg)
     stages = needed(list(cfg.targets))
     params = {stage: stage_module(stage).params(cfg) for stage in stages}
     tasks: dict[str, StageTask] = {}

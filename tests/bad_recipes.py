@@ -34,3 +34,29 @@ def raising(n: int = 8) -> Recipe:
 def unlowerable(n: int = 4) -> Recipe:
     """QR decomposition: torch-mlir has no linalg lowering for aten.linalg_qr."""
     return Recipe(_Fn(lambda x: torch.linalg.qr(x).Q), {"x": torch.randn(n, n)})
+
+
+def not_a_recipe(n: int = 8) -> tuple:
+    """Returns the module and inputs, but not as a Recipe."""
+    return _Fn(torch.relu), {"x": torch.randn(n)}
+
+
+def scalar_output(n: int = 8) -> Recipe:
+    """The forward returns a Python float."""
+    return Recipe(_Fn(lambda x: float(x.sum())), {"x": torch.randn(n)})
+
+
+def int_in_tuple(n: int = 8) -> Recipe:
+    """The forward returns a tuple with a Python int in it."""
+    return Recipe(_Fn(lambda x: (torch.relu(x), 3)), {"x": torch.randn(n)})
+
+
+def mixed_dtypes(n: int = 64) -> Recipe:
+    """Outputs of several dtypes: float64, int32, int64 and bool."""
+    return Recipe(_Fn(lambda x: (x.double() * 2, (x * 4).to(torch.int32), (x * 4).long(),
+                                 x > 0)), {"x": torch.randn(n)})
+
+
+def complex_output(n: int = 8) -> Recipe:
+    """A complex output: the ExecutionEngine has no complex memrefs."""
+    return Recipe(_Fn(lambda x: torch.polar(x.abs(), x)), {"x": torch.randn(n)})

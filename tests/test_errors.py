@@ -24,7 +24,7 @@ def test_negative_size(run_build, store: Path) -> None:
 
 
 def test_register_block_must_be_positive(run_build, store: Path) -> None:
-    with pytest.raises(ConfigError, match=r"lowering.register_block must be a positive integer"):
+    with pytest.raises(ConfigError, match=r"lowering.register_block must be >= 1 \(got 0\)"):
         run_build(["model=relu", "lowering.register_block=0"])
     assert store_entries(store) == []
 
@@ -79,7 +79,8 @@ def test_cli_reports_one_clear_message(tmp_path: Path) -> None:
     proc = run_cli(["model=relu", "model.recipe=tests.bad_recipes:raising", f"store={store}",
                     f"hydra.run.dir={tmp_path / 'run'}"], cwd=tmp_path)
     assert proc.returncode == 1
-    assert "error:" in proc.stdout and "broken on purpose" in proc.stdout
+    assert "error:" in proc.stderr and "broken on purpose" in proc.stderr
+    assert "error:" not in proc.stdout
     assert "Traceback" not in proc.stdout + proc.stderr
     _assert_store_clean(store)
 
@@ -126,3 +127,67 @@ def test_missing_recipe_module(run_build, store: Path) -> None:
     with pytest.raises(ConfigError, match="model.recipe 'nowhere9.net:build' cannot be found"):
         run_build(["model=relu", "model.recipe=nowhere9.net:build"])
     assert store_entries(store) == []
+
+
+@pytest.mark.parametrize(("override", "message"), [
+    ("pim.cores=-4", r"pim.cores must be >= 1 \(got -4\)"),
+    ("pim.cores=0", r"pim.cores must be >= 1 \(got 0\)"),
+    ("pim.freq_ghz=0", r"pim.freq_ghz must be > 0 \(got 0.0\)"),
+    ("pim.freq_ghz=-1", r"pim.freq_ghz must be > 0"),
+    ("policy.theta_ratio=-1", r"policy.theta_ratio must be >= 0"),
+    ("policy.theta_ratio=nan", r"policy.theta_ratio must be >= 0 \(got nan\)"),
+    ("profile.repetitions=0", r"profile.repetitions must be >= 1"),
+    ("platform.b_mem_gbps=inf", r"platform.b_mem_gbps must be > 0 \(got inf\)"),
+    ("sim.cores_sweep=[32,-1]", r"sim.cores_sweep must be >= 1 \(got -1\)"),
+])
+def test_out_of_range_number_fails_before_any_stage(run_build, store: Path, override: str,
+                                                    message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        run_build(["model=relu", override])
+    assert store_entries(store) == []
+
+
+@pytest.mark.slow
+def test_ctrl_c_is_one_line_and_exit_130(tmp_path: Path) -> None:
+    import os
+    import signal
+    import sys
+    import time
+
+    from tests.conftest import REPO
+
+    store = tmp_path / "store"
+    exe = Path(sys.executable).parent / "pimbuild"
+    proc = subprocess.Popen([str(exe), "model=softmax", f"store={store}",
+                             f"hydra.run.dir={tmp_path / 'run'}"], cwd=tmp_path,
+                            env={**os.environ, "PYTHONPATH": str(REPO)},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(4.0)  # inside lower
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, out + err
+    assert err.count("error:") == 1 and "interrupted" in err
+    assert "Traceback" not in out + err
+    _assert_store_clean(store)
+
+
+@pytest.mark.parametrize(("recipe", "message"), [
+    ("tests.bad_recipes:not_a_recipe", "returned tuple, not a pimbuild.recipes.Recipe"),
+    ("tests.bad_recipes:scalar_output", "output 0 of the forward is a float"),
+    ("tests.bad_recipes:int_in_tuple", "output 1 of the forward is a int"),
+    ("tests.bad_recipes:complex_output", "output 0 has dtype complex64"),
+    ("tests.bad_recipes:no_such_builder", "cannot be loaded: AttributeError"),
+    ("tests.broken_module:build", "cannot be loaded: ZeroDivisionError"),
+])
+def test_recipe_that_returns_the_wrong_thing(run_build, store: Path, recipe: str,
+                                             message: str) -> None:
+    with pytest.raises(RecipeError, match=message):
+        run_build(["model=relu", f"model.recipe={recipe}", "model.size={n:8}"])
+    _assert_store_clean(store)
+    assert not any((store / "lower").iterdir())
+
+
+def test_absurd_size_is_one_line(run_build, store: Path) -> None:
+    with pytest.raises(RecipeError) as err:
+        run_build(["model=relu", "model.size.n=1000000000000000"])
+    assert "\n" not in str(err.value)
