@@ -12,6 +12,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
+from pimbuild.errors import StageError
 from pimbuild.stage import Inputs
 
 NAME = "extract"
@@ -32,6 +33,9 @@ def run(inputs: Inputs, p: Params, out: Path) -> None:
     from pimbuild import loops
 
     lower = inputs["lower"]
-    result = loops.extract(lower / "scf.mlir",
-                           json.loads((lower / "signature.json").read_text()))
+    try:
+        result = loops.extract(lower / "scf.mlir",
+                               json.loads((lower / "signature.json").read_text()))
+    except ValueError as e:  # a loop whose bounds are not constants
+        raise StageError(NAME, f"{e} (in {lower / 'scf.mlir'})") from None
     (out / "candidates.json").write_text(json.dumps(result, indent=2) + "\n")

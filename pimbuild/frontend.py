@@ -9,6 +9,7 @@ the model wrote, before decomposition, and the aten op it decomposed into).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import warnings
 from typing import TYPE_CHECKING, Any
@@ -71,6 +72,9 @@ def eager(p: ModelParams, recipe: recipes.Recipe) -> list[torch.Tensor]:
         raise RecipeError(f"the forward of model '{p.name}' raised {_first_line(e)}") from None
     outputs = list(out) if isinstance(out, (tuple, list)) else [out]
     for i, o in enumerate(outputs):
+        if any(o is earlier for earlier in outputs[:i]):
+            raise RecipeError(f"model '{p.name}': output {i} is the same tensor as an earlier "
+                              f"output; return it once")
         if not isinstance(o, torch.Tensor):
             raise RecipeError(f"model '{p.name}': output {i} of the forward is a "
                               f"{type(o).__name__}; pimbuild needs every output to be a tensor")
@@ -186,9 +190,19 @@ def _materialize(p: ModelParams, sig: dict[str, Any]
                  ) -> tuple[list[np.ndarray], list[np.ndarray]]:
     recipe = build_recipe(p)
     expected = [o.detach().numpy() for o in eager(p, recipe)]
-    state = dict(recipe.module.state_dict(keep_vars=False))
     values = []
     for arg in sig["args"]:
-        tensor = recipe.inputs[arg["source"]] if arg["kind"] == "input" else state[arg["source"]]
+        tensor = (recipe.inputs[arg["source"]] if arg["kind"] == "input"
+                  else _attribute(recipe.module, arg["source"]))
         values.append(np.ascontiguousarray(tensor.detach().numpy()))
     return values, expected
+
+
+def _attribute(module: torch.nn.Module, path: str) -> torch.Tensor:
+    """A parameter, buffer or tensor attribute the export lifted, by its dotted path."""
+    try:
+        return functools.reduce(getattr, path.split("."), module)
+    except AttributeError:
+        raise RecipeError(f"the exported program takes '{path}' as an argument, but the "
+                          f"module has no such attribute (a tensor created inside forward? "
+                          f"make it a buffer)") from None

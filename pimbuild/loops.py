@@ -48,8 +48,9 @@ def view_root(memref: ir.Value) -> ir.Value:
 
 
 def trip_counts(op: ir.Operation) -> list[int]:
-    """Trip count of each dimension of an ``scf.parallel`` or ``scf.for``."""
-    n = len(op.regions[0].blocks[0].arguments)
+    """Trip count of each dimension of an ``scf.parallel`` or ``scf.for`` (whose block also
+    carries its ``iter_args``: one dimension)."""
+    n = len(op.regions[0].blocks[0].arguments) if op.name == "scf.parallel" else 1
     ops = list(op.operands)
     lbs, ubs, steps = ops[:n], ops[n:2 * n], ops[2 * n:3 * n]
     return [max(0, -(-(constant_index(u) - constant_index(lb)) // constant_index(s)))

@@ -97,7 +97,7 @@ def _bandwidth_vs_theta(r: dict[str, Any], path: Path) -> None:
     bw = [max(n["bw_read_gbps"] or 0.0, 1e-4) for n in r["nests"]]
     colors = ["tab:red" if n["target"] == "pim" else "tab:blue" for n in r["nests"]]
     ax.bar(ids, bw, color=colors, width=0.8)
-    ax.set_xlim(min(ids) - 0.6, max(ids) + 0.6)
+    ax.set_xlim(min(ids, default=0) - 0.6, max(ids, default=0) + 0.6)
     ax.axhline(r["theta_gbps"], color="black", ls="--", lw=1, label="theta")
     ax.set_yscale("log")
     ax.set_xlabel("nest id (red: pim, blue: host)")

@@ -51,12 +51,14 @@ def int_in_tuple(n: int = 8) -> Recipe:
     return Recipe(_Fn(lambda x: (torch.relu(x), 3)), {"x": torch.randn(n)})
 
 
-def mixed_dtypes(n: int = 64) -> Recipe:
-    """Outputs of several dtypes: float64, int32, int64 and bool."""
-    return Recipe(_Fn(lambda x: (x.double() * 2, (x * 4).to(torch.int32), (x * 4).long(),
-                                 x > 0)), {"x": torch.randn(n)})
-
-
 def complex_output(n: int = 8) -> Recipe:
     """A complex output: the ExecutionEngine has no complex memrefs."""
     return Recipe(_Fn(lambda x: torch.polar(x.abs(), x)), {"x": torch.randn(n)})
+
+
+def same_output_twice(n: int = 8) -> Recipe:
+    """Returns one tensor twice (one buffer for two results)."""
+    def fn(x):
+        y = torch.relu(x)
+        return y, y
+    return Recipe(_Fn(fn), {"x": torch.randn(n)})

@@ -42,10 +42,20 @@ def test_dtype_shape_and_empty() -> None:
 
 
 def test_outputs_of_every_supported_dtype_go_through_every_stage(run_build) -> None:
-    result = run_build(["model=relu", "model.recipe=tests.bad_recipes:mixed_dtypes",
+    result = run_build(["model=relu", "model.recipe=tests.odd_recipes:mixed_dtypes",
                         "model.size={n:64}", "profile.backend=timer",
                         "policy=oracle"])
     sig = json.loads((artifact_dir(result, "lower") / "signature.json").read_text())
     assert [o["dtype"] for o in sig["outputs"]] == ["float64", "int32", "int64", "bool"]
     check = json.loads((artifact_dir(result, "reinsert") / "reinsert.json").read_text())
     assert check["check"]["max_rel_error"] <= RTOL
+
+
+@pytest.mark.parametrize("recipe", ["tensor_constant", "empty_output", "with_nan",
+                                    "only_empty"])
+def test_unusual_models_go_through_every_stage(run_build, recipe: str) -> None:
+    result = run_build(["model=relu", f"model.recipe=tests.odd_recipes:{recipe}",
+                        "model.size={n:64}", "profile.backend=timer"])
+    check = json.loads((artifact_dir(result, "reinsert") / "reinsert.json").read_text())
+    assert check["check"]["max_rel_error"] <= RTOL
+    assert (artifact_dir(result, "simulate") / "report.md").is_file()

@@ -113,3 +113,17 @@ def test_candidates_json_is_what_extract_returns(run_build) -> None:
                        / "candidates.json").read_text())
     assert data["function"] == "forward"
     assert data["candidates"][0]["id"] == 0
+
+
+def test_top_level_loop_with_iter_args(tmp_path: Path) -> None:
+    """An ``scf.for`` carrying a value (a scan, a running sum) around a parallel nest."""
+    path = tmp_path / "scf.mlir"
+    path.write_text(SCF_IN_LOOP.replace(
+        "  scf.for %t = %c0 to %c3 step %c1 {",
+        "  %zero = arith.constant 0.0 : f32\n"
+        "  %sum = scf.for %t = %c0 to %c3 step %c1 iter_args(%acc = %zero) -> (f32) {").replace(
+        "      scf.reduce\n    }\n  }", "      scf.reduce\n    }\n"
+        "    %next = arith.addf %acc, %zero : f32\n    scf.yield %next : f32\n  }"))
+    sig = {"function": "forward", "args": [{"name": "x", "source": "x"}], "outputs": [{}]}
+    (nest,) = loops.extract(path, sig)["candidates"]
+    assert nest["enclosing_trips"] == 3 and nest["n_iter"] == 16

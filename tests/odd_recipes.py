@@ -1,0 +1,46 @@
+"""Recipes of unusual shapes that must go through every stage (used by tests/test_check.py)."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from pimbuild.recipes import Recipe
+from tests.bad_recipes import _Fn
+
+
+def mixed_dtypes(n: int = 64) -> Recipe:
+    """Outputs of several dtypes: float64, int32, int64 and bool."""
+    return Recipe(_Fn(lambda x: (x.double() * 2, (x * 4).to(torch.int32), (x * 4).long(),
+                                 x > 0)), {"x": torch.randn(n)})
+
+
+class _Scaled(nn.Module):
+    """A plain tensor attribute: torch.export lifts it as a constant argument."""
+
+    def __init__(self, n: int) -> None:
+        super().__init__()
+        self.scale = torch.linspace(0.5, 1.5, n)
+
+    def forward(self, x):
+        return x * self.scale
+
+
+def tensor_constant(n: int = 64) -> Recipe:
+    return Recipe(_Scaled(n), {"x": torch.randn(n)})
+
+
+def empty_output(n: int = 8) -> Recipe:
+    """One output has no elements."""
+    return Recipe(_Fn(lambda x: (torch.relu(x), x[:0] * 2)), {"x": torch.randn(n)})
+
+
+def with_nan(n: int = 8) -> Recipe:
+    """NaN and infinities in the output (log of negative numbers and of zero)."""
+    x = torch.linspace(-1.0, 1.0, n)
+    return Recipe(_Fn(torch.log), {"x": x})
+
+
+def only_empty(n: int = 8) -> Recipe:
+    """The only output has no elements: no nest does any work."""
+    return Recipe(_Fn(lambda x: x[:0] * 2), {"x": torch.randn(n)})
