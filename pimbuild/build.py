@@ -78,7 +78,7 @@ def _summarize(cfg: DictConfig, stage_tasks: list, result: BuildResult, run_dir:
         console.print(candidates_table(
             candidates, f"{len(candidates['candidates'])} candidate nests of "
                         f"model '{cfg.model.name}' (fusion={cfg.lowering.fusion})",
-            profiled, decided))
+            profiled, decided, width=console.width))
     if "profile" in stages:
         info = json.loads((Path(stages["profile"]["dir"]) / "profile.json").read_text())
         console.print(f"forward {info['forward_median_s'] * 1e3:.3g} ms (median of "

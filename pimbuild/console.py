@@ -19,33 +19,43 @@ def _fmt(value: str, spec: str) -> str:
     return format(float(value), spec) if value not in ("", None) else "-"
 
 
+# Columns dropped when the console is narrower than WIDE (the full table is in report.md).
+DETAIL = {"dims", "n_total", "moved MB", "ld/st/ar/m", "share"}
+WIDE = 120
+
+
 def candidates_table(candidates: dict, title: str, profile: dict[int, dict] | None = None,
-                     decisions: dict[int, dict] | None = None) -> Table:
+                     decisions: dict[int, dict] | None = None, width: int = WIDE) -> Table:
     """One row per nest; with ``profile`` (timing + counters rows by id), its measurements;
-    with ``decisions`` (by id), where it runs and which condition decided it."""
+    with ``decisions`` (by id), where it runs and which condition decided it. Narrower than
+    ``WIDE`` columns, the detail columns are left out so that the rest stays readable."""
     table = Table(title=title, title_justify="left", pad_edge=False)
     columns = ["id", "source", "dims", "n_iter", "n_total", "moved MB", "ld/st/ar/m"]
     if profile:
         columns += ["T_cpu ms", "share", "BW GB/s", "store"]
     if decisions:
         columns += ["placed"]
-    for col in columns:
-        table.add_column(col, justify="left" if col in ("source", "dims") else "right")
+    shown = [c for c in columns if width >= WIDE or c not in DETAIL]
+    for col in shown:
+        table.add_column(col, justify="left" if col in ("source", "dims") else "right",
+                         overflow="fold" if col == "source" else "ellipsis",
+                         no_wrap=col != "source")
     for c in candidates["candidates"]:
         mix = c["op_mix"]
-        source = display_name(c["source_module"], c["source_op"])
-        row = [str(c["id"]), source, "x".join(map(str, c["parallel_dims"])),
-               f"{c['n_iter']:,}", f"{c['n_total']:,}", _mb(c["moved_bytes"]),
-               f"{mix['loads']}/{mix['stores']}/{mix['arith']}/{mix['math']}"]
+        cells = {"id": str(c["id"]), "source": display_name(c["source_module"], c["source_op"]),
+                 "dims": "x".join(map(str, c["parallel_dims"])), "n_iter": f"{c['n_iter']:,}",
+                 "n_total": f"{c['n_total']:,}", "moved MB": _mb(c["moved_bytes"]),
+                 "ld/st/ar/m": f"{mix['loads']}/{mix['stores']}/{mix['arith']}/{mix['math']}"}
         if profile:
             m = profile[c["id"]]
-            row += [_fmt(float(m["median_s"]) * 1e3, ".3g"), _fmt(m["share"], ".1%"),
-                    _fmt(m["bw_read_gbps"], ".3g"), _fmt(m["store_bound"], ".2f")]
+            cells |= {"T_cpu ms": _fmt(float(m["median_s"]) * 1e3, ".3g"),
+                      "share": _fmt(m["share"], ".1%"), "BW GB/s": _fmt(m["bw_read_gbps"], ".3g"),
+                      "store": _fmt(m["store_bound"], ".2f")}
         if decisions:
             d = decisions[c["id"]]
-            color = "red" if d["target"] == "pim" else "blue"
-            row.append(f"[{color}]{d['target']}[/] {d['decided_by']}")
-        table.add_row(*row)
+            color = "red" if d["target"] != "host" else "blue"
+            cells["placed"] = f"[{color}]{d['target']}[/] {d['decided_by']}"
+        table.add_row(*[cells[col] for col in shown])
     return table
 
 
