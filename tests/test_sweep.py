@@ -43,3 +43,22 @@ def test_cli_help_and_cfg(tmp_path: Path) -> None:
     assert shown.returncode == 0
     assert "name: gemv" in shown.stdout and "cores: 32" in shown.stdout
     assert not (tmp_path / "outputs" / "artifacts").exists()
+
+
+@pytest.mark.slow
+def test_parallel_sweep_with_joblib_shares_one_store(tmp_path: Path) -> None:
+    """Two joblib workers on one store: the artifacts both jobs need (runtime, calibrate)
+    are built once, by one of them; the same sweep again builds nothing."""
+    args = ["-m", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", "model=relu,softmax",
+            "profile.backend=timer", "show_candidates=false"]
+    first = run_cli([*args, f"hydra.sweep.dir={tmp_path / 'sweep1'}"], cwd=tmp_path)
+    assert first.returncode == 0, first.stdout + first.stderr
+    jobs = _jobs(tmp_path / "sweep1")
+    assert sorted(jobs) == ["0_relu", "1_softmax"]
+    for shared in ("runtime", "calibrate"):
+        assert sum(shared in job["executed"] for job in jobs.values()) == 1
+        assert all(shared in job["executed"] + job["cached"] for job in jobs.values())
+    second = run_cli([*args, f"hydra.sweep.dir={tmp_path / 'sweep2'}"], cwd=tmp_path)
+    assert second.returncode == 0, second.stdout + second.stderr
+    assert all(job["executed"] == [] for job in _jobs(tmp_path / "sweep2").values())
+    assert not list((tmp_path / "outputs" / "artifacts").glob("**/.tmp-*"))
