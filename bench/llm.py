@@ -123,7 +123,7 @@ def main() -> None:
             ["-m", "model=llama7b", f"policy.theta_ratio={THETAS}"], sweep_dir)
         out["sweep_over_cold"] = out["sweep_s"] / out["cold_s"]
         out["profile_over_forward"] = (out["cold_stages_s"]["profile"]
-                                       / profile_info(cold_dir, "llama7b")["forward_median_s"])
+                                       / profile_info(cold_dir, "llama7b")["forward_s"])
         out["forward"] = [forward_ratio("llama7b"), forward_ratio("gptj6b")]
     out["self_peak_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024
 

@@ -46,7 +46,7 @@ def bench(model: str, backend: str) -> dict:
         seconds = json.loads((Path(tmp) / "run" / "build.json").read_text())["seconds"]
         info = json.loads(next((Path(tmp) / "store" / "profile").glob("*/profile.json"))
                           .read_text())
-    forward = info["forward_median_s"]
+    forward = info["forward_s"]
     return {"model": model, "backend": backend, "forward_s": forward,
             "profile_s": seconds["profile"], "ratio": seconds["profile"] / forward,
             "build_s": total, "counter_backend": info["counter_backend"]}

@@ -81,8 +81,9 @@ def _summarize(cfg: DictConfig, stage_tasks: list, result: BuildResult, run_dir:
             profiled, decided, width=console.width))
     if "profile" in stages:
         info = json.loads((Path(stages["profile"]["dir"]) / "profile.json").read_text())
-        console.print(f"forward {info['forward_median_s'] * 1e3:.3g} ms (median of "
-                      f"{info['repetitions']}), nests cover {info['coverage']:.1%} of it; "
+        console.print(f"forward {info['forward_s'] * 1e3:.3g} ms ({info['estimator']} of "
+                      f"{info['repetitions']}, median {info['forward_median_s'] * 1e3:.3g} ms), "
+                      f"nests cover {info['coverage']:.1%} of it; "
                       f"counters: [bold]{info['counter_backend']}[/] "
                       f"({info['counter_backend_reason']})")
     if "calibrate" in stages:

@@ -48,6 +48,9 @@ class PlatformConfig:
     calibration_mib: int = MISSING
     calibration_repetitions: int = MISSING
     calibration_warmup: int = MISSING
+    calibration_rounds: int = MISSING
+    calibration_max_spread: float = MISSING
+    calibration_tag: str = MISSING
     b_mem_gbps: float = MISSING
 
 
@@ -57,6 +60,7 @@ class ProfileConfig:
     auto: list[str] = MISSING  # what `auto` tries, in order
     repetitions: int = MISSING
     warmup: int = MISSING
+    estimator: str = MISSING  # min | p25 | median
 
 
 @dataclass
@@ -154,6 +158,8 @@ RANGES: dict[str, tuple[str, float]] = {
     "platform.calibration_mib": (">=", 1),
     "platform.calibration_repetitions": (">=", 1),
     "platform.calibration_warmup": (">=", 0),
+    "platform.calibration_rounds": (">=", 1),
+    "platform.calibration_max_spread": (">=", 0),
     "platform.b_mem_gbps": (">", 0),
     "profile.repetitions": (">=", 1),
     "profile.warmup": (">=", 0),

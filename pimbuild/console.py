@@ -48,7 +48,7 @@ def candidates_table(candidates: dict, title: str, profile: dict[int, dict] | No
                  "ld/st/ar/m": f"{mix['loads']}/{mix['stores']}/{mix['arith']}/{mix['math']}"}
         if profile:
             m = profile[c["id"]]
-            cells |= {"T_cpu ms": _fmt(float(m["median_s"]) * 1e3, ".3g"),
+            cells |= {"T_cpu ms": _fmt(float(m["t_cpu_s"]) * 1e3, ".3g"),
                       "share": _fmt(m["share"], ".1%"), "BW GB/s": _fmt(m["bw_read_gbps"], ".3g"),
                       "store": _fmt(m["store_bound"], ".2f")}
         if decisions:

@@ -51,7 +51,7 @@ def context(inputs: Inputs, p: Params) -> PolicyContext:
     ex, pr = inputs["extract"], inputs["profile"]
     found = nests.load_nests(ex / "candidates.json", pr / "timing.csv", pr / "counters.csv")
     info = json.loads((pr / "profile.json").read_text())
-    return PolicyContext(nests=found, forward_s=info["forward_median_s"],
+    return PolicyContext(nests=found, forward_s=info["forward_s"],
                          outputs=nests.outputs(ex / "candidates.json"),
                          b_cpu_gbps=b_cpu(inputs["calibrate"]), policy=p.policy,
                          target=p.target, copy_model=p.copy_model)

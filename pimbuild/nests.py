@@ -20,7 +20,7 @@ class Nest:
     n_iter: int
     n_total: int  # iterations of one invocation
     invocations: int
-    t_cpu_s: float  # median time per forward, over its invocations
+    t_cpu_s: float  # time per forward, over its invocations (profile.estimator)
     bw_read_gbps: float | None
     store_bound: float | None
     reads: dict[str, int]
@@ -51,7 +51,7 @@ def load_nests(candidates_path: Path, timing_path: Path, counters_path: Path) ->
     return [Nest(id=c["id"], source_op=c["source_op"], source_module=c["source_module"],
                  source_node=c["source_node"], n_iter=c["n_iter"], n_total=c["n_total"],
                  invocations=int(timing[c["id"]]["invocations"]),
-                 t_cpu_s=float(timing[c["id"]]["median_s"]),
+                 t_cpu_s=float(timing[c["id"]]["t_cpu_s"]),
                  bw_read_gbps=_number(counters[c["id"]]["bw_read_gbps"]),
                  store_bound=_number(counters[c["id"]]["store_bound"]),
                  reads=c["reads"], writes=c["writes"], op_mix=c["op_mix"])

@@ -14,6 +14,7 @@ from __future__ import annotations
 import csv
 import json
 import logging
+import os
 import platform
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,8 +35,16 @@ log = logging.getLogger(__name__)
 NAME = "profile"
 READS = ("lower", "extract", "runtime", "instrument", "calibrate")
 WRITES = ("timing.csv", "counters.csv", "profile.json")
-TIMING_COLUMNS = ["id", "source_op", "source_module", "invocations", "median_s", "iqr_s",
-                  "p25_s", "p75_s", "min_s", "max_s", "share"]
+TIMING_COLUMNS = ["id", "source_op", "source_module", "invocations", "t_cpu_s", "median_s",
+                  "iqr_s", "p25_s", "p75_s", "min_s", "max_s", "share"]
+# profile.estimator: T_cpu from the repetitions. The minimum is the run least disturbed by
+# the rest of the machine (the usual choice for timing on a shared host); the spread is
+# recorded beside it either way.
+ESTIMATORS = {
+    "min": lambda t: float(np.min(t)),
+    "p25": lambda t: float(np.percentile(t, 25)),
+    "median": lambda t: float(np.median(t)),
+}
 # Roles of platform events (conf/platform/*.yaml `events`) that the decision rule reads.
 N_RD, C_STORE = "offcore_data_rd", "store_bound"
 BACKEND_TERMS = ("backend_stalls", "backend_1port", "backend_2port")
@@ -49,6 +58,7 @@ class Params:
     auto: tuple[str, ...]  # what auto tries, in order
     repetitions: int
     warmup: int
+    estimator: str  # how T_cpu is taken from the repetitions (ESTIMATORS)
     events: dict[str, str]  # role -> PAPI event name
     cache_line: int
     l1d_bytes: int
@@ -74,8 +84,12 @@ def params(cfg: DictConfig) -> Params:
     for name in [pr.backend, *pr.auto] if pr.backend == "auto" else [pr.backend]:
         if name != "auto":
             BACKENDS.check(name)
+    if pr.estimator not in ESTIMATORS:
+        raise ConfigError(f"profile.estimator '{pr.estimator}' is not one of "
+                          f"{', '.join(ESTIMATORS)}")
     return Params(model=model_params(cfg), backend=pr.backend, auto=tuple(pr.auto),
-                  repetitions=pr.repetitions, warmup=pr.warmup, events=plain(pf.events),
+                  repetitions=pr.repetitions, warmup=pr.warmup, estimator=pr.estimator,
+                  events=plain(pf.events),
                   cache_line=pf.cache_line, l1d_bytes=pf.l1d_bytes, l1d_assoc=pf.l1d_assoc,
                   llc_bytes=pf.llc_bytes, llc_assoc=pf.llc_assoc, host=host_cpu())
 
@@ -106,8 +120,9 @@ def _quartiles(samples: np.ndarray) -> tuple[float, float, float]:
 
 
 def timing_run(engine, markers, inp: Program, args: list[np.ndarray], warmup: int,
-               repetitions: int) -> tuple[list[dict], dict[str, float]]:
-    """Per-nest and forward times over the repetitions (seconds per forward)."""
+               repetitions: int, estimator: str) -> tuple[list[dict], dict[str, Any]]:
+    """Per-nest and forward times over the repetitions (seconds per forward): ``t_cpu_s``
+    by the estimator, and the quartiles and extremes that show the spread."""
     from pimbuild import jit
 
     n = len(inp.candidates)
@@ -119,21 +134,25 @@ def timing_run(engine, markers, inp: Program, args: list[np.ndarray], warmup: in
             samples.append(markers.seconds(FORWARD_REGION + 1).copy())
             invocations = markers.counts(n)
     times = np.array(samples)  # [repetitions, regions]
+    estimate = ESTIMATORS[estimator]
     forward = times[:, FORWARD_REGION]
     f25, f50, f75 = _quartiles(forward)
+    t_forward = estimate(forward)
     rows = []
     for c in inp.candidates:
-        p25, p50, p75 = _quartiles(times[:, c["id"]])
+        t = times[:, c["id"]]
+        p25, p50, p75 = _quartiles(t)
         rows.append({"id": c["id"], "source_op": c["source_op"],
                      "source_module": c["source_module"],
-                     "invocations": int(invocations[c["id"]]), "median_s": p50,
-                     "iqr_s": p75 - p25, "p25_s": p25, "p75_s": p75,
-                     "min_s": float(times[:, c["id"]].min()),
-                     "max_s": float(times[:, c["id"]].max()), "share": p50 / f50})
-    nest_total = float(np.median(times[:, :n].sum(axis=1)))
-    summary = {"forward_median_s": f50, "forward_iqr_s": f75 - f25,
-               "coverage": nest_total / f50, "repetitions": repetitions,
-               "warmup": warmup}
+                     "invocations": int(invocations[c["id"]]), "t_cpu_s": estimate(t),
+                     "median_s": p50, "iqr_s": p75 - p25, "p25_s": p25, "p75_s": p75,
+                     "min_s": float(t.min()), "max_s": float(t.max()),
+                     "share": estimate(t) / t_forward})
+    nest_total = estimate(times[:, :n].sum(axis=1))
+    summary = {"forward_s": t_forward, "estimator": estimator, "forward_median_s": f50,
+               "forward_iqr_s": f75 - f25, "forward_min_s": float(forward.min()),
+               "coverage": nest_total / t_forward, "repetitions": repetitions,
+               "warmup": warmup, "load_average": list(os.getloadavg())}
     return rows, summary
 
 
@@ -179,7 +198,7 @@ def counters_table(rows: list[dict], timing: list[dict], cache_line: int,
     """counters.csv columns and rows: raw counts by role, T_cpu, and the derived metrics."""
     # T_cpu(r): the nest's time per forward, accumulated over its invocations (timing run);
     # the counts are per forward too (one counted forward).
-    t_cpu = {r["id"]: r["median_s"] for r in timing}
+    t_cpu = {r["id"]: r["t_cpu_s"] for r in timing}
     roles = sorted({role for r in rows for role in r["counts"]})
     table = []
     for r in rows:
@@ -210,7 +229,8 @@ def profile(program: Program, p: Params, b_cpu_gbps: float, out: Path) -> None:
     markers = Markers(program.runtime_dir / LIBRARY)
     engine = jit.load_llvm(program.llvm_path, markers.symbols([ENTER, EXIT]))
     args, _ = frontend.materialize(program.model, program.signature)
-    rows, summary = timing_run(engine, markers, program, args, p.warmup, p.repetitions)
+    rows, summary = timing_run(engine, markers, program, args, p.warmup, p.repetitions,
+                               p.estimator)
     write_csv(out / "timing.csv", TIMING_COLUMNS, rows)
     counter_run = CounterRun(engine, markers, program, args, p, out)
     backend, why = choose_backend(counter_run)

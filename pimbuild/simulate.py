@@ -104,7 +104,7 @@ def simulate(ctx: PolicyContext, decisions: dict[str, Any], reinsert: dict[str, 
         **{k: main[k] for k in ("speedup", "t_hybrid_s", f"t_{t.host}_s",
                                 f"t_{t.device}_s", "t_copy_s", "t_switch_s", "n_region")},
         "t_cpu_only_s": main["t_cpu_only_s"],
-        "forward_median_s": ctx.forward_s,
+        "forward_s": ctx.forward_s,
         "t_copy": {ctx.copy_model: main["t_copy_s"], other_model: other["t_copy_s"]},
         "offloaded": sorted(offloaded),
         "offloaded_sources": list(dict.fromkeys(

@@ -149,7 +149,8 @@ def test_calibrate_measures_b_cpu_through_the_lowered_kernel(run_build) -> None:
     cal = json.loads((artifact_dir(result, "calibrate") / "calibrate.json").read_text())
     assert cal["source"] == "measured"
     assert 32 << 20 <= cal["bytes_read"] <= (32 << 20) * 1.001  # the buffer + the row sums
-    assert cal["b_cpu_gbps"] == pytest.approx(cal["bytes_read"] / cal["median_s"] / 1e9)
+    assert cal["b_cpu_gbps"] == pytest.approx(cal["bytes_read"] / cal["best_s"] / 1e9)
+    assert cal["best_s"] <= cal["p25_s"] <= cal["median_s"]
     assert 0.1 < cal["b_cpu_gbps"] < 1000
     assert (artifact_dir(result, "calibrate") / "kernel" / "llvm.mlir").is_file()
     again = run_build(["targets=[calibrate]", "platform.calibration_mib=32",
@@ -161,3 +162,21 @@ def test_calibrate_uses_configured_b_cpu(run_build) -> None:
     result = run_build(["targets=[calibrate]", "platform.b_cpu_gbps=7.5"])
     cal = json.loads((artifact_dir(result, "calibrate") / "calibrate.json").read_text())
     assert cal == {"b_cpu_gbps": 7.5, "source": "config (platform.b_cpu_gbps)"}
+
+
+def test_calibration_refuses_an_unstable_value(run_build, store: Path) -> None:
+    """No spread is small enough: calibrate says why and publishes nothing."""
+    with pytest.raises(StageError, match=r"B_cpu is not stable on this host now: in each of "
+                                         r"2 rounds .*platform.b_cpu_gbps"):
+        run_build(["model=relu", "targets=[calibrate]", "platform.calibration_rounds=2",
+                   "platform.calibration_max_spread=0", "platform.calibration_repetitions=4"])
+    assert not list((store / "calibrate").glob("*/.complete"))
+
+
+def test_calibration_records_its_spread_and_a_tag_measures_again(run_build) -> None:
+    first = run_build(["model=relu", "targets=[calibrate]"])
+    cal = json.loads((artifact_dir(first, "calibrate") / "calibrate.json").read_text())
+    assert cal["b_cpu_gbps"] == pytest.approx(cal["bytes_read"] / cal["best_s"] / 1e9)
+    assert 0 <= cal["rounds"][-1]["spread"] <= 0.5 and len(cal["rounds"][-1]["load_average"]) == 3
+    again = run_build(["model=relu", "targets=[calibrate]", "platform.calibration_tag=today"])
+    assert again.executed == ["calibrate"]
