@@ -59,6 +59,7 @@ class ProfileConfig:
     backend: str = MISSING  # a counter backend (pimbuild.counters.BACKENDS) or auto
     auto: list[str] = MISSING  # what `auto` tries, in order
     repetitions: int = MISSING
+    min_time_s: float = MISSING
     warmup: int = MISSING
     estimator: str = MISSING  # min | p25 | median
 
@@ -163,6 +164,7 @@ RANGES: dict[str, tuple[str, float]] = {
     "platform.b_mem_gbps": (">", 0),
     "profile.repetitions": (">=", 1),
     "profile.warmup": (">=", 0),
+    "profile.min_time_s": (">=", 0),
     "pim.cores": (">=", 1),
     "pim.freq_ghz": (">", 0),
     "pim.t_sw_us": (">=", 0),

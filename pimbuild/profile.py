@@ -40,6 +40,7 @@ TIMING_COLUMNS = ["id", "source_op", "source_module", "invocations", "t_cpu_s", 
 # profile.estimator: T_cpu from the repetitions. The minimum is the run least disturbed by
 # the rest of the machine (the usual choice for timing on a shared host); the spread is
 # recorded beside it either way.
+MAX_REPETITIONS = 100_000
 ESTIMATORS = {
     "min": lambda t: float(np.min(t)),
     "p25": lambda t: float(np.percentile(t, 25)),
@@ -56,7 +57,8 @@ class Params:
     model: ModelParams  # to rebuild the forward's arguments
     backend: str  # a counter backend, or auto
     auto: tuple[str, ...]  # what auto tries, in order
-    repetitions: int
+    repetitions: int  # at least this many timed forwards ...
+    min_time_s: float  # ... and more until they add up to this
     warmup: int
     estimator: str  # how T_cpu is taken from the repetitions (ESTIMATORS)
     events: dict[str, str]  # role -> PAPI event name
@@ -88,7 +90,8 @@ def params(cfg: DictConfig) -> Params:
         raise ConfigError(f"profile.estimator '{pr.estimator}' is not one of "
                           f"{', '.join(ESTIMATORS)}")
     return Params(model=model_params(cfg), backend=pr.backend, auto=tuple(pr.auto),
-                  repetitions=pr.repetitions, warmup=pr.warmup, estimator=pr.estimator,
+                  repetitions=pr.repetitions, min_time_s=pr.min_time_s, warmup=pr.warmup,
+                  estimator=pr.estimator,
                   events=plain(pf.events),
                   cache_line=pf.cache_line, l1d_bytes=pf.l1d_bytes, l1d_assoc=pf.l1d_assoc,
                   llc_bytes=pf.llc_bytes, llc_assoc=pf.llc_assoc, host=host_cpu())
@@ -120,19 +123,28 @@ def _quartiles(samples: np.ndarray) -> tuple[float, float, float]:
 
 
 def timing_run(engine, markers, inp: Program, args: list[np.ndarray], warmup: int,
-               repetitions: int, estimator: str) -> tuple[list[dict], dict[str, Any]]:
+               repetitions: int, estimator: str, min_time_s: float = 0.0
+               ) -> tuple[list[dict], dict[str, Any]]:
     """Per-nest and forward times over the repetitions (seconds per forward): ``t_cpu_s``
-    by the estimator, and the quartiles and extremes that show the spread."""
+    by the estimator, and the quartiles and extremes that show the spread. At least
+    ``repetitions`` forwards are timed, and more until they add up to ``min_time_s`` (a short
+    forward needs many runs for its low quantiles to settle), at most ``MAX_REPETITIONS``."""
     from pimbuild import jit
 
     n = len(inp.candidates)
     samples, invocations = [], None
-    for rep in range(warmup + repetitions):
+    outputs = jit.output_buffers(inp.signature["outputs"])
+    for _ in range(warmup):
+        jit.invoke(engine, inp.signature["function"], args, inp.signature["outputs"], outputs)
+    measured = 0.0
+    while len(samples) < repetitions or (measured < min_time_s
+                                         and len(samples) < MAX_REPETITIONS):
         markers.reset()
-        jit.invoke(engine, inp.signature["function"], args, inp.signature["outputs"])
-        if rep >= warmup:
-            samples.append(markers.seconds(FORWARD_REGION + 1).copy())
-            invocations = markers.counts(n)
+        jit.invoke(engine, inp.signature["function"], args, inp.signature["outputs"], outputs)
+        samples.append(markers.seconds(FORWARD_REGION + 1).copy())
+        measured += samples[-1][FORWARD_REGION]
+        invocations = markers.counts(n)
+    repetitions = len(samples)
     times = np.array(samples)  # [repetitions, regions]
     estimate = ESTIMATORS[estimator]
     forward = times[:, FORWARD_REGION]
@@ -230,7 +242,7 @@ def profile(program: Program, p: Params, b_cpu_gbps: float, out: Path) -> None:
     engine = jit.load_llvm(program.llvm_path, markers.symbols([ENTER, EXIT]))
     args, _ = frontend.materialize(program.model, program.signature)
     rows, summary = timing_run(engine, markers, program, args, p.warmup, p.repetitions,
-                               p.estimator)
+                               p.estimator, p.min_time_s)
     write_csv(out / "timing.csv", TIMING_COLUMNS, rows)
     counter_run = CounterRun(engine, markers, program, args, p, out)
     backend, why = choose_backend(counter_run)
