@@ -114,7 +114,8 @@ def lower(p: Params, out: Path, failure_dir: Path) -> None:
 
         add_fastmath(module)
     mlir.write_ir(module, out / "linalg.mlir")
-    mlir.run_pipeline(module, mlir.LINALG_TO_SCF, stage=NAME, failure_dir=failure_dir)
+    to_scf = mlir.TM_TENSOR_TO_SCF if mlir.has_dialect(module, "tm_tensor") else mlir.LINALG_TO_SCF
+    mlir.run_pipeline(module, to_scf, stage=NAME, failure_dir=failure_dir)
     mlir.write_ir(module, out / "scf.mlir")
     sig = frontend.signature(prog, recipe, outputs, p.weights)
     (out / "signature.json").write_text(json.dumps(sig, indent=2) + "\n")

@@ -21,6 +21,9 @@ TORCH_TO_LINALG = ("builtin.module("
                    "torch-backend-to-linalg-on-tensors-backend-pipeline{allow-non-finites=true})")
 # linalg on tensors -> buffers -> scf.parallel / scf.for nests. Results become out-parameters
 # (the caller owns the output buffers), memref.copy becomes linalg.copy so that it too is a nest.
+# TMTensor ops (scan, scatter, sort: what torch-mlir emits for cumsum, index_put, ...) take
+# TM_TENSOR_TO_SCF, which lowers them to sequential loops: they are not parallel nests, so
+# they stay on the host.
 LINALG_TO_SCF = (
     "builtin.module("
     "one-shot-bufferize{bufferize-function-boundaries"
@@ -30,14 +33,33 @@ LINALG_TO_SCF = (
     " func.func(convert-linalg-to-parallel-loops),"
     " cse)"
 )
+# The same for a module with TMTensor ops: their bufferization leaves tensors One-Shot Analysis
+# cannot reason about, so (as in torch-mlir's reference backend) it copies before every write.
+TM_TENSOR_TO_SCF = (
+    "builtin.module("
+    "func.func(tm-tensor-bufferize),"
+    " one-shot-bufferize{copy-before-write bufferize-function-boundaries"
+    " function-boundary-type-conversion=identity-layout-map},"
+    " buffer-results-to-out-params{hoist-static-allocs modify-public-functions},"
+    " func.func(refback-munge-memref-copy),"
+    " func.func(convert-linalg-to-parallel-loops),"
+    " func.func(tm-tensor-to-loops),"
+    " cse)"
+)
 ELEMENTWISE_FUSION = "builtin.module(func.func(linalg-fuse-elementwise-ops))"
 GENERALIZE = "builtin.module(func.func(linalg-generalize-named-ops))"
 
 
 def new_context() -> ir.Context:
+    """A context with the torch dialect and TMTensor loaded (the bindings expose no
+    registration for TMTensor: running one of its passes on an empty module loads it), so
+    that any IR pimbuild writes parses again."""
     ctx = ir.Context()
     torch_d.register_dialect(ctx)
     ctx.allow_unregistered_dialects = True
+    with ctx:
+        PassManager.parse("builtin.module(func.func(tm-tensor-bufferize))").run(
+            ir.Module.parse("module {}").operation)
     return ctx
 
 
@@ -122,3 +144,8 @@ def function(module: ir.Module, name: str) -> ir.Operation:
     """The ``func.func`` called ``name``."""
     return next(op.operation for op in module.body.operations
                 if ir.StringAttr(op.operation.attributes["sym_name"]).value == name)
+
+
+def has_dialect(module: ir.Module, dialect: str) -> bool:
+    """Does any op of ``module`` belong to ``dialect``?"""
+    return any(op.name.startswith(f"{dialect}.") for op in walk(module.operation))

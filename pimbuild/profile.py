@@ -40,7 +40,7 @@ TIMING_COLUMNS = ["id", "source_op", "source_module", "invocations", "t_cpu_s", 
 # profile.estimator: T_cpu from the repetitions. The minimum is the run least disturbed by
 # the rest of the machine (the usual choice for timing on a shared host); the spread is
 # recorded beside it either way.
-MAX_REPETITIONS = 100_000
+MAX_REPETITIONS = 10_000
 ESTIMATORS = {
     "min": lambda t: float(np.min(t)),
     "p25": lambda t: float(np.percentile(t, 25)),
@@ -141,13 +141,14 @@ def timing_run(engine, markers, inp: Program, args: list[np.ndarray], warmup: in
                                          and len(samples) < MAX_REPETITIONS):
         markers.reset()
         jit.invoke(engine, inp.signature["function"], args, inp.signature["outputs"], outputs)
-        samples.append(markers.seconds(FORWARD_REGION + 1).copy())
-        measured += samples[-1][FORWARD_REGION]
+        seconds = markers.seconds(FORWARD_REGION + 1)
+        samples.append(np.append(seconds[:n], seconds[FORWARD_REGION]))  # nests, forward
+        measured += samples[-1][n]
         invocations = markers.counts(n)
     repetitions = len(samples)
-    times = np.array(samples)  # [repetitions, regions]
+    times = np.array(samples)  # [repetitions, nests + the forward]
     estimate = ESTIMATORS[estimator]
-    forward = times[:, FORWARD_REGION]
+    forward = times[:, n]
     f25, f50, f75 = _quartiles(forward)
     t_forward = estimate(forward)
     rows = []

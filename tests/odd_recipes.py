@@ -44,3 +44,22 @@ def with_nan(n: int = 8) -> Recipe:
 def only_empty(n: int = 8) -> Recipe:
     """The only output has no elements: no nest does any work."""
     return Recipe(_Fn(lambda x: x[:0] * 2), {"x": torch.randn(n)})
+
+
+def running_sum(n: int = 64) -> Recipe:
+    """cumsum: torch-mlir lowers it to a TMTensor scan, not to linalg."""
+    return Recipe(_Fn(lambda x: torch.cumsum(x, 0) * 2), {"x": torch.randn(n)})
+
+
+def scatter_rows(n: int = 64) -> Recipe:
+    """index_put: a TMTensor scatter."""
+    def fn(x, idx):
+        y = x.clone()
+        y[idx] = x[idx] * 3
+        return y
+    return Recipe(_Fn(fn), {"x": torch.randn(n), "idx": torch.tensor([1, 5, 9])})
+
+
+def sorted_values(n: int = 64) -> Recipe:
+    """sort: a TMTensor sort with two outputs."""
+    return Recipe(_Fn(lambda x: torch.sort(x)), {"x": torch.randn(n)})

@@ -52,10 +52,22 @@ def test_outputs_of_every_supported_dtype_go_through_every_stage(run_build) -> N
 
 
 @pytest.mark.parametrize("recipe", ["tensor_constant", "empty_output", "with_nan",
-                                    "only_empty"])
+                                    "only_empty", "running_sum", "scatter_rows",
+                                    "sorted_values"])
 def test_unusual_models_go_through_every_stage(run_build, recipe: str) -> None:
     result = run_build(["model=relu", f"model.recipe=tests.odd_recipes:{recipe}",
                         "model.size={n:64}", "profile.backend=timer"])
     check = json.loads((artifact_dir(result, "reinsert") / "reinsert.json").read_text())
     assert check["check"]["max_rel_error"] <= RTOL
     assert (artifact_dir(result, "simulate") / "report.md").is_file()
+
+
+def test_tm_tensor_ir_parses_again(run_build) -> None:
+    """IR with TMTensor ops (cumsum's scan) round-trips, so repro commands work on it."""
+    from pimbuild import mlir
+
+    result = run_build(["model=relu", "model.recipe=tests.odd_recipes:running_sum",
+                        "model.size={n:64}", "targets=[lower]"])
+    linalg = artifact_dir(result, "lower") / "linalg.mlir"
+    assert "tm_tensor.scan" in linalg.read_text()
+    assert "tm_tensor.scan" in mlir.asm(mlir.parse_file(linalg))
