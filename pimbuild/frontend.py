@@ -31,7 +31,7 @@ FUNC_NAME = "forward"
 DTYPES = {"float32": torch.float32}
 
 
-def _first_line(e: BaseException) -> str:
+def first_line(e: BaseException) -> str:
     """An exception as one line: its type and the first line of its message (torch's
     messages can carry pages of C++ frames)."""
     text = str(e).strip().splitlines()
@@ -45,14 +45,14 @@ def build_recipe(p: ModelParams) -> recipes.Recipe:
         builder = recipes.resolve(p.recipe)
     except Exception as e:  # the user's module may raise anything while it imports
         raise RecipeError(f"model.recipe '{p.recipe}' cannot be loaded: "
-                          f"{_first_line(e)}") from None
+                          f"{first_line(e)}") from None
     try:
         recipe = builder(**p.size)
     except TypeError as e:
         raise ConfigError(f"model '{p.name}': bad size parameters {dict(p.size)}: {e}") from None
     except Exception as e:  # the user's builder may raise anything
         raise RecipeError(f"model '{p.name}': the recipe builder raised "
-                          f"{_first_line(e)}") from None
+                          f"{first_line(e)}") from None
     if not isinstance(recipe, recipes.Recipe):
         raise RecipeError(f"model '{p.name}': the recipe builder {p.recipe} returned "
                           f"{type(recipe).__name__}, not a pimbuild.recipes.Recipe")
@@ -69,7 +69,7 @@ def eager(p: ModelParams, recipe: recipes.Recipe) -> list[torch.Tensor]:
         with torch.no_grad():
             out = recipe.module(*recipe.inputs.values())
     except Exception as e:  # the user's forward may raise anything
-        raise RecipeError(f"the forward of model '{p.name}' raised {_first_line(e)}") from None
+        raise RecipeError(f"the forward of model '{p.name}' raised {first_line(e)}") from None
     outputs = list(out) if isinstance(out, (tuple, list)) else [out]
     for i, o in enumerate(outputs):
         if any(o is earlier for earlier in outputs[:i]):

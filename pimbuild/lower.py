@@ -104,7 +104,7 @@ def lower(p: Params, out: Path, failure_dir: Path) -> None:
         module = frontend.import_program(prog, p.weights)
     except Exception as e:
         raise RecipeError(f"model '{p.model.name}' cannot be imported by torch-mlir: "
-                          f"{frontend._first_line(e)}") from None
+                          f"{frontend.first_line(e)}") from None
     mlir.run_pipeline(module, mlir.TORCH_BACKEND, stage=NAME, failure_dir=failure_dir)
     mlir.write_ir(module, out / "torch.mlir")
     mlir.run_pipeline(module, mlir.TORCH_TO_LINALG, stage=NAME, failure_dir=failure_dir)

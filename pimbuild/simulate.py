@@ -19,7 +19,7 @@ from omegaconf import DictConfig
 
 from pimbuild import decide, hybrid, policies
 from pimbuild.nests import display_name
-from pimbuild.policies import PolicyContext, PolicyParams
+from pimbuild.policies import PolicyContext
 from pimbuild.stage import Inputs
 
 NAME = "simulate"
@@ -29,17 +29,12 @@ WRITES = ("report.json", "report.md")
 
 @dataclass(frozen=True)
 class Params:
-    policy: PolicyParams
-    system: str
-    target: Any
-    copy_model: str
+    decide: decide.Params  # the policy, the target and the copy model, as decide has them
     cores_sweep: tuple[int, ...]  # target sizes of the report's sweep
 
 
 def params(cfg: DictConfig) -> Params:
-    d = decide.params(cfg)
-    return Params(policy=d.policy, system=d.system, target=d.target, copy_model=d.copy_model,
-                  cores_sweep=tuple(cfg.sim.cores_sweep))
+    return Params(decide=decide.params(cfg), cores_sweep=tuple(cfg.sim.cores_sweep))
 
 
 def evaluate(ctx: PolicyContext, offloaded: set[int]) -> dict[str, Any]:
@@ -126,10 +121,10 @@ def simulate(ctx: PolicyContext, decisions: dict[str, Any], reinsert: dict[str, 
 
 
 def run(inputs: Inputs, p: Params, out: Path) -> None:
-    ctx = decide.context(inputs, decide.Params(p.policy, p.system, p.target, p.copy_model))
+    ctx = decide.context(inputs, p.decide)
     info = json.loads((inputs["profile"] / "profile.json").read_text())
     report = simulate(ctx, json.loads((inputs["decide"] / "decisions.json").read_text()),
                       json.loads((inputs["reinsert"] / "reinsert.json").read_text()),
                       info["counter_backend"], p.cores_sweep)
     (out / "report.json").write_text(json.dumps(report, indent=2) + "\n")
-    p.target.render(report, out)
+    p.decide.target.render(report, out)
