@@ -103,7 +103,8 @@ class Artifact:
         since) makes it stale."""
         if not self.marker.is_file():
             return "not published" if not self.dir.exists() else "no completion marker"
-        records = self.records()
+        marker = self._marker()
+        records = marker.get("files") or {}
         if not records:
             return "completion marker without file records"
         for name, rec in records.items():
@@ -116,7 +117,7 @@ class Artifact:
                 return f"{name} changed size"
             if (full or st.st_mtime_ns != rec["mtime_ns"]) and sha256_file(path) != rec["sha256"]:
                 return f"{name} was modified"
-        built_from = self._marker().get("inputs") or {}
+        built_from = marker.get("inputs") or {}
         for a in inputs:
             if built_from.get(a.stage) != a.digest():
                 return f"its input {a.stage} changed since it was built"
