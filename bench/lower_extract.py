@@ -12,14 +12,11 @@ import argparse
 import json
 import resource
 import tempfile
-import time
 from pathlib import Path
 
-from hydra import compose, initialize_config_module
+from common import quiet_build
 from rich.table import Table
 
-from pimbuild.build import build
-from pimbuild.cli import CONFIG_MODULE
 from pimbuild.config import register_configs
 from pimbuild.console import console
 
@@ -28,15 +25,9 @@ DEFAULT_MODELS = ["gemv", "attention", "mlp", "layernorm", "softmax", "matmul",
 
 
 def bench(model: str, extra: tuple[str, ...] = ()) -> dict:
-    with tempfile.TemporaryDirectory() as tmp, \
-            initialize_config_module(config_module=CONFIG_MODULE, version_base="1.3"):
-        cfg = compose("config", overrides=[f"model={model}", f"store={tmp}/store",
-                                           "show_candidates=false", *extra])
-        console.quiet = True
-        start = time.perf_counter()
-        build(cfg, Path(tmp) / "run")
-        total = time.perf_counter() - start
-        console.quiet = False
+    with tempfile.TemporaryDirectory() as tmp:
+        _, total = quiet_build([f"model={model}", f"store={tmp}/store", *extra],
+                               Path(tmp) / "run")
         seconds = json.loads((Path(tmp) / "run" / "build.json").read_text())["seconds"]
         nests = len(json.loads((Path(tmp) / "store" / "extract").glob("*/candidates.json")
                                .__next__().read_text())["candidates"])

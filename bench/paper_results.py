@@ -13,11 +13,9 @@ import json
 from collections import Counter
 from pathlib import Path
 
-from hydra import compose, initialize_config_module
+from common import quiet_build
 from rich.table import Table
 
-from pimbuild.build import build
-from pimbuild.cli import CONFIG_MODULE
 from pimbuild.config import register_configs
 from pimbuild.console import console
 
@@ -26,14 +24,7 @@ MODELS = ["ew_add", "copying", "scale", "zeroing", "relu", "silu", "gelu", "tanh
 
 
 def run(model: str, store: Path, run_dir: Path) -> dict:
-    with initialize_config_module(config_module=CONFIG_MODULE, version_base="1.3"):
-        cfg = compose("config", overrides=[f"model={model}", f"store={store}",
-                                           "show_candidates=false"])
-        console.quiet = True
-        try:
-            result = build(cfg, run_dir / model)
-        finally:
-            console.quiet = False
+    result, _ = quiet_build([f"model={model}", f"store={store}"], run_dir / model)
     r = json.loads((Path(result.manifest["stages"]["simulate"]["dir"]) / "report.json")
                    .read_text())
     by = Counter(n["decided_by"] for n in r["nests"])

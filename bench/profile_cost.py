@@ -12,14 +12,11 @@ from __future__ import annotations
 import argparse
 import json
 import tempfile
-import time
 from pathlib import Path
 
-from hydra import compose, initialize_config_module
+from common import quiet_build
 from rich.table import Table
 
-from pimbuild.build import build
-from pimbuild.cli import CONFIG_MODULE
 from pimbuild.config import register_configs
 from pimbuild.console import console
 from pimbuild.errors import PimbuildError
@@ -29,20 +26,13 @@ DEFAULT_MODELS = ["softmax", "gemv", "mlp", "attention"]
 
 
 def bench(model: str, backend: str) -> dict:
-    with tempfile.TemporaryDirectory() as tmp, \
-            initialize_config_module(config_module=CONFIG_MODULE, version_base="1.3"):
-        cfg = compose("config", overrides=[f"model={model}", f"store={tmp}/store",
-                                           "show_candidates=false", "targets=[profile]",
-                                           f"profile.backend={backend}"])
-        console.quiet = True
+    with tempfile.TemporaryDirectory() as tmp:
         try:
-            start = time.perf_counter()
-            build(cfg, Path(tmp) / "run")
-            total = time.perf_counter() - start
+            _, total = quiet_build([f"model={model}", f"store={tmp}/store",
+                                    "targets=[profile]", f"profile.backend={backend}"],
+                                   Path(tmp) / "run")
         except PimbuildError as e:
             return {"model": model, "backend": backend, "error": str(e).splitlines()[0]}
-        finally:
-            console.quiet = False
         seconds = json.loads((Path(tmp) / "run" / "build.json").read_text())["seconds"]
         info = json.loads(next((Path(tmp) / "store" / "profile").glob("*/profile.json"))
                           .read_text())

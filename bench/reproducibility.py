@@ -17,11 +17,9 @@ import os
 import tempfile
 from pathlib import Path
 
-from hydra import compose, initialize_config_module
+from common import quiet_build
 from rich.table import Table
 
-from pimbuild.build import build
-from pimbuild.cli import CONFIG_MODULE
 from pimbuild.config import register_configs
 from pimbuild.console import console
 
@@ -31,14 +29,7 @@ MODELS = ["ew_add", "copying", "scale", "zeroing", "relu", "silu", "gelu", "tanh
 
 
 def run(model: str, store: Path, run_dir: Path) -> dict:
-    with initialize_config_module(config_module=CONFIG_MODULE, version_base="1.3"):
-        cfg = compose("config", overrides=[f"model={model}", f"store={store}",
-                                           "show_candidates=false"])
-    console.quiet = True
-    try:
-        result = build(cfg, run_dir)
-    finally:
-        console.quiet = False
+    result, _ = quiet_build([f"model={model}", f"store={store}"], run_dir)
     r = json.loads((Path(result.manifest["stages"]["simulate"]["dir"]) / "report.json")
                    .read_text())
     return {"offloaded": r["offloaded"], "speedup": r["speedup"], "b_cpu_gbps": r["b_cpu_gbps"]}

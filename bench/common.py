@@ -1,0 +1,26 @@
+"""What the benchmarks share (not a test): one build from overrides, with the console quiet."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from hydra import compose, initialize_config_module
+
+from pimbuild.build import BuildResult, build
+from pimbuild.cli import CONFIG_MODULE
+from pimbuild.console import console
+
+
+def quiet_build(overrides: list[str], run_dir: Path) -> tuple[BuildResult, float]:
+    """Compose the config with ``overrides`` (no candidates table) and build it silently;
+    returns the result and the build's wall seconds (composition not included)."""
+    with initialize_config_module(config_module=CONFIG_MODULE, version_base="1.3"):
+        cfg = compose("config", overrides=[*overrides, "show_candidates=false"])
+    console.quiet = True
+    try:
+        start = time.perf_counter()
+        result = build(cfg, run_dir)
+        return result, time.perf_counter() - start
+    finally:
+        console.quiet = False
