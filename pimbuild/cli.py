@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import os
+import re
 import sys
 from pathlib import Path
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
+from hydra.errors import HydraException
 from omegaconf import DictConfig
 from rich.markup import escape
 
@@ -32,8 +35,35 @@ def app(cfg: DictConfig) -> None:
         sys.exit(130)
 
 
+def hydra_error_line(e: HydraException) -> str:
+    """One line for a composition error (unknown option, bad override) Hydra would print as a page.
+
+    ``Available options`` lists lose the schema entries Hydra keeps in the same group."""
+    head, _, rest = str(e).partition("\n")
+    found = re.search(r"Available options in '([^']+)':\n((?:\t.*\n?)*)", rest)
+    if found:
+        names = [n.strip() for n in found.group(2).splitlines()]
+        names = [n for n in names if n and not n.endswith("_schema")]
+        return f"{head.rstrip('.')} (choices: {', '.join(names)})"
+    detail = next((line.strip() for line in rest.splitlines() if line.strip()), "")
+    if not detail and e.__cause__ is not None:  # e.g. a value of the wrong type
+        detail = str(e.__cause__).partition("\n")[0]
+    head = head.rstrip(".")
+    return f"{head}: {detail}" if detail else head
+
+
 def main() -> None:
-    app()
+    # Let composition errors reach us instead of Hydra's printer, unless the user asked for the
+    # full trace (HYDRA_FULL_ERROR=1), in which case Hydra's behaviour is kept.
+    full_trace = os.environ.get("HYDRA_FULL_ERROR") == "1"
+    os.environ["HYDRA_FULL_ERROR"] = "1"
+    try:
+        app()
+    except HydraException as e:
+        if full_trace:
+            raise
+        error(escape(hydra_error_line(e)))
+        sys.exit(1)
 
 
 if __name__ == "__main__":

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import errno
 import shutil
+import sqlite3
 import time
+from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -179,12 +181,33 @@ def _doit_tasks(tasks: list[StageTask], store: Store, outcome: Outcome) -> dict:
     return creators
 
 
+def doit_database(store: Store) -> Path:
+    """doit's database, discarded if it cannot be read (a build killed while sqlite wrote it, a
+    file copied half-way): it is a cache of the store, so a fresh one costs nothing. A database
+    another build holds locked is waited for (sqlite's busy timeout), never discarded."""
+    db = store.root / ".doit.sqlite3"
+    try:
+        with closing(sqlite3.connect(db, timeout=60)) as conn:
+            intact = conn.execute("pragma quick_check").fetchone()[0] == "ok"
+    except sqlite3.OperationalError as e:
+        if "locked" in str(e):
+            return db
+        intact = False
+    except sqlite3.DatabaseError:
+        intact = False
+    if not intact:
+        for path in (db, db.with_name(db.name + "-journal")):
+            path.unlink(missing_ok=True)
+    return db
+
+
 def execute(tasks: list[StageTask], store: Store, console: Console) -> Outcome:
     """Bring every task's artifact up to date; the store decides what is."""
     outcome = Outcome()
     try:
         store.root.mkdir(parents=True, exist_ok=True)
-        (store.root / ".doit.sqlite3").touch()
+        db = doit_database(store)
+        db.touch()  # an unwritable store fails here, as a StoreError naming it
         store.sweep()
     except OSError as e:
         raise store_error(e, store) from None
@@ -192,7 +215,7 @@ def execute(tasks: list[StageTask], store: Store, console: Console) -> Outcome:
     with display.progress:
         loader_dict = _doit_tasks(tasks, store, outcome)
         loader_dict["DOIT_CONFIG"] = {
-            "dep_file": str(Path(store.root) / ".doit.sqlite3"),
+            "dep_file": str(db),
             "backend": "sqlite3",
             "reporter": _reporter(display, outcome),
             "verbosity": 0,

@@ -8,9 +8,11 @@ import os
 import random
 import shutil
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
+from contextlib import closing
 from pathlib import Path
 
 import pytest
@@ -99,6 +101,24 @@ def test_deleted_or_copied_doit_database_misreports_nothing(run_build, store: Pa
     (store / "x").write_text("")
     copied = run_build([*SMALL, f"store={moved}"])
     assert copied.executed == [] and copied.cached == ALL
+
+
+@pytest.mark.parametrize("damage", ["garbage", "torn", "journal"])
+def test_damaged_doit_database_is_discarded_not_fatal(run_build, store: Path, damage: str) -> None:
+    """A build killed while sqlite wrote doit's database (a torn file, a left-over journal) or a
+    database that is not one: the next build reuses everything and reports it truthfully."""
+    run_build(SMALL)
+    db = store / ".doit.sqlite3"
+    if damage == "garbage":
+        db.write_bytes(os.urandom(5000))
+    elif damage == "torn":
+        db.write_bytes(db.read_bytes()[: db.stat().st_size // 2] + os.urandom(100))
+    else:
+        (store / ".doit.sqlite3-journal").write_bytes(os.urandom(4096))
+    again = run_build(SMALL)
+    assert again.executed == [] and again.cached == ALL
+    with closing(sqlite3.connect(db)) as conn:
+        assert conn.execute("pragma quick_check").fetchone()[0] == "ok"
 
 
 def test_dead_builds_temporary_folders_are_swept(store: Path) -> None:
