@@ -32,7 +32,14 @@ def run(model: str, store: Path, run_dir: Path) -> dict:
     result, _ = quiet_build([f"model={model}", f"store={store}"], run_dir)
     r = json.loads((Path(result.manifest["stages"]["simulate"]["dir"]) / "report.json")
                    .read_text())
-    return {"offloaded": r["offloaded"], "speedup": r["speedup"], "b_cpu_gbps": r["b_cpu_gbps"]}
+    return {"offloaded": r["offloaded"], "borderline": r["borderline"], "speedup": r["speedup"],
+            "b_cpu_gbps": r["b_cpu_gbps"]}
+
+
+def same_firm_decisions(a: dict, b: dict) -> bool:
+    """Equal decision sets once the nests either run flagged borderline are left out."""
+    shaky = set(a["borderline"]) | set(b["borderline"])
+    return set(a["offloaded"]) - shaky == set(b["offloaded"]) - shaky
 
 
 def main() -> None:
@@ -48,24 +55,30 @@ def main() -> None:
             a, b = (run(model, s, Path(tmp) / f"{s.name}-{model}") for s in stores)
             rows.append({"model": model, "a": a, "b": b,
                          "same_set": a["offloaded"] == b["offloaded"],
+                         "same_firm": same_firm_decisions(a, b),
+                         "flips_flagged": sorted(set(a["offloaded"]) ^ set(b["offloaded"]))
+                         if same_firm_decisions(a, b) else [],
                          "speedup_diff": abs(a["speedup"] - b["speedup"]) / a["speedup"]})
             console.print(f"{model}: {rows[-1]['same_set']} {rows[-1]['speedup_diff']:.1%}")
     b_cpu = [rows[0]["a"]["b_cpu_gbps"], rows[0]["b"]["b_cpu_gbps"]]
     summary = {"cpu": _cpu(), "load_average": os.getloadavg(), "b_cpu_gbps": b_cpu,
                "b_cpu_diff": abs(b_cpu[0] - b_cpu[1]) / b_cpu[0],
-               "same_sets": sum(r["same_set"] for r in rows), "models": len(rows),
+               "same_sets": sum(r["same_set"] for r in rows),
+               "same_firm_sets": sum(r["same_firm"] for r in rows), "models": len(rows),
                "max_speedup_diff": max(r["speedup_diff"] for r in rows), "rows": rows}
     table = Table(title=f"two fresh stores on {summary['cpu']}")
-    for col in ("model", "offloaded A", "offloaded B", "same", "speedup A", "speedup B",
-                "diff"):
+    for col in ("model", "offloaded A", "offloaded B", "same", "same w/o borderline",
+                "speedup A", "speedup B", "diff"):
         table.add_column(col)
     for r in rows:
         table.add_row(r["model"], str(len(r["a"]["offloaded"])), str(len(r["b"]["offloaded"])),
-                      "yes" if r["same_set"] else "NO", f"{r['a']['speedup']:.3f}",
+                      "yes" if r["same_set"] else "NO", "yes" if r["same_firm"] else "NO",
+                      f"{r['a']['speedup']:.3f}",
                       f"{r['b']['speedup']:.3f}", f"{r['speedup_diff']:.1%}")
     console.print(table)
     console.print(f"B_cpu {b_cpu[0]:.3g} / {b_cpu[1]:.3g} GB/s ({summary['b_cpu_diff']:.1%} "
-                  f"apart); same decision set for {summary['same_sets']}/{len(rows)} models; "
+                  f"apart); same decision set for {summary['same_sets']}/{len(rows)} models, "
+                  f"{summary['same_firm_sets']}/{len(rows)} leaving out borderline decisions; "
                   f"largest speedup difference {summary['max_speedup_diff']:.1%}")
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(summary, indent=2) + "\n")

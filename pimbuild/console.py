@@ -88,6 +88,9 @@ def report_lines(r: dict) -> list[str]:
         f"({', '.join(r['offloaded_sources']) or 'none'}), "
         f"{r['captured_share_of_cpu_time']:.1%} of CPU time; "
         f"baselines: {base}; by cores: {sweep}",
+        *([f"{len(r['borderline'])} decision(s) within the timing spread of a threshold, "
+           f"another run may flip them: nests {', '.join(map(str, r['borderline']))}"]
+          if r.get("borderline") else []),
         f"agreement with ground truth {a['agree']}/{a['total']} (FP {a['false_positives']}, "
         f"FN {a['false_negatives']}); hybrid program matches eager "
         f"(max rel. error {r['hybrid_check']['max_rel_error']:.2g})",

@@ -26,6 +26,9 @@ class Nest:
     reads: dict[str, int]
     writes: dict[str, int]
     op_mix: dict[str, int]
+    # How far this host's lower-quartile repetition sits above the best (p25 / min - 1, the
+    # measure calibrate uses for B_cpu): another run's T_cpu lands about this far away.
+    t_spread: float = 0.0
 
     @property
     def moved_bytes(self) -> int:
@@ -54,8 +57,14 @@ def load_nests(candidates_path: Path, timing_path: Path, counters_path: Path) ->
                  t_cpu_s=float(timing[c["id"]]["t_cpu_s"]),
                  bw_read_gbps=_number(counters[c["id"]]["bw_read_gbps"]),
                  store_bound=_number(counters[c["id"]]["store_bound"]),
-                 reads=c["reads"], writes=c["writes"], op_mix=c["op_mix"])
+                 reads=c["reads"], writes=c["writes"], op_mix=c["op_mix"],
+                 t_spread=_spread(timing[c["id"]]))
             for c in candidates]
+
+
+def _spread(row: dict[str, str]) -> float:
+    best, p25 = float(row["min_s"]), float(row["p25_s"])
+    return max(p25 / best - 1, 0.0) if best > 0 else 0.0
 
 
 def display_name(source_module: str, source_op: str) -> str:

@@ -31,6 +31,9 @@ def markdown(r: dict[str, Any]) -> str:
         f"{r['captured_share_of_cpu_time']:.1%} of CPU-only time, in "
         f"{len(r['segments'])} segment(s): N_region = {r['n_region']}.",
         f"Offloaded sources: {', '.join(r['offloaded_sources']) or 'none'}.",
+        f"Borderline decisions (the deciding T_cpu or BW_read within its own timing spread of "
+        f"the threshold; another run may flip them): "
+        f"{', '.join(map(str, r.get('borderline', []))) or 'none'}.",
         f"theta = {r['theta_gbps']:.3g} GB/s (B_cpu {r['b_cpu_gbps']:.3g} GB/s); counters: "
         f"{r['counter_backend']}; copy model: {r['copy_model']}.",
         f"Hybrid program vs PyTorch eager: max relative error "

@@ -90,7 +90,8 @@ def simulate(ctx: PolicyContext, decisions: dict[str, Any], reinsert: dict[str, 
     per_nest = [{
         "id": n.id, "source_op": n.source_op, "source_module": n.source_module,
         "target": by_id[n.id]["target"], "decided_by": by_id[n.id]["decided_by"],
-        "reason": by_id[n.id]["reason"], "t_cpu_s": n.t_cpu_s,
+        "reason": by_id[n.id]["reason"], "borderline": by_id[n.id].get("borderline", False),
+        "t_cpu_s": n.t_cpu_s, "t_spread": n.t_spread,
         **t.report_columns(n, ctx.policy),
         "bw_read_gbps": n.bw_read_gbps, "store_bound": n.store_bound,
         "beneficial": n.id in truth} for n in ctx.nests]
@@ -106,6 +107,7 @@ def simulate(ctx: PolicyContext, decisions: dict[str, Any], reinsert: dict[str, 
             display_name(n.source_module, n.source_op) for n in ctx.nests
             if n.id in offloaded)),
         "offloaded_share_of_nests": len(offloaded) / max(len(ctx.nests), 1),
+        "borderline": decisions.get("borderline", []),
         "captured_share_of_cpu_time": captured / main["t_cpu_only_s"],
         "agreement": agreement(ctx, offloaded, truth),
         "baselines": {b: r["speedup"] for b, r in baselines.items()},

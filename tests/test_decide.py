@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 
 from pimbuild import policies
 from pimbuild.policies import Decision
@@ -73,3 +74,34 @@ def test_theta_zero_is_an_absolute_theta() -> None:
     zero = dataclasses.replace(POLICY, theta_gbps=0.0)
     assert zero.theta(16.0) == 0.0
     assert dataclasses.replace(POLICY, theta_gbps=None).theta(16.0) == 0.12 * 16.0
+
+
+def _borderline(spread: float, **kw) -> Decision:
+    return _one(dataclasses.replace(nest(**kw), t_spread=spread))
+
+
+def test_decision_near_c1_is_borderline_only_within_the_spread() -> None:
+    threshold = RULE.t_ctx_s + 4096 / (128 * 1e9)
+    below = threshold * 0.95
+    assert not _borderline(0.0, t_cpu_s=below).borderline
+    assert not _borderline(0.02, t_cpu_s=below).borderline  # 2% cannot reach 5% away
+    d = _borderline(0.1, t_cpu_s=below)
+    assert (d.target, d.decided_by, d.borderline) == ("host", "C1", True)
+
+
+def test_bandwidth_near_theta_is_borderline_unless_c4_holds_either_way() -> None:
+    # BW_read = n_rd * L / T_cpu: a slower run reads below theta, and then C4 decides.
+    near = dict(bw=RULE.theta_gbps * 1.05, spread=0.1)
+    assert _borderline(near["spread"], bw=near["bw"], store=0.0).borderline
+    c4_holds = _borderline(near["spread"], bw=near["bw"], store=RULE.sigma + 0.1)
+    assert (c4_holds.target, c4_holds.decided_by, c4_holds.borderline) == ("pim", "C3", False)
+    far = _borderline(0.1, bw=RULE.theta_gbps * 2, store=0.0)
+    assert not far.borderline
+
+
+def test_decisions_json_lists_the_borderline_nests(tmp_path) -> None:
+    ctx = context([dataclasses.replace(nest(ident=0, bw=RULE.theta_gbps * 1.05), t_spread=0.1),
+                   nest(ident=1, bw=RULE.theta_gbps * 3)])
+    path = tmp_path / "decisions.json"
+    policies.write(path, "torchpim", policies.place("torchpim", ctx), ctx)
+    assert json.loads(path.read_text())["borderline"] == [0]

@@ -63,6 +63,9 @@ class Decision:
     decided_by: str  # the condition that decided it
     reason: str
     quantities: dict[str, Any] = field(default_factory=dict)
+    # The deciding measurement lies within its own run-to-run spread of a threshold, so another
+    # run on this host may decide the other way (docs/design.md §7).
+    borderline: bool = False
 
 
 @dataclass
@@ -85,4 +88,5 @@ def write(path: Path, name: str, placement: Placement, ctx: PolicyContext) -> No
     path.write_text(json.dumps({
         "policy": name, "params": placement.params,
         "offloaded": sorted(placement.offloaded(ctx)),
+        "borderline": sorted(d.id for d in placement.decisions if d.borderline),
         "decisions": [d.__dict__ for d in placement.decisions]}, indent=2) + "\n")

@@ -38,6 +38,18 @@ def c1_bound_s(n_total: int, invocations: int, p: RuleParams) -> float:
     return n_total * max(invocations, 1) * p.i_min / (p.n_core * p.f_pim_ghz * 1e9)
 
 
+def borderline(offload: bool, t_cpu_s: float, n_total: int, invocations: int, n_iter: int,
+               bw_read_gbps: float | None, store_bound: float | None, p: RuleParams,
+               spread: float) -> bool:
+    """Whether T_cpu moved by its own spread either way (and BW_read = n_rd * L / T_cpu with
+    it) would flip the decision: another run on this host may then decide otherwise."""
+    for f in (1 + spread, 1 / (1 + spread)):
+        bw = None if bw_read_gbps is None else bw_read_gbps / f
+        if rule(t_cpu_s * f, n_total, invocations, n_iter, bw, store_bound, p)[0] != offload:
+            return True
+    return False
+
+
 def rule(t_cpu_s: float, n_total: int, invocations: int, n_iter: int,
          bw_read_gbps: float | None, store_bound: float | None, p: RuleParams
          ) -> tuple[bool, str, str, dict[str, Any]]:
@@ -70,5 +82,8 @@ def place(ctx: PolicyContext) -> Placement:
     for n in ctx.nests:
         offload, by, why, q = rule(n.t_cpu_s, n.n_total, n.invocations, n.n_iter,
                                    n.bw_read_gbps, n.store_bound, p)
-        decisions.append(Decision(n.id, side[offload], by, why, q))
+        q["t_spread"] = n.t_spread
+        shaky = borderline(offload, n.t_cpu_s, n.n_total, n.invocations, n.n_iter,
+                           n.bw_read_gbps, n.store_bound, p, n.t_spread)
+        decisions.append(Decision(n.id, side[offload], by, why, q, shaky))
     return Placement(p.__dict__, decisions)
