@@ -68,18 +68,22 @@ def _summarize(cfg: DictConfig, stage_tasks: list, result: BuildResult, run_dir:
 
     rows = [(t.stage, t.artifact.key, status(t.stage), str(t.artifact.dir)) for t in stage_tasks]
     stages = result.manifest["stages"]
-    profiled = _profile_rows(Path(stages["profile"]["dir"])) if "profile" in stages else None
+    def has(stage: str, name: str) -> bool:  # targets write different files per stage
+        return stage in stages and (Path(stages[stage]["dir"]) / name).is_file()
+
+    profiled = _profile_rows(Path(stages["profile"]["dir"])) if has("profile", "timing.csv") \
+        else None
     decided = None
-    if "decide" in stages:
+    if has("decide", "decisions.json"):
         decisions = json.loads((Path(stages["decide"]["dir"]) / "decisions.json").read_text())
         decided = {d["id"]: d for d in decisions["decisions"]}
-    if cfg.show_candidates and "extract" in stages:
+    if cfg.show_candidates and has("extract", "candidates.json"):
         candidates = json.loads((Path(stages["extract"]["dir"]) / "candidates.json").read_text())
         console.print(candidates_table(
             candidates, f"{len(candidates['candidates'])} candidate nests of "
                         f"model '{cfg.model.name}' (fusion={cfg.lowering.fusion})",
             profiled, decided, width=console.width))
-    if "profile" in stages:
+    if profiled is not None:
         info = json.loads((Path(stages["profile"]["dir"]) / "profile.json").read_text())
         console.print(f"forward {info['forward_s'] * 1e3:.3g} ms ({info['estimator']} of "
                       f"{info['repetitions']}, median {info['forward_median_s'] * 1e3:.3g} ms), "
@@ -93,7 +97,7 @@ def _summarize(cfg: DictConfig, stage_tasks: list, result: BuildResult, run_dir:
                       f"theta {theta:.3g} GB/s")
     if "simulate" in stages:
         report = json.loads((Path(stages["simulate"]["dir"]) / "report.json").read_text())
-        for line in report_lines(report):
+        for line in report.get("summary") or report_lines(report):
             console.print(line, soft_wrap=True)
         console.print(f"report: {Path(stages['simulate']['dir']) / 'report.md'}")
     console.print(summary_table(rows, f"pimbuild: model={cfg.model.name}, "

@@ -87,6 +87,37 @@ class PimConfig:
 
 
 @dataclass
+class DeviceConfig:
+    """One GPU of the heterogeneous-GPU target (``conf/device/*.yaml``, spec-sheet numbers)."""
+
+    name: str = MISSING
+    fp32_tflops: float = MISSING  # CUDA cores
+    bf16_tflops: float = MISSING  # tensor cores, dense
+    mem_gbps: float = MISSING  # DRAM (HBM / GDDR) bandwidth
+    l2_mb: float = MISSING
+    memory_gb: float = MISSING
+    launch_us: float = MISSING  # per-kernel launch overhead
+    price_per_hour: float = MISSING  # USD per GPU-hour: Perf/$
+
+
+@dataclass
+class LinkConfig:
+    name: str = MISSING
+    gbps: float = MISSING  # bandwidth in each direction
+    latency_us: float = MISSING  # per transfer
+
+
+@dataclass
+class GpusConfig:
+    precision: str = MISSING  # bf16 | fp16 | fp32: the served model's element type
+    tensor_efficiency: float = MISSING
+    cuda_efficiency: float = MISSING
+    memory_efficiency: float = MISSING
+    comm_on_device: float = MISSING
+    time_limit_s: float = MISSING  # a planner's MILP gives up (an error) after this long
+
+
+@dataclass
 class PolicyConfig:
     name: str = MISSING  # a policy (pimbuild.policies.POLICIES)
     theta_ratio: float = MISSING
@@ -111,6 +142,12 @@ class Config:
     pim: PimConfig = MISSING
     policy: PolicyConfig = MISSING
     sim: SimConfig = MISSING
+    # The heterogeneous-GPU target (system=gpus): the device catalogue, the devices used (in
+    # order: the first is the "left" device of a pair), the link and the target's factors.
+    device: dict[str, DeviceConfig] = MISSING
+    devices: list[str] = MISSING
+    link: LinkConfig = MISSING
+    gpus: GpusConfig = MISSING
     targets: list[str] = MISSING  # the stages to build, with everything they read
     store: str = MISSING  # the artifact store, relative to the launch directory
     show_candidates: bool = MISSING  # print the candidates table at the end of a run
@@ -126,6 +163,9 @@ SCHEMAS: dict[str, Any] = {
     "pim": PimConfig,
     "policy": PolicyConfig,
     "sim": SimConfig,
+    "device": DeviceConfig,
+    "link": LinkConfig,
+    "gpus": GpusConfig,
 }
 
 
@@ -183,6 +223,19 @@ RANGES: dict[str, tuple[str, float]] = {
     "policy.sigma": (">=", 0),
     "policy.i_min": (">=", 0),
     "sim.cores_sweep": (">=", 1),
+    "link.gbps": (">", 0),
+    "link.latency_us": (">=", 0),
+    "gpus.tensor_efficiency": (">", 0),
+    "gpus.cuda_efficiency": (">", 0),
+    "gpus.memory_efficiency": (">", 0),
+    "gpus.comm_on_device": (">=", 0),
+    "gpus.time_limit_s": (">", 0),
+}
+# The same ranges for every device of the catalogue (device.<name>.<field>).
+DEVICE_RANGES: dict[str, tuple[str, float]] = {
+    "fp32_tflops": (">", 0), "bf16_tflops": (">", 0), "mem_gbps": (">", 0),
+    "l2_mb": (">=", 0), "memory_gb": (">", 0), "launch_us": (">=", 0),
+    "price_per_hour": (">", 0),
 }
 
 
@@ -195,7 +248,10 @@ def validate(cfg: Any) -> None:
 
     from pimbuild.errors import ConfigError
 
-    for path, (op, bound) in RANGES.items():
+    devices = OmegaConf.select(cfg, "device", throw_on_missing=False) or {}
+    ranges = {**RANGES, **{f"device.{d}.{k}": r for d in devices
+                           for k, r in DEVICE_RANGES.items()}}
+    for path, (op, bound) in ranges.items():
         value = OmegaConf.select(cfg, path, throw_on_missing=False)
         values = list(value) if OmegaConf.is_list(value) else [value]
         for v in values:

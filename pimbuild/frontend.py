@@ -157,7 +157,8 @@ def signature(prog: ExportedProgram, recipe: recipes.Recipe, outputs: list[torch
                      "shape": list(val.shape), "dtype": str(val.dtype).removeprefix("torch.")})
     outs = [{"shape": list(o.shape), "dtype": str(o.dtype).removeprefix("torch.")}
             for o in outputs]
-    return {"function": FUNC_NAME, "args": args, "outputs": outs}
+    return {"function": FUNC_NAME, "args": args, "outputs": outs, "layers": recipe.layers,
+            "tokens": recipe.tokens}
 
 
 def import_program(prog: ExportedProgram, weights: str):

@@ -27,6 +27,12 @@ class Recipe:
     inputs: dict[str, torch.Tensor]  # forward's positional inputs, in order, by name
     # torch.export dynamic_shapes, by input name; pimbuild rejects any dynamic dimension.
     dynamic_shapes: dict[str, Any] | None = field(default=None)
+    # The model is ``layers`` identical copies of this module in sequence (a decoder layer of
+    # a 32-layer model: 32); the GPU target plans one and reuses it (docs/design.md §10).
+    layers: int = 1
+    # Output tokens one forward produces (a decode step of batch B: B; a prefill: 1 per
+    # request, its first token): the GPU target's throughput unit.
+    tokens: int = 1
 
 
 def split(path: str) -> tuple[str, str]:

@@ -16,18 +16,33 @@ from pimbuild.config import validate
 from pimbuild.errors import ConfigError
 from pimbuild.stage import Inputs
 
-# Pipeline order. A stage is the module pimbuild.<name>.
+# Pipeline order of every stage name. The default pipeline's stage is the module
+# pimbuild.<name>; a target may name its own modules for some stages and leave others out
+# (its ``pipeline``: stage -> module, docs/design.md §1, §5).
 STAGES = ("lower", "extract", "runtime", "calibrate", "instrument", "profile", "decide",
           "reinsert", "simulate")
 
 
-def stage_module(name: str) -> ModuleType:
-    return importlib.import_module(f"pimbuild.{name}")
+def pipeline(system: str = "pim") -> dict[str, str]:
+    """Stage name -> module of the target ``system``'s pipeline."""
+    from pimbuild.targets import TARGETS
+
+    return getattr(TARGETS.get(system), "pipeline", None) or \
+        {s: f"pimbuild.{s}" for s in STAGES}
+
+
+def stage_module(name: str, system: str = "pim") -> ModuleType:
+    modules = pipeline(system)
+    if name not in modules:
+        raise ConfigError(f"system={system} has no stage '{name}'; its stages are: "
+                          f"{', '.join(s for s in STAGES if s in modules)}")
+    return importlib.import_module(modules[name])
 
 
 @dataclass(frozen=True)
 class StageTask:
     stage: str
+    system: str  # whose pipeline names the stage's module
     artifact: Artifact
     inputs: Inputs
     reads: tuple[Artifact, ...]  # the artifacts it reads
@@ -40,7 +55,7 @@ class StageTask:
 
     @property
     def module(self) -> ModuleType:
-        return stage_module(self.stage)
+        return stage_module(self.stage, self.system)
 
     def artifact_complete(self) -> bool:
         """doit ``uptodate`` check: the artifact is published and its files are intact."""
@@ -54,18 +69,20 @@ class StageTask:
             raise RuntimeError(f"stage {self.stage} did not write {missing}")
 
 
-def needed(targets: list[str]) -> list[str]:
+def needed(targets: list[str], system: str = "pim") -> list[str]:
     """The targets and every stage they read, in pipeline order."""
-    unknown = [t for t in targets if t not in STAGES]
+    modules = pipeline(system)
+    unknown = [t for t in targets if t not in modules]
     if unknown:
-        raise ConfigError(f"unknown target(s) {unknown}; stages are: {', '.join(STAGES)}")
+        raise ConfigError(f"unknown target(s) {unknown}; the stages of system={system} are: "
+                          f"{', '.join(s for s in STAGES if s in modules)}")
     wanted: set[str] = set()
     todo = list(targets)
     while todo:
         stage = todo.pop()
         if stage not in wanted:
             wanted.add(stage)
-            todo.extend(stage_module(stage).READS)
+            todo.extend(stage_module(stage, system).READS)
     return [s for s in STAGES if s in wanted]
 
 
@@ -78,15 +95,19 @@ def plan(cfg: DictConfig, store: Store, failure_dir: Path) -> list[StageTask]:
     """The stage tasks needed for ``cfg.targets``, in pipeline order. Every stage's params
     are built (and so checked) before anything runs."""
     validate(cfg)
-    stages = needed(list(cfg.targets))
-    params = {stage: stage_module(stage).params(cfg) for stage in stages}
+    system = cfg.system.name
+    from pimbuild.targets import TARGETS
+
+    TARGETS.check(system)
+    stages = needed(list(cfg.targets), system)
+    params = {stage: stage_module(stage, system).params(cfg) for stage in stages}
     tasks: dict[str, StageTask] = {}
     for stage in stages:
-        reads = {d: tasks[d].artifact for d in stage_module(stage).READS}
+        reads = {d: tasks[d].artifact for d in stage_module(stage, system).READS}
         keys = {d: a.key for d, a in reads.items()}
         artifact = store.artifact(stage, key(stage, params[stage], keys))
         inputs = Inputs(dirs={d: a.dir for d, a in reads.items()}, keys=keys, store=store,
                         failure_dir=failure_dir / stage)
-        tasks[stage] = StageTask(stage, artifact, inputs, tuple(reads.values()), params[stage],
-                                 bool(cfg.verify))
+        tasks[stage] = StageTask(stage, system, artifact, inputs, tuple(reads.values()),
+                                 params[stage], bool(cfg.verify))
     return list(tasks.values())

@@ -82,5 +82,5 @@ def test_registries_list_names_without_importing() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout.splitlines()
     assert out[0] == ("['papi', 'timer', 'valgrind'] ['cpu', 'operator', 'oracle', 'torchpim']"
-                      " ['pim'] ['controlled', 'full', 'none']")
+                      " ['gpus', 'pim'] ['controlled', 'full', 'none']")
     assert out[1] == "[]"

@@ -11,19 +11,23 @@ import pytest
 
 from pimbuild.stage import spec_errors
 from pimbuild.tasks import STAGES, stage_module
-from pimbuild.tasks.graph import key
+from pimbuild.tasks.graph import key, pipeline
 from tests.conftest import make_cfg
+
+# Every (system, stage) of every target's pipeline.
+PIPELINES = [(system, stage) for system in ("pim", "gpus") for stage in pipeline(system)]
 
 # Names through which code can reach the composed config.
 CONFIG_NAMES = {"cfg", "DictConfig", "OmegaConf", "HydraConfig", "compose", "GlobalHydra"}
 
 
-@pytest.mark.parametrize("stage", STAGES)
-def test_stage_module_has_the_protocol(stage: str) -> None:
-    module = stage_module(stage)
+@pytest.mark.parametrize(("system", "stage"), PIPELINES)
+def test_stage_module_has_the_protocol(system: str, stage: str) -> None:
+    module = stage_module(stage, system)
     assert spec_errors(module) == []
     assert module.NAME == stage
-    assert all(r in STAGES and STAGES.index(r) < STAGES.index(stage) for r in module.READS)
+    assert all(r in pipeline(system) and STAGES.index(r) < STAGES.index(stage)
+               for r in module.READS)
     assert list(inspect.signature(module.run).parameters) == ["inputs", "p", "out"]
 
 
@@ -33,11 +37,11 @@ def _functions_outside_params(tree: ast.Module) -> list[ast.FunctionDef]:
             and "cfg" not in [a.arg for a in node.args.args]]
 
 
-@pytest.mark.parametrize("stage", STAGES)
-def test_stage_reads_config_only_through_params(stage: str) -> None:
+@pytest.mark.parametrize(("system", "stage"), PIPELINES)
+def test_stage_reads_config_only_through_params(system: str, stage: str) -> None:
     """Only the functions that receive ``cfg`` (``params`` and its helpers) see the config;
     ``run`` and everything else in the module work from the frozen Params alone."""
-    tree = ast.parse(Path(stage_module(stage).__file__).read_text())
+    tree = ast.parse(Path(stage_module(stage, system).__file__).read_text())
     for func in _functions_outside_params(tree):
         names = {n.id for n in ast.walk(func) if isinstance(n, ast.Name)}
         names |= {n.attr for n in ast.walk(func) if isinstance(n, ast.Attribute)}
@@ -49,10 +53,10 @@ def test_stage_reads_config_only_through_params(stage: str) -> None:
         assert not used & {"HydraConfig", "compose", "GlobalHydra"}, stage
 
 
-@pytest.mark.parametrize("stage", STAGES)
-def test_stage_mentions_no_target_by_name(stage: str) -> None:
+@pytest.mark.parametrize(("system", "stage"), PIPELINES)
+def test_stage_mentions_no_target_by_name(system: str, stage: str) -> None:
     """Stage modules know the host and the device only through the target interface."""
-    tree = ast.parse(Path(stage_module(stage).__file__).read_text())
+    tree = ast.parse(Path(stage_module(stage, system).__file__).read_text())
     literals = {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant)
                 and isinstance(n.value, str)}
     assert not literals & {"pim", "host", "PIM"}
@@ -74,3 +78,18 @@ def test_key_is_exactly_the_params(tmp_path: Path) -> None:
     changed = {s for s in STAGES if stage_module(s).params(base)
                != stage_module(s).params(cores)}
     assert changed == {"decide", "simulate"}  # reinsert follows through decide's key
+
+
+def test_gpu_keys_follow_their_params(tmp_path: Path) -> None:
+    """On the GPU pipeline, a link change re-keys profile onward (its Params hold the target)
+    but not lower or extract; a planner change re-keys decide and simulate only."""
+    over = ["system=gpus", "model=relu"]
+    base = make_cfg(tmp_path, over)
+    link = make_cfg(tmp_path, [*over, "link=rdma25"])
+    latency = make_cfg(tmp_path, [*over, "policy=latency"])
+
+    def changed(other) -> set[str]:
+        return {s for s in pipeline("gpus") if stage_module(s, "gpus").params(base)
+                != stage_module(s, "gpus").params(other)}
+    assert changed(link) == {"profile", "decide", "simulate"}
+    assert changed(latency) == {"decide", "simulate"}

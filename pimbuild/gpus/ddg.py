@@ -1,0 +1,172 @@
+"""The data dependency graph: kernels, the buffers they pass, and what a placement moves.
+
+FluidGPU's kernel analyzer keeps a registry of the last writer of every buffer and adds an edge
+writer -> reader when a kernel reads it (read-after-write only: disaggregation keeps program
+order). ``edges`` does the same over the buffers extract recorded, statically. Parameters are
+replicated on every device (the paper replicates the weights); the function's inputs and its
+results live on the *home* device (device 0, where requests enter) unless the model is a stack
+of identical layers (``layers > 1``), in which case a result that has the shape of an input is
+*carried* to the next layer's readers of that input instead.
+
+A transfer is one buffer sent once to one device that reads it (``transfers``), not one per
+reading kernel: the receiving worker keeps it for all its readers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+HOME = 0  # the device requests enter and results leave from
+
+
+@dataclass(frozen=True)
+class Kernel:
+    id: int
+    name: str  # module path and torch node, for people
+    kind: str  # contraction | reduction | elementwise | copy | other
+    flops: int
+    reads: dict[str, int]  # buffer -> bytes (at the IR's element type)
+    writes: dict[str, int]
+    source_module: str = ""
+
+
+@dataclass(frozen=True)
+class Edge:
+    src: int  # writer kernel
+    dst: int  # reader kernel
+    buffer: str
+    bytes: int
+
+
+@dataclass(frozen=True)
+class Graph:
+    kernels: tuple[Kernel, ...]
+    buffer_bytes: dict[str, int]  # bytes of every buffer a placement may move
+    producer: dict[str, int]  # buffer -> the kernel that writes it last
+    readers: dict[str, tuple[int, ...]]  # buffer -> kernels reading it (program order)
+    inputs: tuple[str, ...]  # buffers that enter from the home device (or are carried)
+    outputs: tuple[str, ...]  # buffers that must reach the home device
+    carry: dict[str, str] = field(default_factory=dict)  # input buffer -> result feeding it
+
+    @property
+    def edges(self) -> list[Edge]:
+        return [Edge(self.producer[b], r, b, self.buffer_bytes[b])
+                for b, rs in self.readers.items() if b in self.producer for r in rs
+                if r != self.producer[b]]
+
+    def source(self, buffer: str) -> int | None:
+        """The kernel whose device holds ``buffer`` first; None: the home device."""
+        if buffer in self.producer:
+            return self.producer[buffer]
+        if buffer in self.carry:
+            return self.producer.get(self.carry[buffer])
+        return None
+
+    def predecessors(self, k: int) -> list[tuple[int | None, str]]:
+        """(source kernel or None for home, buffer) of every buffer kernel ``k`` reads."""
+        return [(self.source(b), b) for b in self.kernels[k].reads if b in self.buffer_bytes]
+
+
+def build(data: dict[str, Any], layers: int = 1, float_scale: float = 1.0) -> Graph:
+    """The graph of extract's ``kernels.json`` content; floating-point buffers' bytes are
+    scaled by ``float_scale`` (the served precision's element size over the IR's)."""
+    floating = {b: info.get("float", False) for b, info in data["buffers"].items()}
+
+    def scaled(sizes: dict[str, int]) -> dict[str, int]:
+        return {b: round(n * float_scale) if floating.get(b) else n for b, n in sizes.items()}
+
+    kernels = tuple(Kernel(k["id"], display(k), k["kind"], k["flops"], scaled(k["reads"]),
+                           scaled(k["writes"]), k["source_module"]) for k in data["kernels"])
+    params = {b for b, info in data["buffers"].items()
+              if info.get("role") in ("parameter", "buffer", "constant")
+              or b.startswith("const")}
+    producer: dict[str, int] = {}
+    readers: dict[str, list[int]] = {}
+    for k in kernels:
+        for b in k.reads:
+            if b not in params:
+                readers.setdefault(b, []).append(k.id)
+        for b in k.writes:
+            producer[b] = k.id
+    inputs = tuple(b for b, info in data["buffers"].items() if info.get("role") == "input")
+    outputs = tuple(b for b in data["outputs"] if b)
+    carry = _carry(data, inputs, outputs) if layers > 1 else {}
+    sizes = scaled({b: info["bytes"] for b, info in data["buffers"].items() if b not in params})
+    return Graph(kernels, sizes, producer, {b: tuple(r) for b, r in readers.items()},
+                 inputs, tuple(o for o in outputs if o not in carry.values()), carry)
+
+
+def _carry(data: dict[str, Any], inputs: tuple[str, ...], outputs: tuple[str, ...]
+           ) -> dict[str, str]:
+    """Input -> result of the same size, pairing in order (a layer's hidden state)."""
+    free = list(outputs)
+    carry = {}
+    for b in inputs:
+        match = next((o for o in free if data["buffers"][o]["bytes"]
+                      == data["buffers"][b]["bytes"]), None)
+        if match is not None:
+            carry[b] = match
+            free.remove(match)
+    return carry
+
+
+def display(k: dict[str, Any]) -> str:
+    node = k.get("source_node") or k["op"]
+    return f"{k['source_module']}.{node}" if k.get("source_module") else node
+
+
+def transfers(g: Graph, place: list[int]) -> list[tuple[str, int, int, int]]:
+    """(buffer, from device, to device, bytes) of every buffer a placement moves, once per
+    receiving device."""
+    moved = []
+    for b, size in g.buffer_bytes.items():
+        src = g.source(b)
+        src_dev = HOME if src is None else place[src]
+        dests = {place[r] for r in g.readers.get(b, ())}
+        if b in g.outputs:
+            dests.add(HOME)
+        moved += [(b, src_dev, d, size) for d in sorted(dests) if d != src_dev]
+    return moved
+
+
+def unroll(g: Graph, layers: int) -> Graph:
+    """``layers`` copies of a one-layer graph in one graph, each copy's carried inputs read
+    from the previous copy's results (the model as one DDG, to compare with one layer's)."""
+    n = len(g.kernels)
+
+    def rename(b: str, i: int) -> str:
+        return f"L{i}:{b}"
+
+    kernels, sizes, producer, readers = [], {}, {}, {}
+    for i in range(layers):
+        for k in g.kernels:
+            reads = {}
+            for b, size in k.reads.items():
+                if b in g.carry and i > 0:
+                    reads[rename(g.carry[b], i - 1)] = size
+                elif b in g.buffer_bytes and (b in g.producer or b in g.carry):
+                    reads[rename(b, i)] = size
+                else:
+                    reads[b] = size  # parameters and home inputs are shared
+            writes = {rename(b, i): s for b, s in k.writes.items()}
+            kernels.append(Kernel(k.id + i * n, k.name, k.kind, k.flops, reads, writes,
+                                  k.source_module))
+    for b, size in g.buffer_bytes.items():
+        if b in g.producer:
+            for i in range(layers):
+                sizes[rename(b, i)] = size
+        elif b in g.carry:
+            sizes[rename(b, 0)] = size
+        else:
+            sizes[b] = size
+    for k in kernels:
+        for b in k.reads:
+            if b in sizes:
+                readers.setdefault(b, []).append(k.id)
+        for b in k.writes:
+            producer[b] = k.id
+    carry_first = {rename(b, 0): rename(o, layers - 1) for b, o in g.carry.items()}
+    return Graph(tuple(kernels), sizes, producer, {b: tuple(r) for b, r in readers.items()},
+                 tuple(rename(b, 0) if b in g.carry else b for b in g.inputs),
+                 tuple(rename(o, layers - 1) for o in g.outputs), carry_first)

@@ -1,0 +1,38 @@
+"""Stage ``extract`` of the GPU target: the kernels of ``linalg.mlir`` (``pimbuild.gpus.kernels``:
+one per linalg op after fusion, with FLOPs, bytes by buffer and class) and the model's
+structure (``layers``, ``tokens``) from lower's signature. Writes ``kernels.json``; the data
+dependency graph is derived from it (``pimbuild.gpus.ddg.build``).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from omegaconf import DictConfig
+
+from pimbuild.stage import Inputs
+
+NAME = "extract"
+READS = ("lower",)
+WRITES = ("kernels.json",)
+
+
+@dataclass(frozen=True)
+class Params:
+    """extract reads no configuration: its key is its input's."""
+
+
+def params(cfg: DictConfig) -> Params:
+    return Params()
+
+
+def run(inputs: Inputs, p: Params, out: Path) -> None:
+    from pimbuild.gpus import kernels
+
+    lower = inputs["lower"]
+    signature = json.loads((lower / "signature.json").read_text())
+    result = kernels.analyze(lower / "linalg.mlir", signature)
+    result.update(layers=signature.get("layers", 1), tokens=signature.get("tokens", 1))
+    (out / "kernels.json").write_text(json.dumps(result, indent=2) + "\n")

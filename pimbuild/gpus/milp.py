@@ -1,0 +1,73 @@
+"""A small sparse MILP builder over HiGHS (``highspy``): named variable blocks, rows as
+``{column: coefficient}``, one ``solve``. The planners state their models with it."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import highspy
+import numpy as np
+
+INF = highspy.kHighsInf
+# Models state times in microseconds: HiGHS's tolerances are absolute (1e-7), and kernels
+# of a few microseconds stated in seconds would sit at the tolerance.
+US = 1e6
+
+
+@dataclass
+class Model:
+    lower: list[float] = field(default_factory=list)
+    upper: list[float] = field(default_factory=list)
+    cost: list[float] = field(default_factory=list)
+    integer: list[int] = field(default_factory=list)
+    rows: list[tuple[float, float, dict[int, float]]] = field(default_factory=list)
+
+    def var(self, lo: float = 0.0, hi: float = INF, cost: float = 0.0,
+            binary: bool = False) -> int:
+        self.lower.append(lo)
+        self.upper.append(hi)
+        self.cost.append(cost)
+        if binary:
+            self.integer.append(len(self.cost) - 1)
+        return len(self.cost) - 1
+
+    def row(self, terms: list[tuple[int, float]] | dict[int, float], lo: float = -INF,
+            hi: float = INF) -> None:
+        """``lo <= sum(coef * var) <= hi``; a column given twice has its coefficients summed."""
+        pairs = terms.items() if isinstance(terms, dict) else terms
+        summed: dict[int, float] = {}
+        for col, coef in pairs:
+            summed[col] = summed.get(col, 0.0) + coef
+        self.rows.append((lo, hi, summed))
+
+    def solve(self, time_limit_s: float = 60.0) -> tuple[np.ndarray, float, float]:
+        """(column values, objective, seconds). Raises RuntimeError unless optimal."""
+        h = highspy.Highs()
+        h.setOptionValue("output_flag", False)
+        h.setOptionValue("time_limit", float(time_limit_s))
+        h.setOptionValue("mip_rel_gap", 0.0)
+        n = len(self.cost)
+        h.addCols(n, np.array(self.cost), np.array(self.lower), np.array(self.upper), 0,
+                  np.zeros(0, np.int32), np.zeros(0, np.int32), np.zeros(0))
+        if self.integer:
+            idx = np.array(self.integer, dtype=np.int32)
+            h.changeColsIntegrality(len(idx), idx,
+                                    np.full(len(idx), highspy.HighsVarType.kInteger))
+        starts, index, value = [], [], []
+        for _, _, terms in self.rows:
+            starts.append(len(index))
+            index += list(terms)
+            value += list(terms.values())
+        h.addRows(len(self.rows), np.array([r[0] for r in self.rows]),
+                  np.array([r[1] for r in self.rows]), len(index),
+                  np.array(starts, dtype=np.int32), np.array(index, dtype=np.int32),
+                  np.array(value, dtype=float))
+        began = time.perf_counter()
+        h.run()
+        seconds = time.perf_counter() - began
+        status = h.getModelStatus()
+        if status != highspy.HighsModelStatus.kOptimal:
+            raise RuntimeError(f"HiGHS ended with {h.modelStatusToString(status)}")
+        return np.array(h.getSolution().col_value), h.getInfo().objective_function_value, \
+            seconds

@@ -1,0 +1,41 @@
+"""Planners of the heterogeneous-GPU target (``policy.name`` with ``system=gpus``).
+
+A planner is a module ``pimbuild/gpus/planners/<name>.py`` (or ``package.module:place``)
+with ``place(ctx: PlanContext) -> Plan``. ``throughput`` and ``latency`` are FluidGPU's two
+policies, solved exactly as MILPs with HiGHS; ``single`` and ``af`` are baselines in the same
+cost model (``pimbuild.gpus.cost``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from pimbuild.gpus.cost import Link
+from pimbuild.gpus.ddg import Graph
+from pimbuild.registry import Registry
+
+PLANNERS = Registry("planner", "policy.name", package="pimbuild.gpus.planners",
+                    attribute="place")
+
+
+@dataclass(frozen=True)
+class PlanContext:
+    graph: Graph
+    times: list[list[float]]  # seconds of kernel k on device d
+    link: Link
+    n_dev: int
+    comm_on_device: float  # the share of a device's transfers that occupies it
+    time_limit_s: float = 60.0
+
+
+@dataclass
+class Plan:
+    place: list[int]  # device of every kernel
+    objective: float  # what the planner minimised, in seconds
+    solve_s: float = 0.0
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+def place(name: str, ctx: PlanContext) -> Plan:
+    return PLANNERS.get(name)(ctx)

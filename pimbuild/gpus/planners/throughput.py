@@ -1,0 +1,83 @@
+"""Planner ``throughput``: FluidGPU's MILP for pipelined requests (docs/design.md §10).
+
+Minimise the cycle time ``C`` (``pimbuild.gpus.cost.cycle_time``) over binary ``x[k][d]``
+(kernel ``k`` on device ``d``). For every buffer ``b`` a placement may move, ``r[b][d]`` is 1
+when ``b`` must be received on ``d`` (a reader or, for a result, home is there and its source is
+not), and ``w[b][e][d]`` when it is sent from ``e`` to ``d``:
+
+    sum_d x[k][d] = 1
+    r[b][d] >= x[v][d] - x[s][d]            for every reader v of b (s: b's source)
+    w[b][e][d] >= r[b][d] + x[s][e] - 1
+    C >= sum_k t[k][d] x[k][d] + kappa * sum_b c_b (r[b][d] + sum_e w[b][d][e])
+    C >= sum_b c_b sum_e w[b][d][e]         (device d's link, out)
+    C >= sum_b c_b r[b][d]                  (device d's link, in)
+
+``c_b`` is the transfer time of ``b``, ``kappa`` ``gpus.comm_on_device``. For a fixed ``x`` the
+smallest feasible ``r``, ``w`` are exactly the transfers ``ddg.transfers`` lists, so the optimum
+equals the cost model's minimum (checked against brute force in the tests).
+"""
+
+from __future__ import annotations
+
+from pimbuild.gpus.ddg import HOME
+from pimbuild.gpus.milp import US, Model
+from pimbuild.gpus.planners import Plan, PlanContext
+
+
+def assignment(m: Model, n_kernels: int, n_dev: int) -> list[list[int]]:
+    x = [[m.var(0, 1, binary=True) for _ in range(n_dev)] for _ in range(n_kernels)]
+    for row in x:
+        m.row(dict.fromkeys(row, 1.0), 1, 1)
+    return x
+
+
+def placement(x: list[list[int]], values) -> list[int]:
+    return [max(range(len(row)), key=lambda d: values[row[d]]) for row in x]
+
+
+def place(ctx: PlanContext) -> Plan:
+    g, n_dev = ctx.graph, ctx.n_dev
+    m = Model()
+    c = m.var(cost=1.0)
+    x = assignment(m, len(g.kernels), n_dev)
+    busy = [{x[k][d]: US * t[d] for k, t in enumerate(ctx.times)} for d in range(n_dev)]
+    out = [dict() for _ in range(n_dev)]
+    into = [dict() for _ in range(n_dev)]
+    for b, size in g.buffer_bytes.items():
+        s = g.source(b)
+        readers = list(g.readers.get(b, ()))
+        if not readers and b not in g.outputs:
+            continue
+        cost = US * ctx.link.seconds(size)
+        for d in range(n_dev):
+            if s is None and d == HOME:
+                continue  # it is already home
+            r = m.var(0, 1)
+            for v in readers:
+                m.row([(r, 1.0), (x[v][d], -1.0)] + ([(x[s][d], 1.0)] if s is not None else []),
+                      0)
+            if b in g.outputs and d == HOME:
+                m.row([(r, 1.0)] + ([(x[s][d], 1.0)] if s is not None else []), 1)
+            into[d][r] = into[d].get(r, 0.0) + cost
+            for e in range(n_dev):
+                if e == d:
+                    continue
+                if s is None:
+                    if e == HOME:  # sent from home
+                        out[e][r] = out[e].get(r, 0.0) + cost
+                    continue
+                if n_dev == 2:  # received on d means sent from the other device
+                    out[e][r] = cost
+                    continue
+                w = m.var(0, 1)
+                m.row({w: 1.0, r: -1.0, x[s][e]: -1.0}, -1)
+                out[e][w] = cost
+    for d in range(n_dev):
+        m.row([(c, 1.0)] + [(col, -t) for col, t in busy[d].items()]
+              + [(col, -ctx.comm_on_device * t) for col, t in into[d].items()]
+              + [(col, -ctx.comm_on_device * t) for col, t in out[d].items()], 0)
+        m.row({c: 1.0, **{col: -t for col, t in out[d].items()}}, 0)
+        m.row({c: 1.0, **{col: -t for col, t in into[d].items()}}, 0)
+    values, objective, seconds = m.solve(ctx.time_limit_s)
+    return Plan(placement(x, values), objective / US, seconds,
+                {"variables": len(m.cost), "constraints": len(m.rows)})

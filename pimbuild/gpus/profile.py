@@ -1,0 +1,89 @@
+"""Stage ``profile`` of the GPU target: every kernel's time on every device.
+
+``profile.backend``: ``roofline`` (``pimbuild.gpus.roofline``, the default, also what ``auto``
+takes) or ``cuda`` (kernels timed on this machine's GPU, ``pimbuild.gpus.cuda``), refused with
+a clear error where ``torch.cuda.is_available()`` is false. Writes ``kernel_times.csv`` (one row
+per kernel, a time column per device) and ``profile.json`` with FluidGPU's Fig. 2 view: the
+share of kernels faster on the second device, by count and by time.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig
+
+from pimbuild import targets
+from pimbuild.errors import ConfigError
+from pimbuild.stage import Inputs
+
+NAME = "profile"
+READS = ("extract",)
+WRITES = ("kernel_times.csv", "profile.json")
+BACKENDS = ("roofline", "cuda")
+
+
+@dataclass(frozen=True)
+class Params:
+    backend: str
+    target: Any  # the GpuTarget
+
+
+def params(cfg: DictConfig) -> Params:
+    backend = "roofline" if cfg.profile.backend == "auto" else cfg.profile.backend
+    if backend not in BACKENDS:
+        raise ConfigError(f"profile.backend '{backend}' is not a kernel-time backend of "
+                          f"system=gpus (choices: auto, {', '.join(BACKENDS)})")
+    return Params(backend=backend, target=targets.from_config(cfg))
+
+
+def times(inputs: Inputs, p: Params) -> tuple[Any, list[list[float]]]:
+    """The graph (at the served precision) and ``times[k][d]``, from the stored CSV."""
+    from pimbuild.gpus import ddg
+
+    data = json.loads((inputs["extract"] / "kernels.json").read_text())
+    graph = ddg.build(data, data.get("layers", 1), p.target.float_scale)
+    with (inputs["profile"] / "kernel_times.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    keys = [d.key for d in p.target.devices]
+    return graph, [[float(r[f"t_{k}_s"]) for k in keys] for r in rows]
+
+
+def fig2(graph: Any, t: list[list[float]]) -> dict[str, Any]:
+    """Share of kernels faster on the second device than on the first, by count and time."""
+    if not t or len(t[0]) < 2:
+        return {}
+    faster = [k for k, row in enumerate(t) if row[1] < row[0]]
+    total = sum(row[0] for row in t)
+    return {"kernels": len(t), "faster_on_second": len(faster),
+            "share_by_count": len(faster) / len(t),
+            "share_by_time": sum(t[k][0] for k in faster) / total if total else 0.0}
+
+
+def run(inputs: Inputs, p: Params, out: Path) -> None:
+    from pimbuild.gpus import ddg, roofline
+
+    data = json.loads((inputs["extract"] / "kernels.json").read_text())
+    graph = ddg.build(data, data.get("layers", 1), p.target.float_scale)
+    if p.backend == "cuda":
+        from pimbuild.gpus import cuda
+
+        t = cuda.kernel_times(graph, p.target)
+    else:
+        t = [[roofline.kernel_time(k, d, p.target) for d in p.target.devices]
+             for k in graph.kernels]
+    keys = [d.key for d in p.target.devices]
+    with (out / "kernel_times.csv").open("w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["id", "name", "kind", "flops", "bytes", "engine",
+                    *(f"t_{k}_s" for k in keys)])
+        for k, row in zip(graph.kernels, t, strict=True):
+            moved = sum(k.reads.values()) + sum(k.writes.values())
+            w.writerow([k.id, k.name, k.kind, k.flops, moved,
+                        roofline.engine(k, p.target.precision), *row])
+    (out / "profile.json").write_text(json.dumps(
+        {"backend": p.backend, "devices": keys, "fig2": fig2(graph, t)}, indent=2) + "\n")

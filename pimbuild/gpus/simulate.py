@@ -1,0 +1,145 @@
+"""Stage ``simulate`` of the GPU target: what the placement buys, in the cost model
+(``pimbuild.gpus.cost``), against the baselines FluidGPU compares with.
+
+For the planned placement and every baseline: the cycle time of pipelined requests (the
+throughput the MILP optimises), one forward's critical path, output tokens/s =
+``tokens / (layers x cycle time)``, and Perf/$ = tokens/s per USD-hour of the devices it
+rents. Baselines: each device alone; request distribution (every device a full replica,
+throughputs added); AF disaggregation (attention kernels on one device, the rest on the
+other, the better way round) where the model has attention and other kernels. Writes
+``report.json`` and ``report.md``. (The discrete-event serving simulation is issue 12's.)
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig
+
+from pimbuild.gpus import decide
+from pimbuild.stage import Inputs
+
+NAME = "simulate"
+READS = ("extract", "profile", "decide")
+WRITES = ("report.json", "report.md")
+ATTENTION = ("attn", "attention")
+
+
+@dataclass(frozen=True)
+class Params:
+    decide: decide.Params
+
+
+def params(cfg: DictConfig) -> Params:
+    return Params(decide=decide.params(cfg))
+
+
+def evaluate(ctx: Any, place: list[int], layers: int, tokens: int, price: float
+             ) -> dict[str, Any]:
+    from pimbuild.gpus import cost, ddg
+
+    cycle = cost.cycle_time(ctx.graph, place, ctx.times, ctx.link, ctx.n_dev,
+                            ctx.comm_on_device)
+    path = cost.critical_path(ctx.graph, place, ctx.times, ctx.link, ctx.n_dev)
+    moved = sum(size for *_, size in ddg.transfers(ctx.graph, place))
+    tps = tokens / (layers * cycle)
+    return {"cycle_s": cycle, "latency_s": layers * path, "tokens_per_s": tps,
+            "perf_per_dollar": tps / price, "price_per_hour": price,
+            "transfer_bytes": moved,
+            "on_device": [place.count(d) for d in range(ctx.n_dev)]}
+
+
+def af_split(ctx: Any) -> list[int] | None:
+    """Attention kernels on one side, the rest on the other; None without that structure."""
+    attn = [any(a in k.source_module.lower() for a in ATTENTION) for k in ctx.graph.kernels]
+    if all(attn) or not any(attn):
+        return None
+    return [0 if a else 1 for a in attn]
+
+
+def baselines(ctx: Any, devices: list[Any], layers: int, tokens: int) -> dict[str, Any]:
+    n = len(ctx.graph.kernels)
+    out: dict[str, Any] = {}
+    for d, dev in enumerate(devices):
+        single = [[row[d]] for row in ctx.times]  # the device alone: nothing moves
+        alone = type(ctx)(ctx.graph, single, ctx.link, 1, ctx.comm_on_device)
+        out[f"{dev.key} alone"] = evaluate(alone, [0] * n, layers, tokens, dev.price_per_hour)
+    total = sum(dev.price_per_hour for dev in devices)
+    rd = sum(out[f"{dev.key} alone"]["tokens_per_s"] for dev in devices)
+    out["request distribution"] = {"tokens_per_s": rd, "perf_per_dollar": rd / total,
+                                   "price_per_hour": total}
+    split = af_split(ctx) if len(devices) == 2 else None
+    if split is not None:
+        ways = [evaluate(ctx, p, layers, tokens, total) | {"attention_on": devices[p[i]].key}
+                for p in (split, [1 - d for d in split])
+                for i in [split.index(0)]]
+        out["AF disaggregation"] = max(ways, key=lambda r: r["tokens_per_s"])
+    return out
+
+
+def run(inputs: Inputs, p: Params, out: Path) -> None:
+    ctx = decide.context(inputs, p.decide)
+    data = json.loads((inputs["extract"] / "kernels.json").read_text())
+    placement = json.loads((inputs["decide"] / "placement.json").read_text())
+    profile = json.loads((inputs["profile"] / "profile.json").read_text())
+    target = p.decide.profile.target
+    devices = list(target.devices)
+    layers, tokens = data.get("layers", 1), data.get("tokens", 1)
+    price = sum(d.price_per_hour for d in devices)
+    planned = evaluate(ctx, placement["place"], layers, tokens, price)
+    base = baselines(ctx, devices, layers, tokens)
+    best_single = max((v for k, v in base.items() if k.endswith(" alone")),
+                      key=lambda r: r["tokens_per_s"])
+    speedups = {k: planned["tokens_per_s"] / v["tokens_per_s"] for k, v in base.items()}
+    speedups["best single device"] = planned["tokens_per_s"] / best_single["tokens_per_s"]
+    report = {"policy": placement["policy"], "devices": [d.key for d in devices],
+              "target": target.describe(), "layers": layers, "tokens": tokens,
+              "kernels": len(ctx.graph.kernels), "planned": planned,
+              "solve_s": placement["solve_s"], "baselines": base, "speedup_over": speedups,
+              "fig2": profile["fig2"]}
+    report["summary"] = summary(report)
+    (out / "report.json").write_text(json.dumps(report, indent=2) + "\n")
+    (out / "report.md").write_text(markdown(report, placement))
+
+
+def summary(r: dict[str, Any]) -> list[str]:
+    pl, f2 = r["planned"], r["fig2"]
+    over = ", ".join(f"{k} {v:.2f}x" for k, v in r["speedup_over"].items())
+    lines = [f"[bold]{pl['tokens_per_s']:.4g} tokens/s[/] with policy {r['policy']} on "
+             f"{' + '.join(r['devices'])} ({r['target']['link']}): cycle "
+             f"{pl['cycle_s'] * 1e6:.4g} us x {r['layers']} layer(s), forward latency "
+             f"{pl['latency_s'] * 1e3:.4g} ms, {pl['transfer_bytes']} B moved per layer, "
+             f"kernels per device {pl['on_device']}",
+             f"speedup over: {over}; Perf/$ {pl['perf_per_dollar']:.4g} tokens/s per $/h"]
+    if f2:
+        lines.append(f"{f2['faster_on_second']}/{f2['kernels']} kernels "
+                     f"({f2['share_by_count']:.0%} by count, {f2['share_by_time']:.0%} by time) "
+                     f"run faster on {r['devices'][1]} than on {r['devices'][0]}")
+    return lines
+
+
+def markdown(r: dict[str, Any], placement: dict[str, Any]) -> str:
+    rows = [("planned: " + r["policy"], r["planned"]), *r["baselines"].items()]
+    lines = [f"# pimbuild report: policy `{r['policy']}` on {' + '.join(r['devices'])}", "",
+             f"Model: {r['kernels']} kernels per layer, {r['layers']} identical layer(s), "
+             f"{r['tokens']} output token(s) per forward; link {r['target']['link']} "
+             f"({r['target']['link_gbps']} Gbps, {r['target']['link_latency_us']} us); "
+             f"precision {r['target']['precision']}. Solve time {r['solve_s']:.3g} s.", "",
+             "| placement | tokens/s | Perf/$ (tokens/s per $/h) | cycle us | latency ms |",
+             "|---|---:|---:|---:|---:|"]
+    for name, v in rows:
+        cyc = f"{v['cycle_s'] * 1e6:.4g}" if "cycle_s" in v else ""
+        lat = f"{v['latency_s'] * 1e3:.4g}" if "latency_s" in v else ""
+        lines.append(f"| {name} | {v['tokens_per_s']:.4g} | {v['perf_per_dollar']:.4g} | "
+                     f"{cyc} | {lat} |")
+    keys = placement["devices"]
+    lines += ["", "## Placement", "",
+              "| id | kernel | kind | device | " + " | ".join(f"t {k} us" for k in keys) + " |",
+              "|---:|---|---|---|" + "---:|" * len(keys)]
+    for k in placement["kernels"]:
+        lines.append(f"| {k['id']} | {k['name']} | {k['kind']} | {k['device']} | "
+                     + " | ".join(f"{k[f't_{key}_s'] * 1e6:.3g}" for key in keys) + " |")
+    return "\n".join(lines) + "\n"

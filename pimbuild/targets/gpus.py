@@ -1,0 +1,78 @@
+"""Target ``gpus``: kernel-level disaggregation over heterogeneous GPUs (FluidGPU,
+docs/design.md §10). Its pipeline is lower -> extract (kernels and their data dependency
+graph) -> profile (kernel time per device) -> decide (a planner) -> simulate; its parameters
+are ``devices`` (names in the ``device`` catalogue, ``conf/device/*.yaml``), the ``link``
+group and the ``gpus`` group.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any, ClassVar
+
+from pimbuild.config import plain
+from pimbuild.errors import ConfigError
+from pimbuild.gpus.cost import Link
+
+PRECISION_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
+
+
+@dataclass(frozen=True)
+class Device:
+    key: str  # its name in the catalogue (a100)
+    name: str
+    fp32_tflops: float
+    bf16_tflops: float
+    mem_gbps: float
+    l2_mb: float
+    memory_gb: float
+    launch_us: float
+    price_per_hour: float
+
+
+@dataclass(frozen=True)
+class GpuTarget:
+    devices: tuple[Device, ...]
+    link: Link
+    link_name: str
+    precision: str
+    tensor_efficiency: float
+    cuda_efficiency: float
+    memory_efficiency: float
+    comm_on_device: float
+
+    pipeline: ClassVar[dict[str, str]] = {
+        "lower": "pimbuild.lower", "extract": "pimbuild.gpus.extract",
+        "profile": "pimbuild.gpus.profile", "decide": "pimbuild.gpus.decide",
+        "simulate": "pimbuild.gpus.simulate"}
+
+    @classmethod
+    def from_config(cls, cfg: Any) -> GpuTarget:
+        catalogue = plain(cfg.device)
+        names = list(cfg.devices)
+        unknown = [n for n in names if n not in catalogue]
+        if unknown or not names:
+            raise ConfigError(f"devices {unknown or names} not in the device catalogue "
+                              f"(choices: {', '.join(catalogue)})")
+        g = {k: v for k, v in plain(cfg.gpus).items() if k != "time_limit_s"}  # decide's
+        if g["precision"] not in PRECISION_BYTES:
+            raise ConfigError(f"gpus.precision '{g['precision']}' is not one of "
+                              f"{', '.join(PRECISION_BYTES)}")
+        keep = {f.name for f in fields(Device)} - {"key"}
+        devices = tuple(Device(key=n, **{k: v for k, v in catalogue[n].items() if k in keep})
+                        for n in names)
+        return cls(devices=devices, link=Link(cfg.link.gbps, cfg.link.latency_us),
+                   link_name=cfg.link.name, **g)
+
+    @property
+    def float_scale(self) -> float:
+        """Bytes of a served float over bytes of the IR's (float32)."""
+        return PRECISION_BYTES[self.precision] / 4
+
+    def describe(self) -> dict[str, Any]:
+        return {"devices": [d.__dict__ for d in self.devices], "link": self.link_name,
+                "link_gbps": self.link.gbps, "link_latency_us": self.link.latency_us,
+                "precision": self.precision, "comm_on_device": self.comm_on_device}
+
+
+TARGET = GpuTarget

@@ -1,0 +1,162 @@
+"""The heterogeneous-GPU target: kernels, the dependency graph, the cost model, exact planners
+and the pipeline end to end (docs/design.md §10)."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import random
+
+import pytest
+
+from pimbuild.errors import ConfigError, StageError
+from pimbuild.gpus import cost, ddg, roofline
+from pimbuild.gpus.cost import Link
+from pimbuild.gpus.ddg import Graph, Kernel
+from pimbuild.gpus.planners import PlanContext, place
+from pimbuild.targets.gpus import GpuTarget
+from tests.conftest import artifact_dir, make_cfg
+
+GPUS = ["system=gpus", "devices=[a100,l40s]"]
+LINK = Link(200, 5.0)
+
+
+def random_graph(rng: random.Random, n: int, carried: bool) -> Graph:
+    """A random DAG in program order: each kernel reads one or two earlier results and
+    sometimes the input; the last result is the output or carried to the next layer."""
+    kernels, producer, readers, sizes = [], {}, {}, {"in": 4096}
+    for k in range(n):
+        earlier = sorted(producer)
+        reads = {b: sizes[b] for b in rng.sample(earlier, min(len(earlier), rng.randint(1, 2)))}
+        if k == 0 or rng.random() < 0.2:
+            reads["in"] = sizes["in"]
+        out = f"k{k}"
+        sizes[out] = rng.choice([1024, 65536, 1 << 20, 8 << 20])
+        kernels.append(Kernel(k, out, "elementwise", 0, reads, {out: sizes[out]}))
+        for b in reads:
+            readers.setdefault(b, []).append(k)
+        producer[out] = k
+    last = f"k{n - 1}"
+    return Graph(tuple(kernels), sizes, producer, {b: tuple(r) for b, r in readers.items()},
+                 ("in",), () if carried else (last,), {"in": last} if carried else {})
+
+
+def brute_force(g: Graph, times, n_dev: int, kappa: float) -> tuple[float, float]:
+    every = [list(p) for p in itertools.product(range(n_dev), repeat=len(g.kernels))]
+    return (min(cost.cycle_time(g, p, times, LINK, n_dev, kappa) for p in every),
+            min(cost.critical_path(g, p, times, LINK, n_dev) for p in every))
+
+
+CASES = [(seed, n, n_dev) for seed, (n, n_dev) in enumerate(
+    [(3, 2), (6, 2), (9, 2), (11, 2), (12, 2), (14, 2), (4, 3), (6, 3), (7, 3)])]
+
+
+@pytest.mark.parametrize(("seed", "n", "n_dev"), CASES)
+def test_planners_equal_brute_force(seed: int, n: int, n_dev: int) -> None:
+    rng = random.Random(seed)
+    g = random_graph(rng, n, carried=seed % 2 == 0)
+    times = [[rng.choice([1e-6, 1e-5, 1e-4, 1e-3]) * rng.uniform(0.5, 2) for _ in range(n_dev)]
+             for _ in range(n)]
+    kappa = (0.0, 0.5, 1.0)[seed % 3]
+    best_cycle, best_path = brute_force(g, times, n_dev, kappa)
+    ctx = PlanContext(g, times, LINK, n_dev, kappa)
+    thr, lat = place("throughput", ctx), place("latency", ctx)
+    assert cost.cycle_time(g, thr.place, times, LINK, n_dev, kappa) == \
+        pytest.approx(best_cycle, rel=1e-7)
+    assert thr.objective == pytest.approx(best_cycle, rel=1e-6)
+    assert cost.critical_path(g, lat.place, times, LINK, n_dev) == \
+        pytest.approx(best_path, rel=1e-7)
+    assert lat.objective == pytest.approx(best_path, rel=1e-6)
+
+
+def _two_readers() -> Graph:
+    a = Kernel(0, "a", "elementwise", 0, {"in": 4}, {"x": 1000})
+    b = Kernel(1, "b", "elementwise", 0, {"x": 1000}, {"y": 8})
+    c = Kernel(2, "c", "elementwise", 0, {"x": 1000, "y": 8}, {"z": 8})
+    return Graph((a, b, c), {"in": 4, "x": 1000, "y": 8, "z": 8},
+                 {"x": 0, "y": 1, "z": 2}, {"in": (0,), "x": (1, 2), "y": (2,)}, ("in",),
+                 ("z",))
+
+
+def test_a_buffer_moves_once_per_receiving_device() -> None:
+    g = _two_readers()
+    assert ddg.transfers(g, [0, 1, 1]) == [("x", 0, 1, 1000), ("z", 1, 0, 8)]
+    assert ddg.transfers(g, [1, 1, 1]) == [("in", 0, 1, 4), ("z", 1, 0, 8)]
+    assert ddg.transfers(g, [0, 0, 0]) == []
+
+
+def test_cost_model_by_hand() -> None:
+    g = _two_readers()
+    times = [[1e-3, 2e-3], [1e-3, 5e-4], [1e-3, 5e-4]]
+    t_x, t_z = LINK.seconds(1000), LINK.seconds(8)
+    # device 1 computes b and c (1 ms) and receives x and sends z; device 0 computes a.
+    assert cost.cycle_time(g, [0, 1, 1], times, LINK, 2, 1.0) == \
+        pytest.approx(1e-3 + t_x + t_z)
+    assert cost.cycle_time(g, [0, 1, 1], times, LINK, 2, 0.0) == pytest.approx(1e-3)
+    assert cost.critical_path(g, [0, 1, 1], times, LINK, 2) == \
+        pytest.approx(1e-3 + t_x + 1e-3 + t_z)
+
+
+def _target(tmp_path, *over: str) -> GpuTarget:
+    return GpuTarget.from_config(make_cfg(tmp_path, [*GPUS, *over]))
+
+
+def test_roofline_engines_and_bounds(tmp_path) -> None:
+    t = _target(tmp_path)
+    a100 = t.devices[0]
+    gemm = Kernel(0, "mm", "contraction", 2 * 4096**3, {"a": 2 * 4096**2, "b": 2 * 4096**2},
+                  {"c": 2 * 4096**2})
+    stream = Kernel(1, "add", "elementwise", 1 << 20, {"a": 4 << 20}, {"b": 4 << 20})
+    assert roofline.engine(gemm, "bf16") == "tensor" and roofline.engine(gemm, "fp32") == "cuda"
+    assert roofline.kernel_time(gemm, a100, t) == pytest.approx(
+        2e-6 + 2 * 4096**3 / (312e12 * t.tensor_efficiency))
+    assert roofline.kernel_time(stream, a100, t) == pytest.approx(
+        2e-6 + (8 << 20) / (2039e9 * t.memory_efficiency))
+    fp32 = _target(tmp_path, "gpus.precision=fp32")
+    assert roofline.kernel_time(gemm, a100, fp32) > 10 * roofline.kernel_time(gemm, a100, t)
+
+
+def test_unknown_device_lists_the_catalogue(tmp_path) -> None:
+    with pytest.raises(ConfigError, match="not in the device catalogue.*a100"):
+        _target(tmp_path, "devices=[a100,h200x]")
+
+
+def test_device_numbers_are_validated(run_build) -> None:
+    with pytest.raises(ConfigError, match=r"device.l40s.mem_gbps must be > 0 \(got -1"):
+        run_build([*GPUS, "model=relu", "device.l40s.mem_gbps=-1"])
+
+
+def test_pipeline_end_to_end(run_build) -> None:
+    result = run_build([*GPUS, "model=mlp"])
+    assert set(result.executed) == {"lower", "extract", "profile", "decide", "simulate"}
+    data = json.loads((artifact_dir(result, "extract") / "kernels.json").read_text())
+    contractions = [k for k in data["kernels"] if k["kind"] == "contraction"]
+    assert contractions and all(k["flops"] > 0 for k in contractions)
+    report = json.loads((artifact_dir(result, "simulate") / "report.json").read_text())
+    home_alone = report["baselines"]["a100 alone"]
+    # Everything on the home device is one of the placements the MILP minimises over.
+    assert report["planned"]["cycle_s"] <= home_alone["cycle_s"] * (1 + 1e-9)
+    assert report["speedup_over"]["a100 alone"] >= 1 - 1e-9
+    assert 0 <= report["fig2"]["share_by_count"] <= 1
+    placement = json.loads((artifact_dir(result, "decide") / "placement.json").read_text())
+    assert len(placement["place"]) == len(data["kernels"]) == report["kernels"]
+    again = run_build([*GPUS, "model=mlp", "policy=latency"])
+    assert set(again.executed) == {"decide", "simulate"}
+
+
+def test_a_pim_policy_is_refused_on_gpus(run_build) -> None:
+    with pytest.raises(ConfigError, match="planner"):
+        run_build([*GPUS, "model=relu", "policy.name=torchpim"])
+
+
+def test_a_pim_stage_is_refused_on_gpus(run_build) -> None:
+    with pytest.raises(ConfigError, match="stages of system=gpus are: lower, extract"):
+        run_build([*GPUS, "model=relu", "targets=[instrument]"])
+
+
+def test_cuda_backend_refuses_without_a_gpu(run_build) -> None:
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA GPU is present: the refusal does not apply")
+    with pytest.raises(StageError, match="needs a CUDA GPU"):
+        run_build([*GPUS, "model=relu", "profile.backend=cuda"])
