@@ -15,8 +15,23 @@ from pimbuild.console import console
 SUMMARY = "sweep_summary"
 
 
+def pim_columns(report: dict[str, Any]) -> dict[str, str]:
+    """The columns of a PIM report in a sweep table."""
+    return {"speedup": f"{report['speedup']:.3f}",
+            "oracle": f"{report['baselines']['oracle']:.3f}",
+            "offloaded": str(report["offloaded"]), "N_region": str(report["n_region"]),
+            "accuracy": f"{report['agreement']['accuracy']:.3f}"}
+
+
+def pim_headline(report: dict[str, Any]) -> dict[str, Any]:
+    return {"label": "speedup over CPU-only", "value": report["speedup"],
+            "reference": report["baselines"]["oracle"], "reference_label": "oracle"}
+
+
 def collect(sweep_dir: Path) -> list[dict[str, Any]]:
-    """One row per job of the sweep that reached simulate, in job order."""
+    """One row per job of the sweep that reached simulate, in job order. A report names its
+    own columns (``sweep_columns``) and plotted number (``headline``); a PIM report's are
+    derived here."""
     rows = []
     for manifest_path in sorted(sweep_dir.glob("*/manifest.json"),
                                 key=lambda p: int(p.parent.name.split("_")[0])):
@@ -28,26 +43,23 @@ def collect(sweep_dir: Path) -> list[dict[str, Any]]:
         overrides = OmegaConf.load(job / ".hydra" / "overrides.yaml")
         build = json.loads((job / "build.json").read_text())
         rows.append({"job": job.name, "overrides": list(overrides),
-                     "speedup": report["speedup"], "policy": report["policy"],
-                     "cores": report["cores"], "theta_gbps": report["theta_gbps"],
-                     "offloaded": report["offloaded"], "n_region": report["n_region"],
-                     "accuracy": report["agreement"]["accuracy"],
-                     "baselines": report["baselines"], "executed": build["executed"]})
+                     "columns": report.get("sweep_columns") or pim_columns(report),
+                     "headline": report.get("headline") or pim_headline(report),
+                     "executed": build["executed"]})
     return rows
 
 
 def write(rows: list[dict[str, Any]], sweep_dir: Path) -> Table:
     (sweep_dir / f"{SUMMARY}.json").write_text(json.dumps(rows, indent=2) + "\n")
+    names = list(dict.fromkeys(c for r in rows for c in r["columns"]))
+    header = ["job", "overrides", *names, "stages run"]
     table = Table(title=f"sweep {sweep_dir}", title_justify="left")
-    for col in ("job", "overrides", "speedup", "oracle", "offloaded", "N_region", "accuracy",
-                "stages run"):
+    for col in header:
         table.add_column(col)
-    md = ["| job | overrides | speedup | oracle | offloaded | N_region | accuracy | stages run |",
-          "|---|---|---:|---:|---|---:|---:|---|"]
+    md = ["| " + " | ".join(header) + " |", "|---|---|" + "---:|" * len(names) + "---|"]
     for r in rows:
-        cells = [r["job"], " ".join(r["overrides"]), f"{r['speedup']:.3f}",
-                 f"{r['baselines']['oracle']:.3f}", str(r["offloaded"]), str(r["n_region"]),
-                 f"{r['accuracy']:.3f}", ",".join(r["executed"]) or "none"]
+        cells = [r["job"], " ".join(r["overrides"]),
+                 *(r["columns"].get(c, "") for c in names), ",".join(r["executed"]) or "none"]
         table.add_row(*cells)
         md.append("| " + " | ".join(cells) + " |")
     (sweep_dir / f"{SUMMARY}.md").write_text("\n".join(md) + "\n")
@@ -60,11 +72,14 @@ def _plot(rows: list[dict[str, Any]], path: Path) -> None:
 
     fig, ax = plt.subplots(figsize=(max(5, 0.6 * len(rows)), 3.5))
     labels = [" ".join(r["overrides"]) or r["job"] for r in rows]
-    ax.bar(range(len(rows)), [r["speedup"] for r in rows], label="policy")
-    ax.plot(range(len(rows)), [r["baselines"]["oracle"] for r in rows], "k_", ms=20,
-            mew=2, label="oracle")
+    heads = [r["headline"] for r in rows]
+    ax.bar(range(len(rows)), [h["value"] for h in heads], label="policy")
+    marked = [(i, h["reference"]) for i, h in enumerate(heads) if h.get("reference")]
+    if marked:
+        ax.plot(*zip(*marked, strict=True), "k_", ms=20, mew=2,
+                label=heads[marked[0][0]]["reference_label"])
     ax.set_xticks(range(len(rows)), labels, rotation=30, ha="right", fontsize=7)
-    ax.set_ylabel("speedup over CPU-only")
+    ax.set_ylabel(" / ".join(dict.fromkeys(h["label"] for h in heads)))
     ax.legend()
     save_figure(fig, path)
 

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import os
+import sys
 import time
 from dataclasses import dataclass, field
 
@@ -13,6 +15,24 @@ INF = highspy.kHighsInf
 # Models state times in microseconds: HiGHS's tolerances are absolute (1e-7), and kernels
 # of a few microseconds stated in seconds would sit at the tolerance.
 US = 1e6
+
+
+def silent_highs() -> highspy.Highs:
+    """A HiGHS instance that prints nothing. Its constructor writes a banner straight to file
+    descriptor 1 the first time in a process, past ``output_flag``; that write goes to
+    /dev/null here, so a build's console and a piped log stay clean."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    null = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(null, 1)
+        h = highspy.Highs()
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
+        os.close(null)
+    h.setOptionValue("output_flag", False)
+    return h
 
 
 @dataclass
@@ -43,8 +63,7 @@ class Model:
 
     def solve(self, time_limit_s: float = 60.0) -> tuple[np.ndarray, float, float]:
         """(column values, objective, seconds). Raises RuntimeError unless optimal."""
-        h = highspy.Highs()
-        h.setOptionValue("output_flag", False)
+        h = silent_highs()
         h.setOptionValue("time_limit", float(time_limit_s))
         h.setOptionValue("mip_rel_gap", 0.0)
         n = len(self.cost)

@@ -101,6 +101,14 @@ def run(inputs: Inputs, p: Params, out: Path) -> None:
               "solve_s": placement["solve_s"], "baselines": base, "speedup_over": speedups,
               "fig2": profile["fig2"]}
     report["summary"] = summary(report)
+    report["sweep_columns"] = {
+        "tokens/s": f"{planned['tokens_per_s']:.4g}",
+        "Perf/$": f"{planned['perf_per_dollar']:.4g}",
+        **{f"x {k}": f"{v:.2f}" for k, v in speedups.items() if not k.endswith(" alone")},
+        "solve s": f"{placement['solve_s']:.3g}"}
+    report["headline"] = {"label": "output tokens/s", "value": planned["tokens_per_s"],
+                          "reference": best_single["tokens_per_s"],
+                          "reference_label": "best single device"}
     (out / "report.json").write_text(json.dumps(report, indent=2) + "\n")
     (out / "report.md").write_text(markdown(report, placement))
 
