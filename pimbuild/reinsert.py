@@ -22,6 +22,7 @@ from omegaconf import DictConfig
 
 from pimbuild import instrument, targets
 from pimbuild.artifacts import run_cache
+from pimbuild.check import RTOL, difference
 from pimbuild.errors import StageError
 from pimbuild.lower import ModelParams, model_params
 from pimbuild.stage import Inputs
@@ -30,7 +31,6 @@ from pimbuild.targets import Boundary
 NAME = "reinsert"
 READS = ("lower", "runtime", "decide")
 WRITES = ("hybrid.mlir", "hybrid_llvm.mlir", "hybrid.o", "reinsert.json")
-RTOL = 1e-5
 
 
 @dataclass(frozen=True)
@@ -43,27 +43,6 @@ class Params:
 def params(cfg: DictConfig) -> Params:
     return Params(model=model_params(cfg), register_block=instrument.register_block(cfg),
                   boundary=targets.from_config(cfg).boundary)
-
-
-def difference(got: np.ndarray, want: np.ndarray) -> float:
-    """How far ``got`` is from eager's ``want``: the largest error relative to ``want``'s
-    largest finite magnitude for floats, with NaN and infinities required at the same places;
-    integers and booleans must be equal. ``inf`` when they disagree in kind, shape or dtype;
-    never NaN, so a check against it cannot pass vacuously."""
-    if got.shape != want.shape or got.dtype != want.dtype:
-        return float("inf")
-    if got.size == 0:
-        return 0.0
-    if not np.issubdtype(want.dtype, np.floating):
-        return 0.0 if np.array_equal(got, want) else float("inf")
-    finite = np.isfinite(want)
-    if not np.array_equal(finite, np.isfinite(got)) or not np.array_equal(
-            got[~finite], want[~finite], equal_nan=True):
-        return float("inf")
-    if not finite.any():
-        return 0.0
-    scale = max(float(np.abs(want[finite]).max()), 1e-30)
-    return float(np.abs(got[finite].astype(np.float64) - want[finite]).max()) / scale
 
 
 def check(engine, markers, signature: dict, args: list[np.ndarray],

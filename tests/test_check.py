@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from pimbuild.reinsert import RTOL, difference
+from pimbuild.check import RTOL, difference
 from tests.conftest import artifact_dir
 
 NAN, INF = float("nan"), float("inf")

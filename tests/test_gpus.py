@@ -128,7 +128,8 @@ def test_device_numbers_are_validated(run_build) -> None:
 
 def test_pipeline_end_to_end(run_build) -> None:
     result = run_build([*GPUS, "model=mlp"])
-    assert set(result.executed) == {"lower", "extract", "profile", "decide", "simulate"}
+    assert set(result.executed) == {"lower", "extract", "profile", "decide", "reinsert",
+                                    "simulate"}
     data = json.loads((artifact_dir(result, "extract") / "kernels.json").read_text())
     contractions = [k for k in data["kernels"] if k["kind"] == "contraction"]
     assert contractions and all(k["flops"] > 0 for k in contractions)
@@ -140,8 +141,10 @@ def test_pipeline_end_to_end(run_build) -> None:
     assert 0 <= report["fig2"]["share_by_count"] <= 1
     placement = json.loads((artifact_dir(result, "decide") / "placement.json").read_text())
     assert len(placement["place"]) == len(data["kernels"]) == report["kernels"]
+    assert report["check"]["max_rel_error"] <= report["check"]["rtol"]
     again = run_build([*GPUS, "model=mlp", "policy=latency"])
-    assert set(again.executed) == {"decide", "simulate"}
+    assert set(again.executed) <= {"decide", "reinsert", "simulate"}
+    assert "lower" not in again.executed and "profile" not in again.executed
 
 
 def test_a_pim_policy_is_refused_on_gpus(run_build) -> None:
@@ -160,3 +163,44 @@ def test_cuda_backend_refuses_without_a_gpu(run_build) -> None:
         pytest.skip("a CUDA GPU is present: the refusal does not apply")
     with pytest.raises(StageError, match="needs a CUDA GPU"):
         run_build([*GPUS, "model=relu", "profile.backend=cuda"])
+
+
+def _partitioned(run_build, tmp_path, model: str):
+    """A model's lowered program, its kernels and the compiled kernel functions."""
+    from pimbuild import frontend
+    from pimbuild.gpus import reinsert, workers
+    from pimbuild.lower import model_params
+
+    result = run_build([*GPUS, f"model={model}", "targets=[extract]"])
+    lower, extract = artifact_dir(result, "lower"), artifact_dir(result, "extract")
+    signature = json.loads((lower / "signature.json").read_text())
+    data = json.loads((extract / "kernels.json").read_text())
+    out = tmp_path / "partition"
+    out.mkdir()
+    specs = reinsert.compile_partition(lower, out, tmp_path / "failure")
+    cfg = make_cfg(tmp_path / "s", [*GPUS, f"model={model}"])
+    args, expected = frontend.materialize(model_params(cfg), signature)
+
+    def run(place, moves):
+        graph = ddg.build(data)
+        got = workers.run(out / "partition_llvm.mlir", specs, place, moves,
+                          workers.buffer_table(specs, signature),
+                          {f"arg{i}": a for i, a in enumerate(args)}, set(graph.inputs),
+                          data["outputs"], 2)
+        return reinsert.check(got, expected, signature["outputs"])["max_rel_error"]
+    return data, run
+
+
+def test_partitioned_program_runs_on_two_processes_and_a_dropped_edge_fails(
+        run_build, tmp_path) -> None:
+    """Kernels alternate between two worker processes; the exchange of exactly the graph's
+    transfers reproduces eager, and leaving out any one transfer does not."""
+    from pimbuild.check import RTOL
+
+    data, run = _partitioned(run_build, tmp_path, "attention")
+    place = [k % 2 for k in range(len(data["kernels"]))]
+    moves = ddg.transfers(ddg.build(data), place)
+    assert len(moves) >= 3
+    assert run(place, moves) <= RTOL
+    for dropped in (0, len(moves) // 2):
+        assert run(place, moves[:dropped] + moves[dropped + 1:]) > RTOL

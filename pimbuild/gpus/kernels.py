@@ -92,10 +92,7 @@ class Buffers:
 
     @staticmethod
     def key(value: ir.Value) -> Any:
-        owner = value.owner
-        if isinstance(owner, ir.Block):
-            return ("arg", value.arg_number)
-        return (owner.operation, value.result_number)
+        return value  # values hash and compare by the IR value they wrap
 
     def name(self, value: ir.Value, name: str) -> None:
         self.names[self.key(value)] = name
@@ -111,13 +108,10 @@ class Buffers:
 
 def _kernel(op: ir.Operation, ident: int, buffers: Buffers, kind: str, flops: int,
             iterations: int) -> dict[str, Any]:
-    n_out = len(op.results)
-    ins = list(op.operands)[: len(op.operands) - n_out] if op.name.startswith("linalg.") \
-        else list(op.operands)
     reads = {}
-    for v in ins:
+    for v in _captured(op):  # ins, outs (an accumulator may be read) and captured values
         name = buffers.of(v) if isinstance(v.type, ir.RankedTensorType) else None
-        if name is not None:
+        if name is not None and not name.startswith("init"):
             reads[name] = buffers.bytes[name]
     writes = {}
     for i, r in enumerate(op.results):
@@ -126,6 +120,23 @@ def _kernel(op: ir.Operation, ident: int, buffers: Buffers, kind: str, flops: in
             writes[f"k{ident}.{i}"] = buffers.bytes[f"k{ident}.{i}"]
     return {"id": ident, **source_of(op), "op": op.name, "kind": kind, "flops": flops,
             "iterations": iterations, "reads": reads, "writes": writes}
+
+
+def _captured(op: ir.Operation) -> list[ir.Value]:
+    """Every value ``op`` uses that is defined outside it: operands, and values its regions
+    capture from the enclosing function."""
+    values = list(op.operands)
+    for region in op.regions:
+        for block in region.blocks:
+            for inner in block.operations:
+                for v in inner.operation.operands:
+                    owner = v.owner
+                    where = owner.owner if isinstance(owner, ir.Block) else owner.operation
+                    while where is not None and where != op:
+                        where = where.parent
+                    if where is None:
+                        values.append(v)
+    return values
 
 
 def _is_init_fill(op: ir.Operation) -> bool:
@@ -148,9 +159,15 @@ def _only_outs_uses(value: ir.Value) -> bool:
     return bool(uses)
 
 
-def kernels(func: ir.Operation, n_args: int) -> dict[str, Any]:
+def kernels(func: ir.Operation) -> dict[str, Any]:
     """The kernels of ``func`` in program order, its buffers and its outputs."""
+    return scan(func)[0]
+
+
+def scan(func: ir.Operation) -> tuple[dict[str, Any], list[ir.Operation]]:
+    """``kernels``' result and the kernel ops themselves, in the same order (ids)."""
     buffers = Buffers()
+    ops: list[ir.Operation] = []
     block = func.regions[0].blocks[0]
     for i, arg in enumerate(block.arguments):
         buffers.name(arg, f"arg{i}")
@@ -180,27 +197,35 @@ def kernels(func: ir.Operation, n_args: int) -> dict[str, Any]:
             outs = list(op.operands)[len(op.operands) - len(op.results):]
             kernel["merged_init"] = any((buffers.of(v) or "").startswith("init") for v in outs)
             found.append(kernel)
+            ops.append(op)
         elif op.name in COPIES:
             elements = sum(math.prod(r.type.shape) for r in op.results)
             found.append(_kernel(op, len(found), buffers, "copy", 0, elements))
+            ops.append(op)
         else:  # TMTensor and any other tensor op: a kernel over its result's elements
             elements = sum(math.prod(r.type.shape) for r in op.results
                            if isinstance(r.type, ir.RankedTensorType))
             found.append(_kernel(op, len(found), buffers, "other", elements, elements))
+            ops.append(op)
     return {"kernels": found, "outputs": outputs,
             "buffers": {n: {"bytes": b, "float": buffers.floating[n]}
-                        for n, b in buffers.bytes.items() if not n.startswith("init")}}
+                        for n, b in buffers.bytes.items() if not n.startswith("init")}}, ops
 
 
-def analyze(linalg_path, signature: dict[str, Any]) -> dict[str, Any]:
-    """Kernels of the lowered function in ``linalg.mlir`` (named ops generalized first)."""
+def generalized(linalg_path) -> ir.Module:
+    """``linalg.mlir`` with named ops generalized, as the kernels are counted on it."""
     module = mlir.parse_file(linalg_path)
     with module.context:
         from torch_mlir import passmanager
 
         passmanager.PassManager.parse(mlir.GENERALIZE).run(module.operation)
-    func = mlir.function(module, signature["function"])
-    result = kernels(func, len(signature["args"]))
+    return module
+
+
+def analyze(linalg_path, signature: dict[str, Any]) -> dict[str, Any]:
+    """Kernels of the lowered function in ``linalg.mlir`` (named ops generalized first)."""
+    module = generalized(linalg_path)  # the function lives as long as its module
+    result = kernels(mlir.function(module, signature["function"]))
     for i, arg in enumerate(signature["args"]):
         info = result["buffers"].get(f"arg{i}")
         if info is not None:

@@ -23,7 +23,7 @@ from pimbuild.gpus import decide
 from pimbuild.stage import Inputs
 
 NAME = "simulate"
-READS = ("extract", "profile", "decide")
+READS = ("extract", "profile", "decide", "reinsert")
 WRITES = ("report.json", "report.md")
 ATTENTION = ("attn", "attention")
 
@@ -99,7 +99,8 @@ def run(inputs: Inputs, p: Params, out: Path) -> None:
               "target": target.describe(), "layers": layers, "tokens": tokens,
               "kernels": len(ctx.graph.kernels), "planned": planned,
               "solve_s": placement["solve_s"], "baselines": base, "speedup_over": speedups,
-              "fig2": profile["fig2"]}
+              "fig2": profile["fig2"],
+              "check": json.loads((inputs["reinsert"] / "reinsert.json").read_text())}
     report["summary"] = summary(report)
     report["sweep_columns"] = {
         "tokens/s": f"{planned['tokens_per_s']:.4g}",
@@ -121,7 +122,10 @@ def summary(r: dict[str, Any]) -> list[str]:
              f"{pl['cycle_s'] * 1e6:.4g} us x {r['layers']} layer(s), forward latency "
              f"{pl['latency_s'] * 1e3:.4g} ms, {pl['transfer_bytes']} B moved per layer, "
              f"kernels per device {pl['on_device']}",
-             f"speedup over: {over}; Perf/$ {pl['perf_per_dollar']:.4g} tokens/s per $/h"]
+             f"speedup over: {over}; Perf/$ {pl['perf_per_dollar']:.4g} tokens/s per $/h",
+             f"partitioned program on {r['check']['processes']} processes matches eager "
+             f"(max rel. error {r['check']['max_rel_error']:.2g}, "
+             f"{r['check']['transfers']} transfers)"]
     if f2:
         lines.append(f"{f2['faster_on_second']}/{f2['kernels']} kernels "
                      f"({f2['share_by_count']:.0%} by count, {f2['share_by_time']:.0%} by time) "

@@ -1,6 +1,7 @@
 """Target ``gpus``: kernel-level disaggregation over heterogeneous GPUs (FluidGPU,
 docs/design.md §10). Its pipeline is lower -> extract (kernels and their data dependency
-graph) -> profile (kernel time per device) -> decide (a planner) -> simulate; its parameters
+graph) -> profile (kernel time per device) -> decide (a planner) -> reinsert (the partitioned
+program run as one process per device, checked against eager) -> simulate; its parameters
 are ``devices`` (names in the ``device`` catalogue, ``conf/device/*.yaml``), the ``link``
 group and the ``gpus`` group.
 """
@@ -44,7 +45,7 @@ class GpuTarget:
     pipeline: ClassVar[dict[str, str]] = {
         "lower": "pimbuild.lower", "extract": "pimbuild.gpus.extract",
         "profile": "pimbuild.gpus.profile", "decide": "pimbuild.gpus.decide",
-        "simulate": "pimbuild.gpus.simulate"}
+        "reinsert": "pimbuild.gpus.reinsert", "simulate": "pimbuild.gpus.simulate"}
 
     @classmethod
     def from_config(cls, cfg: Any) -> GpuTarget:

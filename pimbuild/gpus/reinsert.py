@@ -1,0 +1,91 @@
+"""Stage ``reinsert`` of the GPU target: the partitioned program, run for real and checked.
+
+Every kernel becomes a function (``pimbuild.gpus.partition``: ``partition.mlir``, compiled to
+``partition_llvm.mlir``); ``pimbuild.gpus.workers`` runs one process per device, each
+executing the kernels decide placed on it and exchanging exactly the transfers of the
+dependency graph (one forward: inputs enter at home, results return there). The stage fails
+unless the results match PyTorch eager within ``pimbuild.check.RTOL``. Writes
+``partition.json`` (each kernel's function, buffers and device, and the transfer list) and
+``reinsert.json`` (the check).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from omegaconf import DictConfig
+
+from pimbuild.check import RTOL, difference
+from pimbuild.errors import StageError
+from pimbuild.lower import ModelParams, model_params
+from pimbuild.stage import Inputs
+
+NAME = "reinsert"
+READS = ("lower", "extract", "decide")
+WRITES = ("partition.mlir", "partition_llvm.mlir", "partition.json", "reinsert.json")
+
+
+@dataclass(frozen=True)
+class Params:
+    model: ModelParams  # to rebuild the forward's arguments and eager's outputs
+
+
+def params(cfg: DictConfig) -> Params:
+    return Params(model=model_params(cfg))
+
+
+def compile_partition(lower: Path, out: Path, failure_dir: Path) -> list[dict]:
+    from pimbuild import jit, mlir
+    from pimbuild.gpus import partition
+
+    signature = json.loads((lower / "signature.json").read_text())
+    module, specs = partition.build(lower / "linalg.mlir", signature)
+    mlir.write_ir(module, out / "partition.mlir")
+    to_scf = mlir.TM_TENSOR_TO_SCF if mlir.has_dialect(module, "tm_tensor") else \
+        mlir.LINALG_TO_SCF
+    mlir.run_pipeline(module, to_scf, stage=NAME, failure_dir=failure_dir)
+    jit.to_llvm(module, 1, stage=NAME, failure_dir=failure_dir)
+    mlir.write_ir(module, out / "partition_llvm.mlir")
+    return specs
+
+
+def check(results, expected, outputs: list[dict]) -> dict:
+    errors = []
+    for got, want in zip(results, expected, strict=True):
+        if got.size == want.size:  # a result that is a reshaping view of a kernel's buffer
+            got = got.reshape(want.shape)
+        errors.append(difference(got, want))
+    return {"max_rel_error": max(errors, default=0.0), "rtol": RTOL,
+            "errors": errors, "outputs": len(outputs)}
+
+
+def run(inputs: Inputs, p: Params, out: Path) -> None:
+    from pimbuild import frontend
+    from pimbuild.gpus import ddg, workers
+
+    lower, extract = inputs["lower"], inputs["extract"]
+    signature = json.loads((lower / "signature.json").read_text())
+    data = json.loads((extract / "kernels.json").read_text())
+    placement = json.loads((inputs["decide"] / "placement.json").read_text())
+    place, n_dev = placement["place"], len(placement["devices"])
+    graph = ddg.build(data, layers=1)  # one forward: inputs from home, results back home
+    moves = ddg.transfers(graph, place)
+    specs = compile_partition(lower, out, inputs.failure_dir)
+    args, expected = frontend.materialize(p.model, signature)
+    buffers = workers.buffer_table(specs, signature)
+    named = {f"arg{i}": a for i, a in enumerate(args)}
+    (out / "partition.json").write_text(json.dumps(
+        {"devices": placement["devices"], "place": place, "kernels": specs,
+         "transfers": [{"buffer": b, "from": s, "to": d, "bytes": n} for b, s, d, n in moves]},
+        indent=2) + "\n")
+    results = workers.run(out / "partition_llvm.mlir", specs, place, moves, buffers, named,
+                          set(graph.inputs), list(data["outputs"]), n_dev)
+    result = check(results, expected, signature["outputs"]) | {
+        "transfers": len(moves), "transfer_bytes": sum(m[3] for m in moves),
+        "processes": n_dev}
+    (out / "reinsert.json").write_text(json.dumps(result, indent=2) + "\n")
+    if result["max_rel_error"] > RTOL:
+        raise StageError(NAME, f"the partitioned program differs from PyTorch eager: max "
+                               f"relative error {result['max_rel_error']:.3g} > {RTOL}")
