@@ -115,6 +115,7 @@ class GpusConfig:
     memory_efficiency: float = MISSING
     comm_on_device: float = MISSING
     time_limit_s: float = MISSING  # a planner's MILP gives up (an error) after this long
+    mip_gap: float = MISSING  # 0: proven optimal placements; else a relative gap to accept
 
 
 @dataclass
@@ -230,6 +231,7 @@ RANGES: dict[str, tuple[str, float]] = {
     "gpus.memory_efficiency": (">", 0),
     "gpus.comm_on_device": (">=", 0),
     "gpus.time_limit_s": (">", 0),
+    "gpus.mip_gap": (">=", 0),
 }
 # The same ranges for every device of the catalogue (device.<name>.<field>).
 DEVICE_RANGES: dict[str, tuple[str, float]] = {

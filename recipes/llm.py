@@ -101,7 +101,8 @@ def llama7b(hidden: int = 4096, heads: int = 32, ffn: int = 11008, kv_len: int =
         "x": torch.randn(1, 1, hidden),
         "k_cache": torch.randn(1, heads, kv_len, head_dim),
         "v_cache": torch.randn(1, heads, kv_len, head_dim),
-        "cos": theta.cos().view(1, 1, 1, head_dim), "sin": theta.sin().view(1, 1, 1, head_dim)})
+        "cos": theta.cos().view(1, 1, 1, head_dim), "sin": theta.sin().view(1, 1, 1, head_dim)},
+        layers=32)  # LLaMA-7B has 32 such layers
 
 
 class GptjAttention(nn.Module):
@@ -160,4 +161,4 @@ def gptj6b(hidden: int = 4096, heads: int = 16, ffn: int = 16384, rotary_dim: in
         "k_cache": torch.randn(1, heads, kv_len, head_dim),
         "v_cache": torch.randn(1, heads, kv_len, head_dim),
         "cos": theta.cos().view(1, 1, 1, rotary_dim),
-        "sin": theta.sin().view(1, 1, 1, rotary_dim)})
+        "sin": theta.sin().view(1, 1, 1, rotary_dim)}, layers=28)  # GPT-J-6B has 28

@@ -35,7 +35,7 @@ def test_every_paper_benchmark_has_a_config() -> None:
     from tests.test_recipes import GOLDEN_NESTS
 
     assert len(GOLDEN_NESTS) == 17  # the paper's 15 operators and 2 layers
-    assert set(MODELS) == {*GOLDEN_NESTS, "llama7b", "gptj6b"}
+    assert set(GOLDEN_NESTS) | {"llama7b", "gptj6b"} <= set(MODELS)
 
 
 @pytest.mark.parametrize("override", ["pim.cores=abc", "lowering.fastmath=maybe",

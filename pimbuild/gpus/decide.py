@@ -13,6 +13,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 
+from pimbuild.errors import StageError
 from pimbuild.gpus import profile
 from pimbuild.stage import Inputs
 
@@ -25,6 +26,7 @@ WRITES = ("placement.json",)
 class Params:
     policy: str
     time_limit_s: float
+    mip_gap: float
     profile: profile.Params  # how the stored times were taken (and the target)
 
 
@@ -33,7 +35,7 @@ def params(cfg: DictConfig) -> Params:
 
     PLANNERS.check(cfg.policy.name)
     return Params(policy=cfg.policy.name, time_limit_s=cfg.gpus.time_limit_s,
-                  profile=profile.params(cfg))
+                  mip_gap=cfg.gpus.mip_gap, profile=profile.params(cfg))
 
 
 def context(inputs: Inputs, p: Params) -> Any:
@@ -42,14 +44,19 @@ def context(inputs: Inputs, p: Params) -> Any:
     graph, t = profile.times(inputs, p.profile)
     target = p.profile.target
     return PlanContext(graph, t, target.link, len(target.devices), target.comm_on_device,
-                       p.time_limit_s)
+                       p.time_limit_s, p.mip_gap)
 
 
 def run(inputs: Inputs, p: Params, out: Path) -> None:
     from pimbuild.gpus import planners
 
     ctx = context(inputs, p)
-    plan = planners.place(p.policy, ctx)
+    try:
+        plan = planners.place(p.policy, ctx)
+    except RuntimeError as e:  # HiGHS stopped without a placement it can stand behind
+        raise StageError(NAME, f"planner {p.policy} on {len(ctx.graph.kernels)} kernels: {e} "
+                               f"(gpus.time_limit_s={p.time_limit_s}, gpus.mip_gap="
+                               f"{p.mip_gap}; raise the limit or accept a gap)") from None
     keys = [d.key for d in p.profile.target.devices]
     (out / "placement.json").write_text(json.dumps({
         "policy": p.policy, "devices": keys, "objective_s": plan.objective,

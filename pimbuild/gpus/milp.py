@@ -61,11 +61,13 @@ class Model:
             summed[col] = summed.get(col, 0.0) + coef
         self.rows.append((lo, hi, summed))
 
-    def solve(self, time_limit_s: float = 60.0) -> tuple[np.ndarray, float, float]:
-        """(column values, objective, seconds). Raises RuntimeError unless optimal."""
+    def solve(self, time_limit_s: float = 60.0, gap: float = 0.0
+              ) -> tuple[np.ndarray, float, float]:
+        """(column values, objective, seconds): optimal, or within relative ``gap`` of the
+        best bound. Raises RuntimeError when HiGHS stops otherwise (e.g. its time limit)."""
         h = silent_highs()
         h.setOptionValue("time_limit", float(time_limit_s))
-        h.setOptionValue("mip_rel_gap", 0.0)
+        h.setOptionValue("mip_rel_gap", float(gap))
         n = len(self.cost)
         h.addCols(n, np.array(self.cost), np.array(self.lower), np.array(self.upper), 0,
                   np.zeros(0, np.int32), np.zeros(0, np.int32), np.zeros(0))

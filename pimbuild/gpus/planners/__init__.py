@@ -27,6 +27,7 @@ class PlanContext:
     n_dev: int
     comm_on_device: float  # the share of a device's transfers that occupies it
     time_limit_s: float = 60.0
+    mip_gap: float = 0.0  # 0: proven optimal; else within this relative gap of the bound
 
 
 @dataclass

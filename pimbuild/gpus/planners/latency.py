@@ -70,6 +70,6 @@ def place(ctx: PlanContext) -> Plan:
         if s is not None:
             c_b = US * ctx.link.seconds(g.buffer_bytes[b])
             m.row([(end, 1.0), (x[s][HOME], c_b)] + [(c, -v) for c, v in finish(s)], c_b)
-    values, objective, seconds = m.solve(ctx.time_limit_s)
+    values, objective, seconds = m.solve(ctx.time_limit_s, ctx.mip_gap)
     return Plan(placement(x, values), objective / US, seconds,
                 {"variables": len(m.cost), "constraints": len(m.rows)})

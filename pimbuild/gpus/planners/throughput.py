@@ -78,6 +78,6 @@ def place(ctx: PlanContext) -> Plan:
               + [(col, -ctx.comm_on_device * t) for col, t in out[d].items()], 0)
         m.row({c: 1.0, **{col: -t for col, t in out[d].items()}}, 0)
         m.row({c: 1.0, **{col: -t for col, t in into[d].items()}}, 0)
-    values, objective, seconds = m.solve(ctx.time_limit_s)
+    values, objective, seconds = m.solve(ctx.time_limit_s, ctx.mip_gap)
     return Plan(placement(x, values), objective / US, seconds,
                 {"variables": len(m.cost), "constraints": len(m.rows)})
