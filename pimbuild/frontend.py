@@ -158,7 +158,9 @@ def signature(prog: ExportedProgram, recipe: recipes.Recipe, outputs: list[torch
     outs = [{"shape": list(o.shape), "dtype": str(o.dtype).removeprefix("torch.")}
             for o in outputs]
     return {"function": FUNC_NAME, "args": args, "outputs": outs, "layers": recipe.layers,
-            "tokens": recipe.tokens}
+            "tokens": recipe.tokens, "unit": recipe.unit,
+            "forwards_per_request": recipe.forwards_per_request,
+            "carry": dict(recipe.carry), "state": dict(recipe.state)}
 
 
 def import_program(prog: ExportedProgram, weights: str):

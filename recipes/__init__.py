@@ -33,6 +33,17 @@ class Recipe:
     # Output tokens one forward produces (a decode step of batch B: B; a prefill: 1 per
     # request, its first token): the GPU target's throughput unit.
     tokens: int = 1
+    # "tokens", or "requests" for a model whose request is ``forwards_per_request`` forwards
+    # of ``tokens`` requests each (a diffusion model's denoising steps): throughput is then
+    # requests per minute.
+    unit: str = "tokens"
+    forwards_per_request: int = 1
+    # Input name -> index of the output that becomes that input of the next layer (the hidden
+    # state of a layer stack), and of the next forward of the same layer (``state``: the new
+    # keys and values appended to a KV cache, a recurrent state): the GPU target's
+    # cross-layer and cross-iteration dependencies.
+    carry: dict[str, int] = field(default_factory=dict)
+    state: dict[str, int] = field(default_factory=dict)
 
 
 def split(path: str) -> tuple[str, str]:

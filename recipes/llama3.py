@@ -102,7 +102,8 @@ def llama3_8b(hidden: int = 4096, heads: int = 32, kv_heads: int = 8, ffn: int =
         "x": torch.randn(batch, 1, hidden),
         "k_cache": torch.randn(batch, kv_heads, kv_len, head_dim),
         "v_cache": torch.randn(batch, kv_heads, kv_len, head_dim),
-        "cos": cos, "sin": sin}, layers=layers, tokens=batch)
+        "cos": cos, "sin": sin}, layers=layers, tokens=batch, carry={"x": 0},
+        state={"k_cache": 1, "v_cache": 2})
 
 
 def llama3_8b_prefill(hidden: int = 4096, heads: int = 32, kv_heads: int = 8,
@@ -112,4 +113,4 @@ def llama3_8b_prefill(hidden: int = 4096, heads: int = 32, kv_heads: int = 8,
     cos, sin = _rotary(torch.arange(tokens), hidden // heads)
     mask = torch.full((tokens, tokens), float("-inf")).triu(1)[None, None]
     return Recipe(layer, {"x": torch.randn(1, tokens, hidden), "cos": cos, "sin": sin,
-                          "mask": mask}, layers=layers, tokens=1)
+                          "mask": mask}, layers=layers, tokens=1, carry={"x": 0})

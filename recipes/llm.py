@@ -102,7 +102,7 @@ def llama7b(hidden: int = 4096, heads: int = 32, ffn: int = 11008, kv_len: int =
         "k_cache": torch.randn(1, heads, kv_len, head_dim),
         "v_cache": torch.randn(1, heads, kv_len, head_dim),
         "cos": theta.cos().view(1, 1, 1, head_dim), "sin": theta.sin().view(1, 1, 1, head_dim)},
-        layers=32)  # LLaMA-7B has 32 such layers
+        layers=32, carry={"x": 0}, state={"k_cache": 1, "v_cache": 2})  # 32 layers
 
 
 class GptjAttention(nn.Module):
@@ -161,4 +161,5 @@ def gptj6b(hidden: int = 4096, heads: int = 16, ffn: int = 16384, rotary_dim: in
         "k_cache": torch.randn(1, heads, kv_len, head_dim),
         "v_cache": torch.randn(1, heads, kv_len, head_dim),
         "cos": theta.cos().view(1, 1, 1, rotary_dim),
-        "sin": theta.sin().view(1, 1, 1, rotary_dim)}, layers=28)  # GPT-J-6B has 28
+        "sin": theta.sin().view(1, 1, 1, rotary_dim)}, layers=28,  # GPT-J-6B has 28
+        carry={"x": 0}, state={"k_cache": 1, "v_cache": 2})

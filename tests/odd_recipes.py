@@ -63,3 +63,8 @@ def scatter_rows(n: int = 64) -> Recipe:
 def sorted_values(n: int = 64) -> Recipe:
     """sort: a TMTensor sort with two outputs."""
     return Recipe(_Fn(lambda x: torch.sort(x)), {"x": torch.randn(n)})
+
+
+def output_slices(n: int = 64) -> Recipe:
+    """Results that are slices (views) of one computed tensor."""
+    return Recipe(_Fn(lambda x: tuple((x * 2).view(4, -1).unbind(0)[1:3])), {"x": torch.randn(n)})

@@ -182,7 +182,7 @@ def _partitioned(run_build, tmp_path, model: str):
     args, expected = frontend.materialize(model_params(cfg), signature)
 
     def run(place, moves):
-        graph = ddg.build(data)
+        graph = ddg.build(data, layers=0)
         got = workers.run(out / "partition_llvm.mlir", specs, place, moves,
                           workers.buffer_table(specs, signature),
                           {f"arg{i}": a for i, a in enumerate(args)}, set(graph.inputs),
@@ -199,8 +199,34 @@ def test_partitioned_program_runs_on_two_processes_and_a_dropped_edge_fails(
 
     data, run = _partitioned(run_build, tmp_path, "attention")
     place = [k % 2 for k in range(len(data["kernels"]))]
-    moves = ddg.transfers(ddg.build(data), place)
+    moves = ddg.transfers(ddg.build(data, layers=0), place)
     assert len(moves) >= 3
     assert run(place, moves) <= RTOL
     for dropped in (0, len(moves) // 2):
         assert run(place, moves[:dropped] + moves[dropped + 1:]) > RTOL
+
+
+@pytest.fixture
+def alternate():
+    """A planner that puts kernel k on device k % 2, so that every graph has cut edges."""
+    from pimbuild.gpus.planners import PLANNERS, Plan
+
+    PLANNERS.register("alternate", lambda ctx: Plan([k % ctx.n_dev for k in
+                                                    range(len(ctx.graph.kernels))], 0.0))
+    yield "alternate"
+    PLANNERS.unregister("alternate")
+
+
+@pytest.mark.parametrize("recipe", ["mixed_dtypes", "tensor_constant", "empty_output",
+                                    "with_nan", "only_empty", "running_sum", "scatter_rows",
+                                    "sorted_values", "output_slices"])
+def test_odd_models_run_partitioned(run_build, alternate: str, recipe: str) -> None:
+    """Outputs of every dtype, NaN, empty tensors, constants, TMTensor ops and results that
+    are slices of one tensor all go through the GPU pipeline split over two processes."""
+    result = run_build([*GPUS, "model=relu", f"model.recipe=tests.odd_recipes:{recipe}",
+                        "model.size={n:64}", f"policy.name={alternate}"])
+    check = json.loads((artifact_dir(result, "reinsert") / "reinsert.json").read_text())
+    assert check["max_rel_error"] <= check["rtol"]
+    kernels = json.loads((artifact_dir(result, "extract") / "kernels.json").read_text())
+    if len(kernels["kernels"]) > 1:
+        assert check["transfers"] > 0

@@ -4,9 +4,12 @@ FluidGPU's kernel analyzer keeps a registry of the last writer of every buffer a
 writer -> reader when a kernel reads it (read-after-write only: disaggregation keeps program
 order). ``edges`` does the same over the buffers extract recorded, statically. Parameters are
 replicated on every device (the paper replicates the weights); the function's inputs and its
-results live on the *home* device (device 0, where requests enter) unless the model is a stack
-of identical layers (``layers > 1``), in which case a result that has the shape of an input is
-*carried* to the next layer's readers of that input instead.
+results live on the *home* device (device 0, where requests enter), except what the recipe
+declares: a result *carried* to the next layer's readers of an input (``Recipe.carry``, the
+hidden state of a stack of ``layers > 1`` identical layers) and a result that is the *state*
+the same layer's next forward reads (``Recipe.state``: the new keys and values appended to
+every KV-cache replica, a recurrent state): FluidGPU's cross-iteration dependencies. The
+recipe declares both, rather than pimbuild discovering them by lowering two steps.
 
 A transfer is one buffer sent once to one device that reads it (``transfers``), not one per
 reading kernel: the receiving worker keeps it for all its readers.
@@ -48,6 +51,7 @@ class Graph:
     inputs: tuple[str, ...]  # buffers that enter from the home device (or are carried)
     outputs: tuple[str, ...]  # buffers that must reach the home device
     carry: dict[str, str] = field(default_factory=dict)  # input buffer -> result feeding it
+    state: frozenset[str] = frozenset()  # inputs of ``carry`` fed by the previous forward
 
     @property
     def edges(self) -> list[Edge]:
@@ -70,7 +74,10 @@ class Graph:
 
 def build(data: dict[str, Any], layers: int = 1, float_scale: float = 1.0) -> Graph:
     """The graph of extract's ``kernels.json`` content; floating-point buffers' bytes are
-    scaled by ``float_scale`` (the served precision's element size over the IR's)."""
+    scaled by ``float_scale`` (the served precision's element size over the IR's).
+    ``layers > 1``: the recipe's ``carry`` pairs apply; ``layers >= 1``: so do its ``state``
+    pairs (the steady state of many forwards); ``layers = 0``: one isolated forward, every
+    input from home."""
     floating = {b: info.get("float", False) for b, info in data["buffers"].items()}
 
     def scaled(sizes: dict[str, int]) -> dict[str, int]:
@@ -91,24 +98,12 @@ def build(data: dict[str, Any], layers: int = 1, float_scale: float = 1.0) -> Gr
             producer[b] = k.id
     inputs = tuple(b for b, info in data["buffers"].items() if info.get("role") == "input")
     outputs = tuple(b for b in data["outputs"] if b)
-    carry = _carry(data, inputs, outputs) if layers > 1 else {}
+    state = dict(data.get("state", {})) if layers > 0 else {}
+    carry = {**(dict(data.get("carry", {})) if layers > 1 else {}), **state}
     sizes = scaled({b: info["bytes"] for b, info in data["buffers"].items() if b not in params})
     return Graph(kernels, sizes, producer, {b: tuple(r) for b, r in readers.items()},
-                 inputs, tuple(o for o in outputs if o not in carry.values()), carry)
-
-
-def _carry(data: dict[str, Any], inputs: tuple[str, ...], outputs: tuple[str, ...]
-           ) -> dict[str, str]:
-    """Input -> result of the same size, pairing in order (a layer's hidden state)."""
-    free = list(outputs)
-    carry = {}
-    for b in inputs:
-        match = next((o for o in free if data["buffers"][o]["bytes"]
-                      == data["buffers"][b]["bytes"]), None)
-        if match is not None:
-            carry[b] = match
-            free.remove(match)
-    return carry
+                 inputs, tuple(o for o in outputs if o not in carry.values()), carry,
+                 frozenset(state))
 
 
 def display(k: dict[str, Any]) -> str:

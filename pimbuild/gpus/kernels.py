@@ -3,9 +3,10 @@
 One kernel per linalg op after fusion (named ops are generalized first), per tensor copy
 (``tensor.concat``, ``insert_slice``, ``pad``) and per TMTensor op. Views (``expand_shape``,
 ``collapse_shape``, ``extract_slice``, ``cast``) launch nothing: they name their source's
-buffer. A linalg op with no inputs that only only initializes the accumulators of the kernels
-reading it (a reduction's or a GEMM's zero fill) is merged into each of them, as cuBLAS's
-``beta = 0`` and a fused reduction's init do.
+buffer, except a view the function returns, which is copied into a buffer of its own. A
+linalg op with no inputs that only initializes the accumulators of the kernels reading it (a
+reduction's or a GEMM's zero fill) is merged into each of them, as cuBLAS's ``beta = 0`` and
+a fused reduction's init do.
 
 Each kernel records its FLOPs (iterations x floating-point ops of the body), the buffers it
 reads and writes with their bytes at the IR's element type, its class (``contraction``: a
@@ -173,14 +174,20 @@ def scan(func: ir.Operation) -> tuple[dict[str, Any], list[ir.Operation]]:
         buffers.name(arg, f"arg{i}")
     found: list[dict[str, Any]] = []
     n_const = n_init = 0
+    returned = {v for o in block.operations if o.operation.name == "func.return"
+                for v in o.operation.operands}
     outputs: list[str] = []
     for op in block.operations:
         op = op.operation
         if op.name == "arith.constant" and isinstance(op.results[0].type, ir.RankedTensorType):
             buffers.name(op.results[0], f"const{n_const}")
             n_const += 1
-        elif op.name in VIEWS:
+        elif op.name in VIEWS and op.results[0] not in returned:
             buffers.alias(op.results[0], op.operands[0])
+        elif op.name in VIEWS:  # a result that is a view: a copy kernel gives it its own buffer
+            elements = math.prod(op.results[0].type.shape)
+            found.append(_kernel(op, len(found), buffers, "copy", 0, elements))
+            ops.append(op)
         elif op.name == "func.return":
             outputs = [buffers.of(v) or "" for v in op.operands]
         elif op.name in IGNORED or not op.results or not any(

@@ -70,7 +70,7 @@ def run(inputs: Inputs, p: Params, out: Path) -> None:
     data = json.loads((extract / "kernels.json").read_text())
     placement = json.loads((inputs["decide"] / "placement.json").read_text())
     place, n_dev = placement["place"], len(placement["devices"])
-    graph = ddg.build(data, layers=1)  # one forward: inputs from home, results back home
+    graph = ddg.build(data, layers=0)  # one forward: inputs from home, results back home
     moves = ddg.transfers(graph, place)
     specs = compile_partition(lower, out, inputs.failure_dir)
     args, expected = frontend.materialize(p.model, signature)

@@ -2,12 +2,14 @@
 (``pimbuild.gpus.cost``), against the baselines FluidGPU compares with.
 
 For the planned placement and every baseline: the cycle time of pipelined requests (the
-throughput the MILP optimises), one forward's critical path, output tokens/s =
-``tokens / (layers x cycle time)``, and Perf/$ = tokens/s per USD-hour of the devices it
-rents. Baselines: each device alone; request distribution (every device a full replica,
-throughputs added); AF disaggregation (attention kernels on one device, the rest on the
-other, the better way round) where the model has attention and other kernels. Writes
-``report.json`` and ``report.md``. (The discrete-event serving simulation is issue 12's.)
+throughput the MILP optimises), one forward's critical path, the throughput (output tokens/s =
+``tokens / (layers x cycle time)``; for a model whose requests are ``forwards_per_request``
+forwards, such as a diffusion model's denoising steps, requests/min), and Perf/$ = throughput
+per USD-hour of the devices it rents. Baselines: each device alone; request distribution
+(every device a full replica, throughputs added); AF disaggregation (attention kernels on
+one device, the rest on the other, the better way round) where the model has attention and
+other kernels. Writes ``report.json`` and ``report.md``. (The discrete-event serving
+simulation is issue 12's.)
 """
 
 from __future__ import annotations
@@ -37,17 +39,34 @@ def params(cfg: DictConfig) -> Params:
     return Params(decide=decide.params(cfg))
 
 
-def evaluate(ctx: Any, place: list[int], layers: int, tokens: int, price: float
-             ) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Unit:
+    """What one forward yields and how throughput is counted (from the recipe)."""
+
+    layers: int
+    tokens: int
+    name: str  # tokens | requests
+    forwards_per_request: int
+
+    @property
+    def label(self) -> str:
+        return "tokens/s" if self.name == "tokens" else "requests/min"
+
+    def rate(self, cycle_s: float) -> float:
+        per_s = self.tokens / (self.layers * cycle_s)
+        return per_s if self.name == "tokens" else 60 * per_s / self.forwards_per_request
+
+
+def evaluate(ctx: Any, place: list[int], unit: Unit, price: float) -> dict[str, Any]:
     from pimbuild.gpus import cost, ddg
 
     cycle = cost.cycle_time(ctx.graph, place, ctx.times, ctx.link, ctx.n_dev,
                             ctx.comm_on_device)
     path = cost.critical_path(ctx.graph, place, ctx.times, ctx.link, ctx.n_dev)
     moved = sum(size for *_, size in ddg.transfers(ctx.graph, place))
-    tps = tokens / (layers * cycle)
-    return {"cycle_s": cycle, "latency_s": layers * path, "tokens_per_s": tps,
-            "perf_per_dollar": tps / price, "price_per_hour": price,
+    rate = unit.rate(cycle)
+    return {"cycle_s": cycle, "latency_s": unit.layers * path, "throughput": rate,
+            "perf_per_dollar": rate / price, "price_per_hour": price,
             "transfer_bytes": moved,
             "on_device": [place.count(d) for d in range(ctx.n_dev)]}
 
@@ -60,23 +79,23 @@ def af_split(ctx: Any) -> list[int] | None:
     return [0 if a else 1 for a in attn]
 
 
-def baselines(ctx: Any, devices: list[Any], layers: int, tokens: int) -> dict[str, Any]:
+def baselines(ctx: Any, devices: list[Any], unit: Unit) -> dict[str, Any]:
     n = len(ctx.graph.kernels)
     out: dict[str, Any] = {}
     for d, dev in enumerate(devices):
         single = [[row[d]] for row in ctx.times]  # the device alone: nothing moves
         alone = type(ctx)(ctx.graph, single, ctx.link, 1, ctx.comm_on_device)
-        out[f"{dev.key} alone"] = evaluate(alone, [0] * n, layers, tokens, dev.price_per_hour)
+        out[f"{dev.key} alone"] = evaluate(alone, [0] * n, unit, dev.price_per_hour)
     total = sum(dev.price_per_hour for dev in devices)
-    rd = sum(out[f"{dev.key} alone"]["tokens_per_s"] for dev in devices)
-    out["request distribution"] = {"tokens_per_s": rd, "perf_per_dollar": rd / total,
+    rd = sum(out[f"{dev.key} alone"]["throughput"] for dev in devices)
+    out["request distribution"] = {"throughput": rd, "perf_per_dollar": rd / total,
                                    "price_per_hour": total}
     split = af_split(ctx) if len(devices) == 2 else None
     if split is not None:
-        ways = [evaluate(ctx, p, layers, tokens, total) | {"attention_on": devices[p[i]].key}
+        ways = [evaluate(ctx, p, unit, total) | {"attention_on": devices[p[i]].key}
                 for p in (split, [1 - d for d in split])
                 for i in [split.index(0)]]
-        out["AF disaggregation"] = max(ways, key=lambda r: r["tokens_per_s"])
+        out["AF disaggregation"] = max(ways, key=lambda r: r["throughput"])
     return out
 
 
@@ -87,28 +106,30 @@ def run(inputs: Inputs, p: Params, out: Path) -> None:
     profile = json.loads((inputs["profile"] / "profile.json").read_text())
     target = p.decide.profile.target
     devices = list(target.devices)
-    layers, tokens = data.get("layers", 1), data.get("tokens", 1)
+    unit = Unit(data.get("layers", 1), data.get("tokens", 1), data.get("unit", "tokens"),
+                data.get("forwards_per_request", 1))
     price = sum(d.price_per_hour for d in devices)
-    planned = evaluate(ctx, placement["place"], layers, tokens, price)
-    base = baselines(ctx, devices, layers, tokens)
+    planned = evaluate(ctx, placement["place"], unit, price)
+    base = baselines(ctx, devices, unit)
     best_single = max((v for k, v in base.items() if k.endswith(" alone")),
-                      key=lambda r: r["tokens_per_s"])
-    speedups = {k: planned["tokens_per_s"] / v["tokens_per_s"] for k, v in base.items()}
-    speedups["best single device"] = planned["tokens_per_s"] / best_single["tokens_per_s"]
+                      key=lambda r: r["throughput"])
+    speedups = {k: planned["throughput"] / v["throughput"] for k, v in base.items()}
+    speedups["best single device"] = planned["throughput"] / best_single["throughput"]
     report = {"policy": placement["policy"], "devices": [d.key for d in devices],
-              "target": target.describe(), "layers": layers, "tokens": tokens,
+              "target": target.describe(), "layers": unit.layers, "tokens": unit.tokens,
+              "unit": unit.label, "forwards_per_request": unit.forwards_per_request,
               "kernels": len(ctx.graph.kernels), "planned": planned,
               "solve_s": placement["solve_s"], "baselines": base, "speedup_over": speedups,
               "fig2": profile["fig2"],
               "check": json.loads((inputs["reinsert"] / "reinsert.json").read_text())}
     report["summary"] = summary(report)
     report["sweep_columns"] = {
-        "tokens/s": f"{planned['tokens_per_s']:.4g}",
+        unit.label: f"{planned['throughput']:.4g}",
         "Perf/$": f"{planned['perf_per_dollar']:.4g}",
         **{f"x {k}": f"{v:.2f}" for k, v in speedups.items() if not k.endswith(" alone")},
         "solve s": f"{placement['solve_s']:.3g}"}
-    report["headline"] = {"label": "output tokens/s", "value": planned["tokens_per_s"],
-                          "reference": best_single["tokens_per_s"],
+    report["headline"] = {"label": unit.label, "value": planned["throughput"],
+                          "reference": best_single["throughput"],
                           "reference_label": "best single device"}
     (out / "report.json").write_text(json.dumps(report, indent=2) + "\n")
     (out / "report.md").write_text(markdown(report, placement))
@@ -117,12 +138,12 @@ def run(inputs: Inputs, p: Params, out: Path) -> None:
 def summary(r: dict[str, Any]) -> list[str]:
     pl, f2 = r["planned"], r["fig2"]
     over = ", ".join(f"{k} {v:.2f}x" for k, v in r["speedup_over"].items())
-    lines = [f"[bold]{pl['tokens_per_s']:.4g} tokens/s[/] with policy {r['policy']} on "
+    lines = [f"[bold]{pl['throughput']:.4g} {r['unit']}[/] with policy {r['policy']} on "
              f"{' + '.join(r['devices'])} ({r['target']['link']}): cycle "
              f"{pl['cycle_s'] * 1e6:.4g} us x {r['layers']} layer(s), forward latency "
              f"{pl['latency_s'] * 1e3:.4g} ms, {pl['transfer_bytes']} B moved per layer, "
              f"kernels per device {pl['on_device']}",
-             f"speedup over: {over}; Perf/$ {pl['perf_per_dollar']:.4g} tokens/s per $/h",
+             f"speedup over: {over}; Perf/$ {pl['perf_per_dollar']:.4g} {r['unit']} per $/h",
              f"partitioned program on {r['check']['processes']} processes matches eager "
              f"(max rel. error {r['check']['max_rel_error']:.2g}, "
              f"{r['check']['transfers']} transfers)"]
@@ -137,15 +158,16 @@ def markdown(r: dict[str, Any], placement: dict[str, Any]) -> str:
     rows = [("planned: " + r["policy"], r["planned"]), *r["baselines"].items()]
     lines = [f"# pimbuild report: policy `{r['policy']}` on {' + '.join(r['devices'])}", "",
              f"Model: {r['kernels']} kernels per layer, {r['layers']} identical layer(s), "
-             f"{r['tokens']} output token(s) per forward; link {r['target']['link']} "
+             f"{r['tokens']} output token(s) or request(s) per forward, "
+             f"{r['forwards_per_request']} forward(s) per request; link {r['target']['link']} "
              f"({r['target']['link_gbps']} Gbps, {r['target']['link_latency_us']} us); "
              f"precision {r['target']['precision']}. Solve time {r['solve_s']:.3g} s.", "",
-             "| placement | tokens/s | Perf/$ (tokens/s per $/h) | cycle us | latency ms |",
+             f"| placement | {r['unit']} | Perf/$ ({r['unit']} per $/h) | cycle us | latency ms |",
              "|---|---:|---:|---:|---:|"]
     for name, v in rows:
         cyc = f"{v['cycle_s'] * 1e6:.4g}" if "cycle_s" in v else ""
         lat = f"{v['latency_s'] * 1e3:.4g}" if "latency_s" in v else ""
-        lines.append(f"| {name} | {v['tokens_per_s']:.4g} | {v['perf_per_dollar']:.4g} | "
+        lines.append(f"| {name} | {v['throughput']:.4g} | {v['perf_per_dollar']:.4g} | "
                      f"{cyc} | {lat} |")
     keys = placement["devices"]
     lines += ["", "## Placement", "",
