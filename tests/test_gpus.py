@@ -32,6 +32,8 @@ def random_graph(rng: random.Random, n: int, carried: bool) -> Graph:
             reads["in"] = sizes["in"]
         out = f"k{k}"
         sizes[out] = rng.choice([1024, 65536, 1 << 20, 8 << 20])
+        if carried and k == n - 1:
+            sizes[out] = sizes["in"]  # a carried result has the shape of the input it feeds
         kernels.append(Kernel(k, out, "elementwise", 0, reads, {out: sizes[out]}))
         for b in reads:
             readers.setdefault(b, []).append(k)
@@ -230,3 +232,33 @@ def test_odd_models_run_partitioned(run_build, alternate: str, recipe: str) -> N
     kernels = json.loads((artifact_dir(result, "extract") / "kernels.json").read_text())
     if len(kernels["kernels"]) > 1:
         assert check["transfers"] > 0
+
+
+def test_serving_formulas_by_hand() -> None:
+    from pimbuild.gpus import workload
+
+    w = workload.Workload(input_len=100, output_len=10, batch=4)
+    # 4 prefills of 1 s and 10 decode steps of 0.5 s give 40 tokens in 9 s.
+    assert workload.mixed(w, 1.0, 0.5) == pytest.approx(40 / 9)
+    link = Link(8.0, 0.0)  # 1 GB/s
+    # Prefill 1 request/s, decode 4 / (10 x 0.5) = 0.8 requests/s, KV 0.5 GB: 2 requests/s.
+    assert workload.pd(w, 1.0, 0.5, 500_000_000, link) == pytest.approx(0.8 * 10)
+    assert workload.pd_bottleneck(w, 1.0, 0.5, 500_000_000, link) == "decode"
+    assert workload.pd_bottleneck(w, 1.0, 0.1, 4_000_000_000, link) == "KV transfer"
+
+
+def test_the_same_device_twice_gets_two_labels(tmp_path) -> None:
+    t = _target(tmp_path, "devices=[a100,a100,l40s]")
+    assert [d.key for d in t.devices] == ["a100#1", "a100#2", "l40s"]
+
+
+def test_identical_layers_unrolled_cost_what_one_layer_costs_each(tmp_path) -> None:
+    """A placement repeated over unrolled layers costs layers x one layer's cycle time."""
+    rng = random.Random(7)
+    g = random_graph(rng, 6, carried=True)
+    times = [[rng.uniform(1e-5, 1e-4) for _ in range(2)] for _ in range(6)]
+    place_one = [rng.randrange(2) for _ in range(6)]
+    one = cost.cycle_time(g, place_one, times, LINK, 2, 1.0)
+    three = ddg.unroll(g, 3)
+    assert cost.cycle_time(three, place_one * 3, times * 3, LINK, 2, 1.0) == \
+        pytest.approx(3 * one)

@@ -61,8 +61,10 @@ class GpuTarget:
             raise ConfigError(f"gpus.precision '{g['precision']}' is not one of "
                               f"{', '.join(PRECISION_BYTES)}")
         keep = {f.name for f in fields(Device)} - {"key"}
-        devices = tuple(Device(key=n, **{k: v for k, v in catalogue[n].items() if k in keep})
-                        for n in names)
+        labels = [n if names.count(n) == 1 else f"{n}#{names[:i + 1].count(n)}"
+                  for i, n in enumerate(names)]  # devices=[a100,a100,l40s]: a100#1, a100#2
+        devices = tuple(Device(key=label, **{k: v for k, v in catalogue[n].items() if k in keep})
+                        for label, n in zip(labels, names, strict=True))
         return cls(devices=devices, link=Link(cfg.link.gbps, cfg.link.latency_us),
                    link_name=cfg.link.name, **g)
 

@@ -1,0 +1,288 @@
+"""The heterogeneous-GPU target's numbers (not a test; minutes): FluidGPU's Fig. 2 view, the
+throughput and Perf/$ of the planners against every baseline on three GPU pairs, the
+prefill + decode workload with PD disaggregation, and MILP solve time against size.
+
+    .venv/bin/python bench/gpus.py            # everything but the functional check
+    .venv/bin/python bench/gpus.py --check    # also run every model's partitioned program
+
+Everything is in pimbuild's cost model (roofline kernel times from spec sheets, docs/design.md
+§10): no GPU is used. Writes outputs/bench/gpus.{json,md} and three plots beside them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from hydra import compose, initialize_config_module
+
+sys.path.insert(0, str(Path(__file__).parent))
+from common import quiet_build  # noqa: E402
+
+from pimbuild.cli import CONFIG_MODULE  # noqa: E402
+from pimbuild.config import register_configs  # noqa: E402
+from pimbuild.console import console  # noqa: E402
+from pimbuild.gpus import cost, ddg, simulate, workload  # noqa: E402
+from pimbuild.gpus.planners import PlanContext, place  # noqa: E402
+from pimbuild.targets.gpus import GpuTarget  # noqa: E402
+
+MODELS = ["llama3_8b", "llama3_8b_prefill", "llama7b", "gptj6b", "mamba", "mmdit"]
+PAIRS = [("a100", "l40s"), ("h100", "rtxpro6000"), ("b200", "h100")]
+PAPER = {"over PD": 1.5, "over AF": 1.35, "Perf/$ over PD": 1.5, "Perf/$ over AF": 1.4}
+
+
+def overrides(model: str, pair: tuple[str, ...], policy: str = "throughput") -> list[str]:
+    return ["system=gpus", f"model={model}", f"devices=[{','.join(pair)}]",
+            f"policy={policy}"]
+
+
+def loaded(model: str, pair: tuple[str, ...], store: Path, run: Path, target_stage: str,
+           policy: str = "throughput"):
+    """Build up to ``target_stage``; the target, the graph, kernel times and placement."""
+    over = [*overrides(model, pair, policy), f"store={store}", f"targets=[{target_stage}]"]
+    result, _ = quiet_build(over, run)
+    with initialize_config_module(config_module=CONFIG_MODULE, version_base="1.3"):
+        target = GpuTarget.from_config(compose("config", overrides=over))
+    stages = {s: Path(v["dir"]) for s, v in result.manifest["stages"].items()}
+    data = json.loads((stages["extract"] / "kernels.json").read_text())
+    graph = ddg.build(data, data["layers"], target.float_scale)
+    with (stages["profile"] / "kernel_times.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    times = [[float(r[f"t_{d.key}_s"]) for d in target.devices] for r in rows]
+    placement = json.loads((stages["decide"] / "placement.json").read_text()) \
+        if "decide" in stages else None
+    ctx = PlanContext(graph, times, target.link, len(target.devices), target.comm_on_device)
+    return target, data, ctx, placement, stages
+
+
+def unit_of(data: dict) -> simulate.Unit:
+    return simulate.Unit(data["layers"], data["tokens"], data["unit"],
+                         data["forwards_per_request"])
+
+
+def pairs_table(store: Path, tmp: Path) -> list[dict]:
+    rows = []
+    for pair in PAIRS:
+        for model in MODELS:
+            for policy in ("throughput", "latency"):
+                target, data, ctx, placement, _ = loaded(model, pair, store,
+                                                         tmp / f"{model}-{policy}", "decide",
+                                                         policy)
+                unit = unit_of(data)
+                price = sum(d.price_per_hour for d in target.devices)
+                planned = simulate.evaluate(ctx, placement["place"], unit, price)
+                base = simulate.baselines(ctx, list(target.devices), unit)
+                t = ctx.times
+                faster = [k for k, row in enumerate(t) if row[1] < row[0]]
+                rows.append({"pair": "+".join(pair), "model": model, "policy": policy,
+                             "unit": unit.label, "planned": planned, "baselines": base,
+                             "solve_s": placement["solve_s"], "kernels": len(t),
+                             "fig2_count": len(faster) / len(t),
+                             "fig2_time": sum(t[k][0] for k in faster) / sum(r[0] for r in t),
+                             "ratios": sorted(row[1] / row[0] for row in t)})
+                console.print(f"{pair} {model} {policy}: {planned['throughput']:.4g} "
+                              f"{unit.label}")
+    return rows
+
+
+def serving_table(store: Path, tmp: Path, w: workload.Workload) -> list[dict]:
+    """Llama-3-8B prefill + decode: the throughput planner against PD, AF, RD, one device."""
+    rows = []
+    for pair in PAIRS:
+        phases = {}
+        for phase, model in (("prefill", "llama3_8b_prefill"), ("decode", "llama3_8b")):
+            target, data, ctx, placement, _ = loaded(model, pair, store, tmp / model, "decide")
+            layers = data["layers"]
+            n = len(ctx.graph.kernels)
+
+            def cycle(p, ctx=ctx, layers=layers):
+                return layers * cost.cycle_time(ctx.graph, p, ctx.times, ctx.link, ctx.n_dev,
+                                                ctx.comm_on_device)
+            af = simulate.af_split(ctx)
+            phases[phase] = {
+                "planned": cycle(placement["place"]),
+                "alone": [layers * sum(row[d] for row in ctx.times) for d in range(2)],
+                "af": [cycle(af), cycle([1 - d for d in af])] if af else None,
+                "kv_bytes": layers * sum(ctx.graph.buffer_bytes[b] for b in ctx.graph.outputs
+                                         if b not in ctx.graph.carry.values())
+                if phase == "prefill" else 0, "kernels": n}
+        pre, dec = phases["prefill"], phases["decode"]
+        prices = [d.price_per_hour for d in target.devices]
+        total = sum(prices)
+        result = {
+            "FluidGPU (throughput)": workload.mixed(w, pre["planned"], dec["planned"]),
+            **{f"{target.devices[d].key} alone": workload.mixed(w, pre["alone"][d],
+                                                                dec["alone"][d])
+               for d in range(2)},
+            "request distribution": sum(workload.mixed(w, pre["alone"][d], dec["alone"][d])
+                                        for d in range(2)),
+            "PD disaggregation": max(
+                workload.pd(w, pre["alone"][p], dec["alone"][1 - p], pre["kv_bytes"],
+                            target.link) for p in range(2)),
+            "AF disaggregation": max(workload.mixed(w, pre["af"][i], dec["af"][i])
+                                     for i in range(2)),
+        }
+        best_pd = max(range(2), key=lambda p: workload.pd(
+            w, pre["alone"][p], dec["alone"][1 - p], pre["kv_bytes"], target.link))
+        price_of = {k: (prices[0] if k.startswith(target.devices[0].key + " ")
+                        else prices[1] if k.startswith(target.devices[1].key + " ") else total)
+                    for k in result}
+        rows.append({"pair": "+".join(pair), "tokens_per_s": result,
+                     "perf_per_dollar": {k: v / price_of[k] for k, v in result.items()},
+                     "pd_prefill_on": target.devices[best_pd].key,
+                     "pd_bottleneck": workload.pd_bottleneck(
+                         w, pre["alone"][best_pd], dec["alone"][1 - best_pd], pre["kv_bytes"],
+                         target.link),
+                     "kv_bytes_per_request": pre["kv_bytes"]})
+        console.print(f"{pair}: " + ", ".join(f"{k} {v:.4g}" for k, v in result.items()))
+    return rows
+
+
+def solve_times(store: Path, tmp: Path) -> list[dict]:
+    """Throughput MILP time against kernels (Llama-3-8B decode layers unrolled) and devices."""
+    rows = []
+    for devices in (("a100", "l40s"), ("a100", "a100", "l40s")):
+        _, _, base, _, _ = loaded("llama3_8b", devices, store, tmp / "solve", "profile")
+        one = base.graph
+        for layers in (1, 4, 8, 16, 30):
+            g = ddg.unroll(one, layers) if layers > 1 else one
+            times = base.times * layers
+            for gap in (0.0, 0.01):
+                ctx = PlanContext(g, times, base.link, len(devices), base.comm_on_device,
+                                  time_limit_s=120.0, mip_gap=gap)
+                began = time.perf_counter()
+                try:
+                    plan = place("throughput", ctx)
+                    status, objective = "ok", plan.objective
+                except RuntimeError as e:
+                    status, objective = str(e), None
+                rows.append({"devices": "+".join(devices), "kernels": len(g.kernels),
+                             "gap": gap, "seconds": time.perf_counter() - began,
+                             "status": status, "cycle_us": objective and objective * 1e6})
+                console.print(rows[-1])
+    return rows
+
+
+def check_all(store: Path, tmp: Path) -> list[dict]:
+    """Every model's partitioned program on two processes, checked against eager."""
+    rows = []
+    for model in MODELS:
+        result, seconds = quiet_build([*overrides(model, PAIRS[0]), f"store={store}",
+                                       "targets=[reinsert]"], tmp / f"check-{model}")
+        r = json.loads((Path(result.manifest["stages"]["reinsert"]["dir"]) / "reinsert.json")
+                       .read_text())
+        rows.append({"model": model, "max_rel_error": r["max_rel_error"],
+                     "transfers": r["transfers"], "build_s": seconds})
+        console.print(rows[-1])
+    return rows
+
+
+def plots(rows: list[dict], serving: list[dict], out: Path) -> None:
+    from pimbuild.report import plt, save_figure
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
+    for ax, key in zip(axes, ("tokens_per_s", "perf_per_dollar"), strict=True):
+        names = list(serving[0][key])
+        for i, name in enumerate(names):
+            ax.bar([j + i / (len(names) + 1) for j in range(len(serving))],
+                   [r[key][name] for r in serving], width=1 / (len(names) + 1), label=name)
+        ax.set_xticks(range(len(serving)), [r["pair"] for r in serving])
+        ax.set_ylabel("output tokens/s" if key == "tokens_per_s" else "tokens/s per $/h")
+    axes[0].legend(fontsize=7)
+    fig.suptitle("Llama-3-8B, prefill 1,020 + decode 129 tokens, batch 16 (cost model)")
+    save_figure(fig, out / "gpus_serving.png")
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for r in rows:
+        if r["policy"] == "throughput" and r["pair"] == "+".join(PAIRS[0]):
+            ys = [(i + 1) / len(r["ratios"]) for i in range(len(r["ratios"]))]
+            ax.step(r["ratios"], ys, where="post", label=r["model"])
+    ax.axvline(1.0, color="k", lw=0.8)
+    ax.set_xscale("log")
+    ax.set_xlabel(f"kernel time on {PAIRS[0][1]} / on {PAIRS[0][0]}")
+    ax.set_ylabel("share of kernels")
+    ax.legend(fontsize=7)
+    save_figure(fig, out / "gpus_preference_cdf.png")
+
+
+def markdown(rows, serving, solve, checks, w) -> str:
+    lines = ["# bench/gpus.py", "", "## Fig. 2 view and planned throughput per model and pair",
+             "", "| pair | model | policy | throughput | unit | x best single | x RD | x AF | "
+             "kernels faster on 2nd (count / time) | solve s |",
+             "|---|---|---|---:|---|---:|---:|---:|---|---:|"]
+    for r in rows:
+        base, pl = r["baselines"], r["planned"]["throughput"]
+        single = max(v["throughput"] for k, v in base.items() if k.endswith(" alone"))
+        af = base.get("AF disaggregation")
+        x_af = f"{pl / af['throughput']:.2f}" if af else "n/a"
+        lines.append(f"| {r['pair']} | {r['model']} | {r['policy']} | {pl:.4g} | {r['unit']} | "
+                     f"{pl / single:.2f} | {pl / base['request distribution']['throughput']:.2f}"
+                     f" | {x_af} | "
+                     f"{r['fig2_count']:.0%} / {r['fig2_time']:.0%} | {r['solve_s']:.3g} |")
+    lines += ["", f"## Llama-3-8B serving: {w.input_len} input, {w.output_len} output tokens, "
+              f"batch {w.batch}", ""]
+    names = list(serving[0]["tokens_per_s"])
+    lines += ["| pair | " + " | ".join(names) + " | PD prefill on, bottleneck |",
+              "|---|" + "---:|" * len(names) + "---|"]
+    for r in serving:
+        lines.append(f"| {r['pair']} tokens/s | " + " | ".join(
+            f"{r['tokens_per_s'][n]:.4g}" for n in names)
+            + f" | {r['pd_prefill_on']}, {r['pd_bottleneck']} |")
+        lines.append(f"| {r['pair']} Perf/$ | " + " | ".join(
+            f"{r['perf_per_dollar'][n]:.4g}" for n in names) + " | |")
+    over = {k: statistics.mean(r["tokens_per_s"]["FluidGPU (throughput)"]
+                               / r["tokens_per_s"][f"{k} disaggregation"] for r in serving)
+            for k in ("PD", "AF")}
+    ppd = {k: statistics.mean(r["perf_per_dollar"]["FluidGPU (throughput)"]
+                              / r["perf_per_dollar"][f"{k} disaggregation"] for r in serving)
+           for k in ("PD", "AF")}
+    lines += ["", f"Mean over the three pairs: throughput {over['PD']:.2f}x over PD "
+              f"(paper {PAPER['over PD']}x), {over['AF']:.2f}x over AF (paper "
+              f"{PAPER['over AF']}x); Perf/$ {ppd['PD']:.2f}x over PD (paper "
+              f"{PAPER['Perf/$ over PD']}x), {ppd['AF']:.2f}x over AF (paper "
+              f"{PAPER['Perf/$ over AF']}x).", "", "## Throughput MILP solve time", "",
+              "| devices | kernels | gap | seconds | status | cycle us |",
+              "|---|---:|---:|---:|---|---:|"]
+    for s in solve:
+        cyc = f"{s['cycle_us']:.1f}" if s["cycle_us"] else ""
+        lines.append(f"| {s['devices']} | {s['kernels']} | {s['gap']} | {s['seconds']:.2f} | "
+                     f"{s['status']} | {cyc} |")
+    if checks:
+        lines += ["", "## Partitioned program on two processes vs eager", "",
+                  "| model | max rel. error | transfers | build s |", "|---|---:|---:|---:|"]
+        lines += [f"| {c['model']} | {c['max_rel_error']:.2g} | {c['transfers']} | "
+                  f"{c['build_s']:.1f} |" for c in checks]
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="also run every model's "
+                        "partitioned program (minutes per large model)")
+    parser.add_argument("--store", type=Path, default=Path("outputs/artifacts"))
+    parser.add_argument("--out", type=Path, default=Path("outputs/bench"))
+    args = parser.parse_args()
+    register_configs()
+    w = workload.Workload()
+    args.out.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        rows = pairs_table(args.store, tmp)
+        serving = serving_table(args.store, tmp, w)
+        solve = solve_times(args.store, tmp)
+        checks = check_all(args.store, tmp) if args.check else []
+    (args.out / "gpus.json").write_text(json.dumps(
+        {"rows": rows, "serving": serving, "solve": solve, "checks": checks,
+         "workload": w.__dict__}, indent=2) + "\n")
+    (args.out / "gpus.md").write_text(markdown(rows, serving, solve, checks, w))
+    plots(rows, serving, args.out)
+    console.print(f"wrote {args.out / 'gpus.md'}")
+
+
+if __name__ == "__main__":
+    main()
