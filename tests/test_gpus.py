@@ -262,3 +262,23 @@ def test_identical_layers_unrolled_cost_what_one_layer_costs_each(tmp_path) -> N
     three = ddg.unroll(g, 3)
     assert cost.cycle_time(three, place_one * 3, times * 3, LINK, 2, 1.0) == \
         pytest.approx(3 * one)
+
+
+def test_node_times_and_their_split_over_kernels(tmp_path) -> None:
+    """The cuda backend's pieces that do not need a GPU: timing the exported graph's nodes
+    (here on the CPU) and charging them to kernels."""
+    from pimbuild.gpus import cuda
+    from pimbuild.lower import model_params
+
+    nodes = cuda.node_times(model_params(make_cfg(tmp_path, ["model=mlp"])), "cpu",
+                            repetitions=3, warmup=1)
+    assert nodes and all(t > 0 for t in nodes.values())
+    assert any(name.startswith("linear") for name in nodes)
+    ks = [Kernel(0, "a", "elementwise", 0, {}, {}, "", "mul"),
+          Kernel(1, "b", "contraction", 0, {}, {}, "", "linear"),
+          Kernel(2, "c", "contraction", 0, {}, {}, "", "linear")]
+    # "view" has no kernel: fusion merged it into its consumer, the next node with kernels.
+    got = cuda.split(ks, {"mul": 1.0, "view": 0.5, "linear": 3.0}, [9.0, 1.0, 3.0])
+    assert got == pytest.approx([1.0, 0.875, 2.625])
+    assert cuda.matches("H100-SXM", "NVIDIA H100 80GB HBM3")
+    assert not cuda.matches("A100-80GB-SXM", "NVIDIA H100 80GB HBM3")

@@ -32,6 +32,7 @@ class Kernel:
     reads: dict[str, int]  # buffer -> bytes (at the IR's element type)
     writes: dict[str, int]
     source_module: str = ""
+    source_node: str = ""  # the FX node of the torch operator it came from
 
 
 @dataclass(frozen=True)
@@ -84,7 +85,8 @@ def build(data: dict[str, Any], layers: int = 1, float_scale: float = 1.0) -> Gr
         return {b: round(n * float_scale) if floating.get(b) else n for b, n in sizes.items()}
 
     kernels = tuple(Kernel(k["id"], display(k), k["kind"], k["flops"], scaled(k["reads"]),
-                           scaled(k["writes"]), k["source_module"]) for k in data["kernels"])
+                           scaled(k["writes"]), k["source_module"], k.get("source_node", ""))
+                    for k in data["kernels"])
     params = {b for b, info in data["buffers"].items()
               if info.get("role") in ("parameter", "buffer", "constant")
               or b.startswith("const")}
@@ -146,7 +148,7 @@ def unroll(g: Graph, layers: int) -> Graph:
                     reads[b] = size  # parameters and home inputs are shared
             writes = {rename(b, i): s for b, s in k.writes.items()}
             kernels.append(Kernel(k.id + i * n, k.name, k.kind, k.flops, reads, writes,
-                                  k.source_module))
+                                  k.source_module, k.source_node))
     for b, size in g.buffer_bytes.items():
         if b in g.producer:
             for i in range(layers):

@@ -19,6 +19,7 @@ from omegaconf import DictConfig
 
 from pimbuild import targets
 from pimbuild.errors import ConfigError
+from pimbuild.lower import ModelParams, model_params
 from pimbuild.stage import Inputs
 
 NAME = "profile"
@@ -31,6 +32,7 @@ BACKENDS = ("roofline", "cuda")
 class Params:
     backend: str
     target: Any  # the GpuTarget
+    model: ModelParams | None  # the cuda backend runs the recipe; the roofline does not
 
 
 def params(cfg: DictConfig) -> Params:
@@ -38,7 +40,8 @@ def params(cfg: DictConfig) -> Params:
     if backend not in BACKENDS:
         raise ConfigError(f"profile.backend '{backend}' is not a kernel-time backend of "
                           f"system=gpus (choices: auto, {', '.join(BACKENDS)})")
-    return Params(backend=backend, target=targets.from_config(cfg))
+    return Params(backend=backend, target=targets.from_config(cfg),
+                  model=model_params(cfg) if backend == "cuda" else None)
 
 
 def times(inputs: Inputs, p: Params) -> tuple[Any, list[list[float]]]:
@@ -69,13 +72,13 @@ def run(inputs: Inputs, p: Params, out: Path) -> None:
 
     data = json.loads((inputs["extract"] / "kernels.json").read_text())
     graph = ddg.build(data, data.get("layers", 1), p.target.float_scale)
+    t = [[roofline.kernel_time(k, d, p.target) for d in p.target.devices]
+         for k in graph.kernels]
+    measured: list[str] = []
     if p.backend == "cuda":
         from pimbuild.gpus import cuda
 
-        t = cuda.kernel_times(graph, p.target)
-    else:
-        t = [[roofline.kernel_time(k, d, p.target) for d in p.target.devices]
-             for k in graph.kernels]
+        t, measured = cuda.kernel_times(graph, p.target, p.model, t)
     keys = [d.key for d in p.target.devices]
     with (out / "kernel_times.csv").open("w", newline="") as f:
         w = csv.writer(f)
@@ -86,4 +89,5 @@ def run(inputs: Inputs, p: Params, out: Path) -> None:
             w.writerow([k.id, k.name, k.kind, k.flops, moved,
                         roofline.engine(k, p.target.precision), *row])
     (out / "profile.json").write_text(json.dumps(
-        {"backend": p.backend, "devices": keys, "fig2": fig2(graph, t)}, indent=2) + "\n")
+        {"backend": p.backend, "devices": keys, "measured": measured,
+         "fig2": fig2(graph, t)}, indent=2) + "\n")
