@@ -34,12 +34,16 @@ from pimbuild.targets.gpus import GpuTarget  # noqa: E402
 
 MODELS = ["llama3_8b", "llama3_8b_prefill", "llama7b", "gptj6b", "mamba", "mmdit"]
 PAIRS = [("a100", "l40s"), ("h100", "rtxpro6000"), ("b200", "h100")]
+ORDINAL = ("1st", "2nd")
 PAPER = {"over PD": 1.5, "over AF": 1.35, "Perf/$ over PD": 1.5, "Perf/$ over AF": 1.4}
+
+
+EXTRA: list[str] = []  # --set: more overrides for every build
 
 
 def overrides(model: str, pair: tuple[str, ...], policy: str = "throughput") -> list[str]:
     return ["system=gpus", f"model={model}", f"devices=[{','.join(pair)}]",
-            f"policy={policy}"]
+            f"policy={policy}", *EXTRA]
 
 
 def loaded(model: str, pair: tuple[str, ...], store: Path, run: Path, target_stage: str,
@@ -117,8 +121,7 @@ def serving_table(store: Path, tmp: Path, w: workload.Workload) -> list[dict]:
         total = sum(prices)
         result = {
             "FluidGPU (throughput)": workload.mixed(w, pre["planned"], dec["planned"]),
-            **{f"{target.devices[d].key} alone": workload.mixed(w, pre["alone"][d],
-                                                                dec["alone"][d])
+            **{f"{ORDINAL[d]} device alone": workload.mixed(w, pre["alone"][d], dec["alone"][d])
                for d in range(2)},
             "request distribution": sum(workload.mixed(w, pre["alone"][d], dec["alone"][d])
                                         for d in range(2)),
@@ -130,9 +133,8 @@ def serving_table(store: Path, tmp: Path, w: workload.Workload) -> list[dict]:
         }
         best_pd = max(range(2), key=lambda p: workload.pd(
             w, pre["alone"][p], dec["alone"][1 - p], pre["kv_bytes"], target.link))
-        price_of = {k: (prices[0] if k.startswith(target.devices[0].key + " ")
-                        else prices[1] if k.startswith(target.devices[1].key + " ") else total)
-                    for k in result}
+        price_of = {k: (prices[0] if k.startswith(ORDINAL[0]) else
+                        prices[1] if k.startswith(ORDINAL[1]) else total) for k in result}
         rows.append({"pair": "+".join(pair), "tokens_per_s": result,
                      "perf_per_dollar": {k: v / price_of[k] for k, v in result.items()},
                      "pd_prefill_on": target.devices[best_pd].key,
@@ -186,6 +188,8 @@ def check_all(store: Path, tmp: Path) -> list[dict]:
 def plots(rows: list[dict], serving: list[dict], out: Path) -> None:
     from pimbuild.report import plt, save_figure
 
+    if not rows or not serving:
+        return
     fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
     for ax, key in zip(axes, ("tokens_per_s", "perf_per_dollar"), strict=True):
         names = list(serving[0][key])
@@ -211,7 +215,8 @@ def plots(rows: list[dict], serving: list[dict], out: Path) -> None:
 
 
 def markdown(rows, serving, solve, checks, w) -> str:
-    lines = ["# bench/gpus.py", "", "## Fig. 2 view and planned throughput per model and pair",
+    lines = ["# bench/gpus.py", "", f"Overrides: {' '.join(EXTRA) or 'none'}.", "",
+             "## Fig. 2 view and planned throughput per model and pair",
              "", "| pair | model | policy | throughput | unit | x best single | x RD | x AF | "
              "kernels faster on 2nd (count / time) | solve s |",
              "|---|---|---|---:|---|---:|---:|---:|---|---:|"]
@@ -224,6 +229,8 @@ def markdown(rows, serving, solve, checks, w) -> str:
                      f"{pl / single:.2f} | {pl / base['request distribution']['throughput']:.2f}"
                      f" | {x_af} | "
                      f"{r['fig2_count']:.0%} / {r['fig2_time']:.0%} | {r['solve_s']:.3g} |")
+    if not serving:
+        return "\n".join(lines) + "\n"
     lines += ["", f"## Llama-3-8B serving: {w.input_len} input, {w.output_len} output tokens, "
               f"batch {w.batch}", ""]
     names = list(serving[0]["tokens_per_s"])
@@ -266,22 +273,38 @@ def main() -> None:
                         "partitioned program (minutes per large model)")
     parser.add_argument("--store", type=Path, default=Path("outputs/artifacts"))
     parser.add_argument("--out", type=Path, default=Path("outputs/bench"))
+    parser.add_argument("--render", action="store_true", help="only re-render gpus.md and "
+                        "the plots from an earlier run's gpus.json")
+    parser.add_argument("--sections", default="pairs,serving,solve",
+                        help="comma-separated: pairs, serving, solve")
+    parser.add_argument("--set", nargs="*", default=[], help="overrides for every build, "
+                        "e.g. gpus.comm_on_device=0")
     args = parser.parse_args()
+    EXTRA.extend(args.set)
+    sections = args.sections.split(",")
     register_configs()
     w = workload.Workload()
     args.out.mkdir(parents=True, exist_ok=True)
+    if args.render:
+        saved = json.loads((args.out / "gpus.json").read_text())
+        render(saved["rows"], saved["serving"], saved["solve"], saved["checks"], w, args.out)
+        return
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        rows = pairs_table(args.store, tmp)
-        serving = serving_table(args.store, tmp, w)
-        solve = solve_times(args.store, tmp)
+        rows = pairs_table(args.store, tmp) if "pairs" in sections else []
+        serving = serving_table(args.store, tmp, w) if "serving" in sections else []
+        solve = solve_times(args.store, tmp) if "solve" in sections else []
         checks = check_all(args.store, tmp) if args.check else []
     (args.out / "gpus.json").write_text(json.dumps(
         {"rows": rows, "serving": serving, "solve": solve, "checks": checks,
-         "workload": w.__dict__}, indent=2) + "\n")
-    (args.out / "gpus.md").write_text(markdown(rows, serving, solve, checks, w))
-    plots(rows, serving, args.out)
-    console.print(f"wrote {args.out / 'gpus.md'}")
+         "workload": w.__dict__, "overrides": EXTRA}, indent=2) + "\n")
+    render(rows, serving, solve, checks, w, args.out)
+
+
+def render(rows, serving, solve, checks, w, out: Path) -> None:
+    (out / "gpus.md").write_text(markdown(rows, serving, solve, checks, w))
+    plots(rows, serving, out)
+    console.print(f"wrote {out / 'gpus.md'}")
 
 
 if __name__ == "__main__":
