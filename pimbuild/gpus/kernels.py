@@ -84,33 +84,30 @@ def _classify(op: ir.Operation, mac: bool) -> str:
 
 
 class Buffers:
-    """SSA tensor values -> buffer names; views share their source's buffer."""
+    """SSA tensor values -> buffer names; views share their source's buffer. (IR values hash
+    and compare by the value they wrap, so they are the keys.)"""
 
     def __init__(self) -> None:
         self.names: dict[Any, str] = {}
         self.bytes: dict[str, int] = {}
         self.floating: dict[str, bool] = {}
 
-    @staticmethod
-    def key(value: ir.Value) -> Any:
-        return value  # values hash and compare by the IR value they wrap
-
     def name(self, value: ir.Value, name: str) -> None:
-        self.names[self.key(value)] = name
+        self.names[value] = name
         self.bytes[name] = tensor_bytes(value.type)
         self.floating[name] = is_float(value.type)
 
     def alias(self, value: ir.Value, source: ir.Value) -> None:
-        self.names[self.key(value)] = self.of(source)
+        self.names[value] = self.of(source)
 
     def of(self, value: ir.Value) -> str | None:
-        return self.names.get(self.key(value))
+        return self.names.get(value)
 
 
 def _kernel(op: ir.Operation, ident: int, buffers: Buffers, kind: str, flops: int,
             iterations: int) -> dict[str, Any]:
     reads = {}
-    for v in _captured(op):  # ins, outs (an accumulator may be read) and captured values
+    for v in captured(op):  # ins, outs (an accumulator may be read) and captured values
         name = buffers.of(v) if isinstance(v.type, ir.RankedTensorType) else None
         if name is not None and not name.startswith("init"):
             reads[name] = buffers.bytes[name]
@@ -123,21 +120,25 @@ def _kernel(op: ir.Operation, ident: int, buffers: Buffers, kind: str, flops: in
             "iterations": iterations, "reads": reads, "writes": writes}
 
 
-def _captured(op: ir.Operation) -> list[ir.Value]:
-    """Every value ``op`` uses that is defined outside it: operands, and values its regions
-    capture from the enclosing function."""
+def captured(op: ir.Operation) -> list[ir.Value]:
+    """Every value ``op`` uses that is defined outside it: its operands, and the values its
+    regions (at any depth) capture from the enclosing function."""
     values = list(op.operands)
-    for region in op.regions:
-        for block in region.blocks:
-            for inner in block.operations:
-                for v in inner.operation.operands:
-                    owner = v.owner
-                    where = owner.owner if isinstance(owner, ir.Block) else owner.operation
-                    while where is not None and where != op:
-                        where = where.parent
-                    if where is None:
-                        values.append(v)
+    for inner in mlir.walk(op):
+        values += [v for v in inner.operands if not defined_inside(v, op)]
     return values
+
+
+def defined_inside(value: ir.Value, root: ir.Operation) -> bool:
+    """Whether ``value`` is defined in a region of ``root`` (a block argument of one of its
+    bodies, or the result of an op nested in it)."""
+    owner = value.owner
+    op = owner.owner if isinstance(owner, ir.Block) else owner.operation
+    while op is not None:
+        if op == root:
+            return True
+        op = op.parent
+    return False
 
 
 def _is_init_fill(op: ir.Operation) -> bool:

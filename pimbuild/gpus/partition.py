@@ -32,47 +32,22 @@ def _roots_and_slice(op: ir.Operation, names: dict[Any, str]
     seen: set[Any] = set()
 
     def visit(value: ir.Value) -> None:
-        key = kernels.Buffers.key(value)
-        if key in seen:
+        if value in seen:
             return
-        seen.add(key)
-        if key in names:
+        seen.add(value)
+        if value in names:
             roots.append(value)
             return
         owner = value.owner.operation
-        for operand in owner.operands:
+        for operand in kernels.captured(owner):
             visit(operand)
-        for region in owner.regions:  # values a nested region captures
-            for block in region.blocks:
-                for inner in block.operations:
-                    for operand in inner.operation.operands:
-                        if not _defined_inside(operand, owner):
-                            visit(operand)
         if owner not in sliced:
             sliced.append(owner)
 
-    for operand in op.operands:
+    for operand in kernels.captured(op):
         visit(operand)
-    for region in op.regions:
-        for block in region.blocks:
-            for inner in block.operations:
-                for operand in inner.operation.operands:
-                    if not _defined_inside(operand, op):
-                        visit(operand)
     order = {o: i for i, o in enumerate(_program_order(op))}
     return roots, sorted(sliced, key=lambda o: order.get(o, -1))
-
-
-def _defined_inside(value: ir.Value, root: ir.Operation) -> bool:
-    """Whether ``value`` is defined in a region of ``root`` (a body's block argument or an
-    op nested in it)."""
-    owner = value.owner
-    op = owner.owner if isinstance(owner, ir.Block) else owner.operation
-    while op is not None:
-        if op == root:
-            return True
-        op = op.parent
-    return False
 
 
 def _program_order(op: ir.Operation) -> list[ir.Operation]:
@@ -89,10 +64,10 @@ def build(linalg_path: Path, signature: dict[str, Any]) -> tuple[ir.Module, list
     names: dict[Any, str] = {}
     block = func.regions[0].blocks[0]
     for i, arg in enumerate(block.arguments):
-        names[kernels.Buffers.key(arg)] = f"arg{i}"
+        names[arg] = f"arg{i}"
     for ident, op in enumerate(ops):
         for n, result in enumerate(op.results):
-            names[kernels.Buffers.key(result)] = f"k{ident}.{n}"
+            names[result] = f"k{ident}.{n}"
     out = ir.Module.create(ir.Location.unknown(module.context))
     specs = []
     for ident, op in enumerate(ops):
@@ -105,21 +80,21 @@ def build(linalg_path: Path, signature: dict[str, Any]) -> tuple[ir.Module, list
                     "sym_name": ir.StringAttr.get(name),
                     "function_type": ir.TypeAttr.get(ftype)})
             entry = fn.regions[0].blocks.append(*[v.type for v in roots])
-            mapping = {kernels.Buffers.key(v): entry.arguments[i] for i, v in enumerate(roots)}
+            mapping = {v: entry.arguments[i] for i, v in enumerate(roots)}
             with ir.InsertionPoint(entry):
                 for o in [*sliced, op]:
                     clone = o.clone()
                     for i, operand in enumerate(clone.operands):
-                        new = mapping.get(kernels.Buffers.key(operand))
+                        new = mapping.get(operand)
                         if new is not None:
                             clone.operands[i] = new
                     _remap_regions(clone, mapping)
                     for old, new in zip(o.results, clone.results, strict=True):
-                        mapping[kernels.Buffers.key(old)] = new
+                        mapping[old] = new
                 ir.Operation.create("func.return", operands=list(clone.results))
         specs.append({"id": ident, "function": name,
-                      "args": [names[kernels.Buffers.key(v)] for v in roots],
-                      "results": [names[kernels.Buffers.key(r)] for r in op.results],
+                      "args": [names[v] for v in roots],
+                      "results": [names[r] for r in op.results],
                       "outputs": [{"shape": list(r.type.shape),
                                    "dtype": DTYPES[str(r.type.element_type)]}
                                   for r in op.results]})
@@ -133,7 +108,7 @@ def _remap_regions(op: ir.Operation, mapping: dict[Any, ir.Value]) -> None:
             for inner in block.operations:
                 inner = inner.operation
                 for i, operand in enumerate(inner.operands):
-                    new = mapping.get(kernels.Buffers.key(operand))
+                    new = mapping.get(operand)
                     if new is not None:
                         inner.operands[i] = new
                 _remap_regions(inner, mapping)
