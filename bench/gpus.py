@@ -171,6 +171,30 @@ def solve_times(store: Path, tmp: Path) -> list[dict]:
     return rows
 
 
+def pipelining(store: Path, tmp: Path, requests: int = 60) -> list[dict]:
+    """FluidGPU's Fig. 10(a) in the serving simulator: Llama-3-8B decode steps on the first
+    pair, without pipelining, pipelined, pipelined with priorities, against the cycle-time
+    bound with transfers overlapped (the simulator overlaps them)."""
+    from pimbuild.gpus.serve import Server
+
+    target, data, ctx, placement, _ = loaded("llama3_8b", PAIRS[0], store, tmp / "pipe",
+                                             "decide")
+    bound = 1 / (data["layers"] * cost.cycle_time(ctx.graph, placement["place"], ctx.times,
+                                                  ctx.link, ctx.n_dev, 0.0))
+    rows = []
+    for name, depth, priorities in (("no pipelining", 1, True), ("pipelining", 8, False),
+                                    ("pipelining + priorities", 8, True)):
+        began = time.perf_counter()
+        result = Server(ctx.graph, placement["place"], ctx.times, ctx.link, ctx.n_dev,
+                        layers=data["layers"], depth=depth, priorities=priorities
+                        ).run([0.0] * requests)
+        rate = requests / result.end
+        rows.append({"mode": name, "forwards_per_s": rate, "share_of_bound": rate / bound,
+                     "simulated_s": result.end, "wall_s": time.perf_counter() - began})
+        console.print(rows[-1])
+    return rows
+
+
 def check_all(store: Path, tmp: Path) -> list[dict]:
     """Every model's partitioned program on two processes, checked against eager."""
     rows = []
@@ -275,8 +299,8 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("outputs/bench"))
     parser.add_argument("--render", action="store_true", help="only re-render gpus.md and "
                         "the plots from an earlier run's gpus.json")
-    parser.add_argument("--sections", default="pairs,serving,solve",
-                        help="comma-separated: pairs, serving, solve")
+    parser.add_argument("--sections", default="pairs,serving,solve,pipelining",
+                        help="comma-separated: pairs, serving, solve, pipelining")
     parser.add_argument("--set", nargs="*", default=[], help="overrides for every build, "
                         "e.g. gpus.comm_on_device=0")
     args = parser.parse_args()
@@ -287,22 +311,31 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     if args.render:
         saved = json.loads((args.out / "gpus.json").read_text())
-        render(saved["rows"], saved["serving"], saved["solve"], saved["checks"], w, args.out)
+        render(saved["rows"], saved["serving"], saved["solve"], saved["checks"],
+               saved.get("pipelining", []), w, args.out)
         return
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         rows = pairs_table(args.store, tmp) if "pairs" in sections else []
         serving = serving_table(args.store, tmp, w) if "serving" in sections else []
         solve = solve_times(args.store, tmp) if "solve" in sections else []
+        pipe = pipelining(args.store, tmp) if "pipelining" in sections else []
         checks = check_all(args.store, tmp) if args.check else []
     (args.out / "gpus.json").write_text(json.dumps(
         {"rows": rows, "serving": serving, "solve": solve, "checks": checks,
-         "workload": w.__dict__, "overrides": EXTRA}, indent=2) + "\n")
-    render(rows, serving, solve, checks, w, args.out)
+         "pipelining": pipe, "workload": w.__dict__, "overrides": EXTRA}, indent=2) + "\n")
+    render(rows, serving, solve, checks, pipe, w, args.out)
 
 
-def render(rows, serving, solve, checks, w, out: Path) -> None:
-    (out / "gpus.md").write_text(markdown(rows, serving, solve, checks, w))
+def render(rows, serving, solve, checks, pipe, w, out: Path) -> None:
+    text = markdown(rows, serving, solve, checks, w)
+    if pipe:
+        text += "\n## Pipelined decode steps (serving simulator, Fig. 10(a))\n\n" + \
+            "| mode | forwards/s | share of the bound | simulated s | wall s |\n" + \
+            "|---|---:|---:|---:|---:|\n" + "".join(
+                f"| {p['mode']} | {p['forwards_per_s']:.1f} | {p['share_of_bound']:.1%} | "
+                f"{p['simulated_s']:.3f} | {p['wall_s']:.1f} |\n" for p in pipe)
+    (out / "gpus.md").write_text(text)
     plots(rows, serving, out)
     console.print(f"wrote {out / 'gpus.md'}")
 

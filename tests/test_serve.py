@@ -1,0 +1,74 @@
+"""The serving simulator against what it must reproduce (docs/design.md §10, issue 12)."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from pimbuild.gpus import cost
+from pimbuild.gpus.cost import Link
+from pimbuild.gpus.ddg import Graph, Kernel
+from pimbuild.gpus.serve import Server
+from tests.test_gpus import random_graph
+
+LINK = Link(200, 5.0)
+FREE = Link(1e12, 0.0)  # transfers that cost nothing
+
+
+def _case(seed: int, n: int = 8, carried: bool = False):
+    rng = random.Random(seed)
+    g = random_graph(rng, n, carried)
+    times = [[rng.uniform(1e-5, 1e-4) for _ in range(2)] for _ in range(n)]
+    place = [rng.randrange(2) for _ in range(n)]
+    return g, times, place
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_one_request_takes_the_critical_path(seed: int) -> None:
+    g, times, place = _case(seed)
+    server = Server(g, place, times, LINK, 2, link_contention=False)
+    result = server.run([0.0])
+    assert result.latencies[0] == pytest.approx(
+        cost.critical_path(g, place, times, LINK, 2), rel=1e-12)
+
+
+def test_one_device_serves_the_sum_of_its_kernels_per_layer() -> None:
+    g, times, _ = _case(3, carried=True)
+    result = Server(g, [0] * len(g.kernels), times, LINK, 2, layers=4).run([0.0])
+    assert result.latencies[0] == pytest.approx(4 * sum(t[0] for t in times), rel=1e-12)
+
+
+def test_pipelined_requests_reach_the_cycle_time_bound_without_transfer_cost() -> None:
+    g, times, place = _case(5, n=10, carried=True)
+    cycle = cost.cycle_time(g, place, times, FREE, 2, 0.0)
+    n = 300
+    result = Server(g, place, times, FREE, 2, layers=1, depth=8).run([0.0] * n)
+    assert n / result.end == pytest.approx(1 / cycle, rel=0.02)
+    assert n / result.end <= 1 / cycle * (1 + 1e-9)
+
+
+def test_md1_mean_wait_matches_the_closed_form() -> None:
+    """One device, one kernel of D seconds, Poisson arrivals at rho = 0.6: the mean wait in
+    queue is rho D / (2 (1 - rho))."""
+    d, rho = 1e-3, 0.6
+    g = Graph((Kernel(0, "k", "elementwise", 0, {"in": 4}, {"out": 4}),), {"in": 4, "out": 4},
+              {"out": 0}, {"in": (0,)}, ("in",), ("out",))
+    rng = random.Random(11)
+    t, arrivals = 0.0, []
+    for _ in range(40000):
+        t += rng.expovariate(rho / d)
+        arrivals.append(t)
+    result = Server(g, [0], [[d]], LINK, 1, depth=1).run(arrivals)
+    waits = [r.start - r.arrival for r in result.requests]
+    assert sum(waits) / len(waits) == pytest.approx(rho * d / (2 * (1 - rho)), rel=0.05)
+
+
+def test_every_request_is_served_once_and_the_run_repeats() -> None:
+    g, times, place = _case(2, n=9, carried=True)
+    arrivals = [i * 2e-5 for i in range(50)]
+    runs = [Server(g, place, times, LINK, 2, layers=3, depth=4).run(arrivals)
+            for _ in range(2)]
+    for r in runs[0].requests:
+        assert r.kernels == 3 * len(g.kernels) and r.finish >= r.start >= r.arrival
+    assert [r.finish for r in runs[0].requests] == [r.finish for r in runs[1].requests]
