@@ -72,3 +72,34 @@ def test_every_request_is_served_once_and_the_run_repeats() -> None:
     for r in runs[0].requests:
         assert r.kernels == 3 * len(g.kernels) and r.finish >= r.start >= r.arrival
     assert [r.finish for r in runs[0].requests] == [r.finish for r in runs[1].requests]
+
+
+def test_arrivals(tmp_path) -> None:
+    from pimbuild.errors import ConfigError
+    from pimbuild.gpus import arrivals
+
+    a = arrivals.poisson(100.0, 20000, 1020, 129, seed=3)
+    gaps = [y.arrival_s - x.arrival_s for x, y in zip(a, a[1:], strict=False)]
+    assert sum(gaps) / len(gaps) == pytest.approx(0.01, rel=0.03)
+    assert a == arrivals.poisson(100.0, 20000, 1020, 129, seed=3)
+    assert all(r.arrival_s == 0 for r in arrivals.offline(5, 1, 1))
+    path = tmp_path / "trace.csv"
+    path.write_text("arrival_s,input_tokens,output_tokens\n0.5,10,3\n0.1,20,4\n")
+    assert [r.input_tokens for r in arrivals.trace(path)] == [20, 10]
+    path.write_text("arrival_s,input_tokens,output_tokens\n0.5,ten,3\n")
+    with pytest.raises(ConfigError, match="trace.csv:2: not a number"):
+        arrivals.trace(path)
+    with pytest.raises(ConfigError, match="needs a header"):
+        (tmp_path / "bad.csv").write_text("t,i,o\n1,2,3\n")
+        arrivals.trace(tmp_path / "bad.csv")
+
+
+def test_summary_percentiles_by_hand() -> None:
+    from pimbuild.gpus.serve import percentile
+
+    values = [float(v) for v in range(1, 101)]
+    assert percentile(values, 50) == 50.0 and percentile(values, 99) == 99.0
+    assert percentile(values, 100) == 100.0 and percentile([3.0], 99) == 3.0
+    g, times, place = _case(4, n=5)
+    s = Server(g, place, times, LINK, 2, depth=2).run([0.0, 0.0, 1e-3]).summary()
+    assert s["p50_latency_s"] <= s["p99_latency_s"] and 0 < s["busy_share_0"] <= 1

@@ -45,6 +45,24 @@ class Result:
     def latencies(self) -> list[float]:
         return [r.finish - r.arrival for r in self.requests]
 
+    def summary(self) -> dict[str, float]:
+        """Requests per second over the run, mean and P50 / P99 latency, and each device's
+        share of the run spent computing."""
+        lat = sorted(self.latencies)
+        return {"requests_per_s": len(lat) / self.end if self.end else 0.0,
+                "mean_latency_s": sum(lat) / len(lat) if lat else 0.0,
+                "p50_latency_s": percentile(lat, 50), "p99_latency_s": percentile(lat, 99),
+                **{f"busy_share_{d}": b / self.end if self.end else 0.0
+                   for d, b in enumerate(self.busy)}}
+
+
+def percentile(ordered: list[float], q: float) -> float:
+    """The ``q``-th percentile of sorted values (nearest rank: a value that occurred)."""
+    if not ordered:
+        return 0.0
+    rank = max(1, -(-len(ordered) * q // 100))  # ceil(n q / 100)
+    return ordered[int(rank) - 1]
+
 
 class Server:
     def __init__(self, graph: Graph, place: list[int], times: list[list[float]], link: Link,
