@@ -16,7 +16,7 @@ import pytest
 from tests.conftest import REPO
 
 SMALL = ["profile.repetitions=3", "profile.backend=timer", "platform.calibration_mib=16",
-         "show_candidates=false"]
+         "platform.calibration_max_spread=0.5", "show_candidates=false"]
 RELU = ["model=relu", "model.size.n=4096"]
 HEAVY = ("torch", "torch_mlir.ir", "matplotlib")
 # Run the pimbuild command in this interpreter and report, at exit, which heavy modules it

@@ -22,7 +22,7 @@ from pimbuild.tasks import stage_module
 from tests.conftest import REPO, artifact_dir, run_cli
 
 SMALL = ["model=relu", "model.size.n=4096", "profile.backend=timer", "profile.repetitions=3",
-         "platform.calibration_mib=16"]
+         "platform.calibration_mib=16", "platform.calibration_max_spread=0.5"]
 ALL = ["lower", "extract", "runtime", "calibrate", "instrument", "profile", "decide",
        "reinsert", "simulate"]
 
