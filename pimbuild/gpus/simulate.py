@@ -95,9 +95,10 @@ def baselines(ctx: Any, devices: list[Any], unit: Unit) -> dict[str, Any]:
                                    "price_per_hour": total}
     split = af_split(ctx) if len(devices) == 2 else None
     if split is not None:
-        ways = [evaluate(ctx, p, unit, total) | {"attention_on": devices[p[i]].key}
-                for p in (split, [1 - d for d in split])
-                for i in [split.index(0)]]
+        ways = []
+        for p in (split, [1 - d for d in split]):  # attention on the first, or the second
+            attention_on = devices[p[split.index(0)]].key
+            ways.append(evaluate(ctx, p, unit, total) | {"attention_on": attention_on})
         out["AF disaggregation"] = max(ways, key=lambda r: r["throughput"])
     return out
 

@@ -1,6 +1,8 @@
 """Targets: the side that runs an offloaded unit, behind one interface (docs/design.md §5).
 
-A target answers what the stages need to know of it:
+A target may name its own stage modules (a class attribute ``pipeline``: stage name ->
+module, as the heterogeneous-GPU target ``gpus`` does, §10); one without it runs the default
+loop-nest pipeline, whose stages ask of an offload target (``Target`` below):
 
 - ``host`` / ``device``: the names of the two sides (``"host"`` / ``"pim"``), the values of a
   decision's ``target``;
