@@ -282,3 +282,15 @@ def test_node_times_and_their_split_over_kernels(tmp_path) -> None:
     assert got == pytest.approx([1.0, 0.875, 2.625])
     assert cuda.matches("H100-SXM", "NVIDIA H100 80GB HBM3")
     assert not cuda.matches("A100-80GB-SXM", "NVIDIA H100 80GB HBM3")
+
+
+def test_a_failing_worker_is_one_stage_error(run_build, tmp_path) -> None:
+    data, run = _partitioned(run_build, tmp_path, "mlp")
+    from pimbuild.gpus import workers
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("kernel_0 is not in this engine")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(workers, "_worker", broken)
+        with pytest.raises(StageError, match="a device worker failed: .*kernel_0"):
+            run([0] * len(data["kernels"]), [])

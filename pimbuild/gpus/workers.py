@@ -91,13 +91,20 @@ def run(llvm_path: Path, specs: list[dict], place: list[int],
     """The forward's results as the home worker holds them after the distributed run."""
     import torch.multiprocessing as mp
 
+    from pimbuild.errors import StageError
+
     with tempfile.TemporaryDirectory(prefix="pimbuild-workers-") as tmp:
         init_file = os.path.join(tmp, "rendezvous")
         result_path = os.path.join(tmp, "outputs.npz")
-        mp.start_processes(_worker, args=(n_dev, init_file, str(llvm_path), specs, place,
-                                          transfers, buffers, args, inputs, outputs,
-                                          result_path),
-                           nprocs=n_dev, join=True, start_method="fork")
+        try:
+            mp.start_processes(_worker, args=(n_dev, init_file, str(llvm_path), specs, place,
+                                              transfers, buffers, args, inputs, outputs,
+                                              result_path),
+                               nprocs=n_dev, join=True, start_method="fork")
+        except Exception as e:  # a worker raised or died: one line, the worker's own words
+            lines = [ln for ln in str(e).strip().splitlines() if ln.strip()]
+            raise StageError("reinsert", f"a device worker failed: "
+                                         f"{lines[-1] if lines else type(e).__name__}") from None
         with np.load(result_path) as found:
             return [found[f"arr_{i}"] for i in range(len(outputs))]
 
