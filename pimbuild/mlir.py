@@ -114,6 +114,26 @@ def walk(op: ir.Operation):
                 yield from walk(child.operation)
 
 
+def defined_inside(value: ir.Value, root: ir.Operation) -> bool:
+    """Is ``value`` defined within ``root`` (a result of a nested op or a nested block arg)?"""
+    owner = value.owner
+    op = owner.owner if isinstance(owner, ir.Block) else owner.operation
+    while op is not None:
+        if op == root:
+            return True
+        parent = op.parent
+        op = parent.operation if parent is not None else None
+    return False
+
+
+def free_values(root: ir.Operation) -> list[ir.Value]:
+    """Every value ``root`` uses that is defined outside it, once each, in first-use order:
+    its operands, then what its regions (at any depth) capture."""
+    used = [v for op in [root, *walk(root)] for v in op.operands
+            if not defined_inside(v, root)]
+    return list(dict.fromkeys(used))  # IR values hash and compare by the value they wrap
+
+
 def declare(module: ir.Module, name: str) -> None:
     """``func.func private @name(i64)``: an external marker function."""
     with ir.InsertionPoint.at_block_begin(module.body), ir.Location.unknown(module.context):

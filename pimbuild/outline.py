@@ -16,31 +16,10 @@ from pimbuild.loops import find_nests
 from pimbuild.targets import Boundary
 
 
-def _inside(value: ir.Value, root: ir.Operation) -> bool:
-    """Is ``value`` defined within ``root`` (a result of a nested op or a nested block arg)?"""
-    owner = value.owner
-    op = owner.owner if isinstance(owner, ir.Block) else owner.operation
-    while op is not None:
-        if op == root:
-            return True
-        parent = op.parent
-        op = parent.operation if parent is not None else None
-    return False
-
-
-def _free_values(root: ir.Operation) -> list[ir.Value]:
-    free: list[ir.Value] = []
-    for op in [root, *mlir.walk(root)]:
-        for v in op.operands:
-            if not _inside(v, root) and not any(v == f for f in free):
-                free.append(v)
-    return free
-
-
 def outline(module: ir.Module, nest: ir.Operation, ident: int, boundary: Boundary) -> str:
     """Move ``nest`` into a new function and call it from where it was; returns its name."""
     name = f"{boundary.outline_prefix}{ident}"
-    free = _free_values(nest)
+    free = mlir.free_values(nest)
     constants = [v for v in free if not isinstance(v.owner, ir.Block)
                  and v.owner.operation.name == "arith.constant"]
     args = [v for v in free if not any(v == c for c in constants)]

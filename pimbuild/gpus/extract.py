@@ -7,25 +7,16 @@ dependency graph is derived from it (``pimbuild.gpus.ddg.build``).
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from pathlib import Path
 
-from omegaconf import DictConfig
-
+# The same (empty) Params as the loop-nest extract: no configuration, its key is its input's.
+from pimbuild.extract import Params as Params
+from pimbuild.extract import params as params
 from pimbuild.stage import Inputs
 
 NAME = "extract"
 READS = ("lower",)
 WRITES = ("kernels.json",)
-
-
-@dataclass(frozen=True)
-class Params:
-    """extract reads no configuration: its key is its input's."""
-
-
-def params(cfg: DictConfig) -> Params:
-    return Params()
 
 
 def run(inputs: Inputs, p: Params, out: Path) -> None:

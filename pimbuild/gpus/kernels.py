@@ -24,7 +24,7 @@ from typing import Any
 from torch_mlir import ir
 
 from pimbuild import mlir
-from pimbuild.loops import source_of
+from pimbuild.loops import ELEMENT_BYTES, source_of
 
 VIEWS = ("tensor.expand_shape", "tensor.collapse_shape", "tensor.extract_slice", "tensor.cast",
          "tensor.reshape")
@@ -34,8 +34,6 @@ IGNORED = ("tensor.empty", "func.return")
 # is one op here; the roofline's CUDA-core efficiency absorbs its higher cost).
 FREE = ("linalg.yield", "linalg.index", "arith.constant", "arith.index_cast", "arith.truncf",
         "arith.extf", "arith.sitofp", "arith.fptosi", "arith.bitcast")
-ELEMENT_BYTES = {"f64": 8, "f32": 4, "f16": 2, "bf16": 2, "i64": 8, "i32": 4, "i16": 2,
-                 "i8": 1, "i1": 1}
 
 
 def tensor_bytes(t: ir.Type) -> int:
@@ -107,7 +105,7 @@ class Buffers:
 def _kernel(op: ir.Operation, ident: int, buffers: Buffers, kind: str, flops: int,
             iterations: int) -> dict[str, Any]:
     reads = {}
-    for v in captured(op):  # ins, outs (an accumulator may be read) and captured values
+    for v in mlir.free_values(op):  # ins, outs (an accumulator may be read), captures
         name = buffers.of(v) if isinstance(v.type, ir.RankedTensorType) else None
         if name is not None and not name.startswith("init"):
             reads[name] = buffers.bytes[name]
@@ -118,27 +116,6 @@ def _kernel(op: ir.Operation, ident: int, buffers: Buffers, kind: str, flops: in
             writes[f"k{ident}.{i}"] = buffers.bytes[f"k{ident}.{i}"]
     return {"id": ident, **source_of(op), "op": op.name, "kind": kind, "flops": flops,
             "iterations": iterations, "reads": reads, "writes": writes}
-
-
-def captured(op: ir.Operation) -> list[ir.Value]:
-    """Every value ``op`` uses that is defined outside it: its operands, and the values its
-    regions (at any depth) capture from the enclosing function."""
-    values = list(op.operands)
-    for inner in mlir.walk(op):
-        values += [v for v in inner.operands if not defined_inside(v, op)]
-    return values
-
-
-def defined_inside(value: ir.Value, root: ir.Operation) -> bool:
-    """Whether ``value`` is defined in a region of ``root`` (a block argument of one of its
-    bodies, or the result of an op nested in it)."""
-    owner = value.owner
-    op = owner.owner if isinstance(owner, ir.Block) else owner.operation
-    while op is not None:
-        if op == root:
-            return True
-        op = op.parent
-    return False
 
 
 def _is_init_fill(op: ir.Operation) -> bool:

@@ -39,12 +39,12 @@ def _roots_and_slice(op: ir.Operation, names: dict[Any, str]
             roots.append(value)
             return
         owner = value.owner.operation
-        for operand in kernels.captured(owner):
+        for operand in mlir.free_values(owner):
             visit(operand)
         if owner not in sliced:
             sliced.append(owner)
 
-    for operand in kernels.captured(op):
+    for operand in mlir.free_values(op):
         visit(operand)
     order = {o: i for i, o in enumerate(_program_order(op))}
     return roots, sorted(sliced, key=lambda o: order.get(o, -1))
