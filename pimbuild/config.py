@@ -114,8 +114,9 @@ class GpusConfig:
     cuda_efficiency: float = MISSING
     memory_efficiency: float = MISSING
     comm_on_device: float = MISSING
-    time_limit_s: float = MISSING  # a planner's MILP gives up (an error) after this long
+    time_limit_s: float = MISSING  # a planner's MILP stops after this long
     mip_gap: float = MISSING  # 0: proven optimal placements; else a relative gap to accept
+    on_time_limit: str = MISSING  # error | best: fail, or keep the best placement and its gap
 
 
 @dataclass

@@ -294,3 +294,19 @@ def test_a_failing_worker_is_one_stage_error(run_build, tmp_path) -> None:
         mp.setattr(workers, "_worker", broken)
         with pytest.raises(StageError, match="a device worker failed: .*kernel_0"):
             run([0] * len(data["kernels"]), [])
+
+
+def test_at_the_time_limit_the_best_placement_and_its_gap_or_an_error() -> None:
+    rng = random.Random(7)
+    g = random_graph(rng, 300, carried=True)
+    times = [[rng.uniform(1e-5, 1e-4) for _ in range(3)] for _ in range(300)]
+    ctx = PlanContext(g, times, LINK, 3, 1.0, time_limit_s=0.5, incumbent=True)
+    plan = place("throughput", ctx)
+    assert plan.info["solver_status"] == "Time limit reached"
+    assert plan.info["gap"] > 0
+    assert plan.info["bound_s"] < plan.objective
+    # the placement returned is the one whose cost was reported
+    assert cost.cycle_time(g, plan.place, times, LINK, 3, 1.0) == \
+        pytest.approx(plan.objective, rel=1e-6)
+    with pytest.raises(RuntimeError, match="Time limit"):
+        place("throughput", PlanContext(g, times, LINK, 3, 1.0, time_limit_s=0.5))

@@ -7,6 +7,7 @@ import os
 import sys
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 import highspy
 import numpy as np
@@ -61,10 +62,12 @@ class Model:
             summed[col] = summed.get(col, 0.0) + coef
         self.rows.append((lo, hi, summed))
 
-    def solve(self, time_limit_s: float = 60.0, gap: float = 0.0
-              ) -> tuple[np.ndarray, float, float]:
-        """(column values, objective, seconds): optimal, or within relative ``gap`` of the
-        best bound. Raises RuntimeError when HiGHS stops otherwise (e.g. its time limit)."""
+    def solve(self, time_limit_s: float = 60.0, gap: float = 0.0, incumbent: bool = False
+              ) -> tuple[np.ndarray, float, float, dict[str, Any]]:
+        """(column values, objective, seconds, {status, bound}): optimal, or within
+        relative ``gap`` of the best bound. When HiGHS stops otherwise (its time limit), the
+        best placement found is returned with its proven gap if ``incumbent``, else this
+        raises RuntimeError."""
         h = silent_highs()
         h.setOptionValue("time_limit", float(time_limit_s))
         h.setOptionValue("mip_rel_gap", float(gap))
@@ -87,8 +90,11 @@ class Model:
         began = time.perf_counter()
         h.run()
         seconds = time.perf_counter() - began
-        status = h.getModelStatus()
-        if status != highspy.HighsModelStatus.kOptimal:
+        status, info = h.getModelStatus(), h.getInfo()
+        found = info.primal_solution_status == 2  # kSolutionStatusFeasible
+        if status != highspy.HighsModelStatus.kOptimal and not (incumbent and found):
             raise RuntimeError(f"HiGHS ended with {h.modelStatusToString(status)}")
-        return np.array(h.getSolution().col_value), h.getInfo().objective_function_value, \
-            seconds
+        objective = info.objective_function_value
+        bound = info.mip_dual_bound if self.integer else objective
+        report = {"status": h.modelStatusToString(status), "bound": bound}
+        return np.array(h.getSolution().col_value), objective, seconds, report

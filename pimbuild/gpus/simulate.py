@@ -123,7 +123,9 @@ def run(inputs: Inputs, p: Params, out: Path) -> None:
               "target": target.describe(), "layers": unit.layers, "tokens": unit.tokens,
               "unit": unit.label, "forwards_per_request": unit.forwards_per_request,
               "kernels": len(ctx.graph.kernels), "planned": planned,
-              "solve_s": placement["solve_s"], "baselines": base, "speedup_over": speedups,
+              "solve_s": placement["solve_s"],
+              "solver": {k: placement.get(k) for k in ("solver_status", "gap", "bound_s")},
+              "baselines": base, "speedup_over": speedups,
               "fig2": profile["fig2"],
               "check": json.loads((inputs["reinsert"] / "reinsert.json").read_text())}
     report["summary"] = summary(report)
@@ -153,11 +155,23 @@ def summary(r: dict[str, Any]) -> list[str]:
              f"partitioned program on {r['check']['processes']} processes matches eager "
              f"(max rel. error {r['check']['max_rel_error']:.2g}, "
              f"{r['check']['transfers']} transfers)"]
+    solver = r.get("solver", {})
+    if solver.get("solver_status") not in (None, "Optimal"):
+        lines.append(f"[yellow]placement not proven optimal[/]: HiGHS stopped with "
+                     f"{solver['solver_status']}, within {solver['gap']:.2%} of its bound "
+                     f"(gpus.on_time_limit=best)")
     if f2:
         lines.append(f"{f2['faster_on_second']}/{f2['kernels']} kernels "
                      f"({f2['share_by_count']:.0%} by count, {f2['share_by_time']:.0%} by time) "
                      f"run faster on {r['devices'][1]} than on {r['devices'][0]}")
     return lines
+
+
+def solver_note(r: dict[str, Any]) -> str:
+    solver = r.get("solver", {})
+    if solver.get("solver_status") in (None, "Optimal"):
+        return ""
+    return f" (stopped with {solver['solver_status']}, {solver['gap']:.2%} from the bound)"
 
 
 def markdown(r: dict[str, Any], placement: dict[str, Any]) -> str:
@@ -167,7 +181,8 @@ def markdown(r: dict[str, Any], placement: dict[str, Any]) -> str:
              f"{r['tokens']} output token(s) or request(s) per forward, "
              f"{r['forwards_per_request']} forward(s) per request; link {r['target']['link']} "
              f"({r['target']['link_gbps']} Gbps, {r['target']['link_latency_us']} us); "
-             f"precision {r['target']['precision']}. Solve time {r['solve_s']:.3g} s.", "",
+             f"precision {r['target']['precision']}. Solve time {r['solve_s']:.3g} s"
+             f"{solver_note(r)}.", "",
              f"| placement | {r['unit']} | Perf/$ ({r['unit']} per $/h) | cycle us | latency ms "
              f"| {r['unit']}, transfers overlapped |", "|---|---:|---:|---:|---:|---:|"]
     for name, v in rows:

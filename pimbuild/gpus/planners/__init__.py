@@ -13,6 +13,7 @@ from typing import Any
 
 from pimbuild.gpus.cost import Link
 from pimbuild.gpus.ddg import Graph
+from pimbuild.gpus.milp import US
 from pimbuild.registry import Registry
 
 PLANNERS = Registry("planner", "policy.name", package="pimbuild.gpus.planners",
@@ -28,6 +29,8 @@ class PlanContext:
     comm_on_device: float  # the share of a device's transfers that occupies it
     time_limit_s: float = 60.0
     mip_gap: float = 0.0  # 0: proven optimal; else within this relative gap of the bound
+    # At the time limit: the best placement found with its proven gap (True), or an error.
+    incumbent: bool = False
 
 
 @dataclass
@@ -36,6 +39,18 @@ class Plan:
     objective: float  # what the planner minimised, in seconds
     solve_s: float = 0.0
     info: dict[str, Any] = field(default_factory=dict)
+
+
+def solved(place: list[int], achieved_s: float, model: Any, seconds: float,
+           status: dict[str, Any]) -> Plan:
+    """The Plan of a MILP's placement. ``achieved_s`` is the cost model's value of the
+    placement: equal to the MILP's objective at the optimum, and at most it for a placement
+    HiGHS stopped at (its transfer variables may sit above their smallest values)."""
+    bound = status["bound"] / US
+    return Plan(place, achieved_s, seconds,
+                {"variables": len(model.cost), "constraints": len(model.rows),
+                 "solver_status": status["status"], "bound_s": bound,
+                 "gap": max(0.0, achieved_s - bound) / achieved_s if achieved_s else 0.0})
 
 
 def place(name: str, ctx: PlanContext) -> Plan:

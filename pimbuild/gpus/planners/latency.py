@@ -18,9 +18,10 @@ computes, so the optimum equals the cost model's minimum (checked against brute 
 
 from __future__ import annotations
 
+from pimbuild.gpus.cost import critical_path
 from pimbuild.gpus.ddg import HOME
 from pimbuild.gpus.milp import US, Model
-from pimbuild.gpus.planners import Plan, PlanContext
+from pimbuild.gpus.planners import Plan, PlanContext, solved
 from pimbuild.gpus.planners.throughput import assignment, placement
 
 
@@ -70,6 +71,7 @@ def place(ctx: PlanContext) -> Plan:
         if s is not None:
             c_b = US * ctx.link.seconds(g.buffer_bytes[b])
             m.row([(end, 1.0), (x[s][HOME], c_b)] + [(c, -v) for c, v in finish(s)], c_b)
-    values, objective, seconds = m.solve(ctx.time_limit_s, ctx.mip_gap)
-    return Plan(placement(x, values), objective / US, seconds,
-                {"variables": len(m.cost), "constraints": len(m.rows)})
+    values, _, seconds, status = m.solve(ctx.time_limit_s, ctx.mip_gap, ctx.incumbent)
+    chosen = placement(x, values)
+    return solved(chosen, critical_path(g, chosen, ctx.times, ctx.link, n_dev), m, seconds,
+                  status)

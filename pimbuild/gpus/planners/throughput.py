@@ -19,9 +19,10 @@ equals the cost model's minimum (checked against brute force in the tests).
 
 from __future__ import annotations
 
+from pimbuild.gpus.cost import cycle_time
 from pimbuild.gpus.ddg import HOME
 from pimbuild.gpus.milp import US, Model
-from pimbuild.gpus.planners import Plan, PlanContext
+from pimbuild.gpus.planners import Plan, PlanContext, solved
 
 
 def assignment(m: Model, n_kernels: int, n_dev: int) -> list[list[int]]:
@@ -78,6 +79,7 @@ def place(ctx: PlanContext) -> Plan:
               + [(col, -ctx.comm_on_device * t) for col, t in out[d].items()], 0)
         m.row({c: 1.0, **{col: -t for col, t in out[d].items()}}, 0)
         m.row({c: 1.0, **{col: -t for col, t in into[d].items()}}, 0)
-    values, objective, seconds = m.solve(ctx.time_limit_s, ctx.mip_gap)
-    return Plan(placement(x, values), objective / US, seconds,
-                {"variables": len(m.cost), "constraints": len(m.rows)})
+    values, _, seconds, status = m.solve(ctx.time_limit_s, ctx.mip_gap, ctx.incumbent)
+    chosen = placement(x, values)
+    return solved(chosen, cycle_time(g, chosen, ctx.times, ctx.link, n_dev, ctx.comm_on_device),
+                  m, seconds, status)
