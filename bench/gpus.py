@@ -96,53 +96,23 @@ def pairs_table(store: Path, tmp: Path) -> list[dict]:
 
 
 def serving_table(store: Path, tmp: Path, w: workload.Workload) -> list[dict]:
-    """Llama-3-8B prefill + decode: the throughput planner against PD, AF, RD, one device."""
+    """Llama-3-8B prefill + decode (its prefill phase): the simulate stage's serving rows,
+    the throughput planner against PD, AF, RD and each device alone."""
     rows = []
     for pair in PAIRS:
-        phases = {}
-        for phase, model in (("prefill", "llama3_8b_prefill"), ("decode", "llama3_8b")):
-            target, data, ctx, placement, _ = loaded(model, pair, store, tmp / model, "decide")
-            layers = data["layers"]
-            n = len(ctx.graph.kernels)
-
-            def cycle(p, ctx=ctx, layers=layers):
-                return layers * cost.cycle_time(ctx.graph, p, ctx.times, ctx.link, ctx.n_dev,
-                                                ctx.comm_on_device)
-            af = simulate.af_split(ctx)
-            phases[phase] = {
-                "planned": cycle(placement["place"]),
-                "alone": [layers * sum(row[d] for row in ctx.times) for d in range(2)],
-                "af": [cycle(af), cycle([1 - d for d in af])] if af else None,
-                "kv_bytes": layers * sum(ctx.graph.buffer_bytes[b] for b in ctx.graph.outputs
-                                         if b not in ctx.graph.carry.values())
-                if phase == "prefill" else 0, "kernels": n}
-        pre, dec = phases["prefill"], phases["decode"]
-        prices = [d.price_per_hour for d in target.devices]
-        total = sum(prices)
-        result = {
-            "FluidGPU (throughput)": workload.mixed(w, pre["planned"], dec["planned"]),
-            **{f"{ORDINAL[d]} device alone": workload.mixed(w, pre["alone"][d], dec["alone"][d])
-               for d in range(2)},
-            "request distribution": sum(workload.mixed(w, pre["alone"][d], dec["alone"][d])
-                                        for d in range(2)),
-            "PD disaggregation": max(
-                workload.pd(w, pre["alone"][p], dec["alone"][1 - p], pre["kv_bytes"],
-                            target.link) for p in range(2)),
-            "AF disaggregation": max(workload.mixed(w, pre["af"][i], dec["af"][i])
-                                     for i in range(2)),
-        }
-        best_pd = max(range(2), key=lambda p: workload.pd(
-            w, pre["alone"][p], dec["alone"][1 - p], pre["kv_bytes"], target.link))
-        price_of = {k: (prices[0] if k.startswith(ORDINAL[0]) else
-                        prices[1] if k.startswith(ORDINAL[1]) else total) for k in result}
-        rows.append({"pair": "+".join(pair), "tokens_per_s": result,
-                     "perf_per_dollar": {k: v / price_of[k] for k, v in result.items()},
-                     "pd_prefill_on": target.devices[best_pd].key,
-                     "pd_bottleneck": workload.pd_bottleneck(
-                         w, pre["alone"][best_pd], dec["alone"][1 - best_pd], pre["kv_bytes"],
-                         target.link),
-                     "kv_bytes_per_request": pre["kv_bytes"]})
-        console.print(f"{pair}: " + ", ".join(f"{k} {v:.4g}" for k, v in result.items()))
+        _, _, _, _, stages = loaded("llama3_8b", pair, store, tmp / "serve", "simulate")
+        served = json.loads((stages["simulate"] / "report.json").read_text())["serving"]
+        names = {"planned": "FluidGPU (throughput)",
+                 **{f"{d} alone": f"{ORDINAL[i]} device alone" for i, d in enumerate(pair)}}
+        result = {names.get(k, k): v for k, v in served["rows"].items()}
+        pd = served["rows"]["PD disaggregation"]
+        rows.append({"pair": "+".join(pair),
+                     "tokens_per_s": {k: v["tokens_per_s"] for k, v in result.items()},
+                     "perf_per_dollar": {k: v["perf_per_dollar"] for k, v in result.items()},
+                     "pd_prefill_on": pd["prefill_on"], "pd_bottleneck": pd["bottleneck"],
+                     "kv_bytes_per_request": pd["kv_bytes_per_request"]})
+        console.print(f"{pair}: " + ", ".join(f"{k} {v:.4g}"
+                                               for k, v in rows[-1]["tokens_per_s"].items()))
     return rows
 
 
@@ -222,6 +192,7 @@ def plots(rows: list[dict], serving: list[dict], out: Path) -> None:
     axes[0].legend(fontsize=7)
     fig.suptitle("Llama-3-8B, prefill 1,020 + decode 129 tokens, batch 16 (cost model)")
     save_figure(fig, out / "gpus_serving.png")
+    pair_policy_plot(rows, out, plt, save_figure)
     fig, ax = plt.subplots(figsize=(6, 4))
     for r in rows:
         if r["policy"] == "throughput" and r["pair"] == "+".join(PAIRS[0]):
@@ -233,6 +204,29 @@ def plots(rows: list[dict], serving: list[dict], out: Path) -> None:
     ax.set_ylabel("share of kernels")
     ax.legend(fontsize=7)
     save_figure(fig, out / "gpus_preference_cdf.png")
+
+
+def pair_policy_plot(rows: list[dict], out: Path, plt, save_figure) -> None:
+    """Planned throughput per model, pair and policy, over the pair's best single device."""
+    combos = list(dict.fromkeys((r["pair"], r["policy"]) for r in rows))
+    models = list(dict.fromkeys(r["model"] for r in rows))
+    fig, ax = plt.subplots(figsize=(11, 3.8))
+    width = 1 / (len(combos) + 1)
+    for i, (pair, policy) in enumerate(combos):
+        ys = []
+        for m in models:
+            r = next((r for r in rows if (r["model"], r["pair"], r["policy"]) ==
+                      (m, pair, policy)), None)
+            single = max(v["throughput"] for k, v in r["baselines"].items()
+                         if k.endswith(" alone")) if r else 1.0
+            ys.append(r["planned"]["throughput"] / single if r else 0.0)
+        ax.bar([j + i * width for j in range(len(models))], ys, width=width,
+               label=f"{pair} {policy}")
+    ax.axhline(1.0, color="k", lw=0.8)
+    ax.set_xticks([j + width * (len(combos) - 1) / 2 for j in range(len(models))], models)
+    ax.set_ylabel("throughput / best single device")
+    ax.legend(fontsize=7, ncol=2)
+    save_figure(fig, out / "gpus_pairs.png")
 
 
 def markdown(rows, serving, solve, checks, w) -> str:

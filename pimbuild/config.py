@@ -10,7 +10,7 @@ against their registry when the build is planned, before anything runs.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from hydra.core.config_store import ConfigStore
@@ -24,6 +24,11 @@ class ModelConfig:
     size: dict[str, int] = MISSING  # the builder's keyword arguments
     dtype: str = MISSING
     seed: int = MISSING
+    # Other phases of the same model (a prefill beside a decode step), by phase name: each a
+    # recipe and its size, dtype and seed defaulting to this model's. A stage that reads a
+    # phase (its PHASE_READS) gets that phase's stages built too (tasks/graph.py). The one
+    # schema default: a model config of a user's own need not mention phases.
+    phases: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -120,6 +125,26 @@ class GpusConfig:
 
 
 @dataclass
+class ServeConfig:
+    """Serving a model with a prefill phase (``model.phases.prefill``) on the GPU target:
+    requests of the prefill recipe's prompt and ``output_len`` decode steps (docs/design.md
+    §10)."""
+
+    output_len: int = MISSING  # output tokens per request (the first comes from the prefill)
+    requests: int = MISSING  # requests the discrete-event simulation serves
+    arrivals: str = MISSING  # poisson | offline | trace
+    rate: float = MISSING  # requests per second (arrivals=poisson)
+    trace: str | None = MISSING  # CSV: arrival_s, input_tokens, output_tokens (arrivals=trace)
+    seed: int = MISSING
+    depth: int = MISSING  # forwards in flight at once (FluidGPU's stream pool)
+    slo_s_per_token: float = MISSING  # the normalized-latency SLO for the max-rate search
+    window_s: float = MISSING  # the online monitor's window W
+    beta: float = MISSING  # its threshold: latency / execution-only latency above it
+    stall_s: float = MISSING  # every device stalls this long at a placement switch
+    monitor: bool = MISSING  # switch between the latency and throughput placements
+
+
+@dataclass
 class PolicyConfig:
     name: str = MISSING  # a policy (pimbuild.policies.POLICIES)
     theta_ratio: float = MISSING
@@ -150,6 +175,7 @@ class Config:
     devices: list[str] = MISSING
     link: LinkConfig = MISSING
     gpus: GpusConfig = MISSING
+    serve: ServeConfig = MISSING
     targets: list[str] = MISSING  # the stages to build, with everything they read
     store: str = MISSING  # the artifact store, relative to the launch directory
     show_candidates: bool = MISSING  # print the candidates table at the end of a run
@@ -168,6 +194,7 @@ SCHEMAS: dict[str, Any] = {
     "device": DeviceConfig,
     "link": LinkConfig,
     "gpus": GpusConfig,
+    "serve": ServeConfig,
 }
 
 
@@ -233,6 +260,14 @@ RANGES: dict[str, tuple[str, float]] = {
     "gpus.comm_on_device": (">=", 0),
     "gpus.time_limit_s": (">", 0),
     "gpus.mip_gap": (">=", 0),
+    "serve.output_len": (">=", 1),
+    "serve.requests": (">=", 1),
+    "serve.rate": (">", 0),
+    "serve.depth": (">=", 1),
+    "serve.slo_s_per_token": (">", 0),
+    "serve.window_s": (">", 0),
+    "serve.beta": (">", 0),
+    "serve.stall_s": (">=", 0),
 }
 # The same ranges for every device of the catalogue (device.<name>.<field>).
 DEVICE_RANGES: dict[str, tuple[str, float]] = {

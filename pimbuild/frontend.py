@@ -159,7 +159,7 @@ def signature(prog: ExportedProgram, recipe: recipes.Recipe, outputs: list[torch
             for o in outputs]
     return {"function": FUNC_NAME, "args": args, "outputs": outs, "layers": recipe.layers,
             "tokens": recipe.tokens, "unit": recipe.unit,
-            "forwards_per_request": recipe.forwards_per_request,
+            "forwards_per_request": recipe.forwards_per_request, "prompt": recipe.prompt,
             "carry": dict(recipe.carry), "state": dict(recipe.state)}
 
 

@@ -7,7 +7,13 @@ A stage module ``pimbuild.<stage>`` defines
 - ``WRITES``: the files it writes into its artifact folder;
 - ``Params``: a frozen dataclass, everything it may know of the configuration;
 - ``params(cfg) -> Params``: the only function that sees the composed config;
-- ``run(inputs: Inputs, params: Params, out: Path) -> None``: writes ``WRITES`` into ``out``.
+- ``run(inputs: Inputs, params: Params, out: Path) -> None``: writes ``WRITES`` into ``out``;
+
+and may define ``PHASE_READS``: phase name -> stages of that phase of the model it reads
+(``model.phases``: the GPU target's simulate reads the prefill's placement beside the decode
+step's). Those stages are built under the names ``<phase>.<stage>`` with the model replaced by
+the phase's (``tasks.graph.phase_config``); ``Inputs.phase`` gives the stage their folders by
+plain stage name. A model without the phase builds nothing more.
 
 An artifact's key hashes the stage name, ``dataclasses.asdict(params)``, the keys of the
 artifacts it reads and the code version (``pimbuild.artifacts.artifact_key``), so a stage
@@ -38,6 +44,17 @@ class Inputs:
 
     def __getitem__(self, stage: str) -> Path:
         return self.dirs[stage]
+
+    def __contains__(self, stage: str) -> bool:
+        return stage in self.dirs
+
+    def phase(self, name: str) -> Inputs:
+        """The inputs of phase ``name`` (``<name>.<stage>``) under their plain stage names."""
+        prefix = f"{name}."
+        return Inputs({s.removeprefix(prefix): d for s, d in self.dirs.items()
+                       if s.startswith(prefix)},
+                      {s.removeprefix(prefix): k for s, k in self.keys.items()
+                       if s.startswith(prefix)}, self.store, self.failure_dir)
 
 
 def spec_errors(module: ModuleType) -> list[str]:

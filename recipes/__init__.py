@@ -38,6 +38,9 @@ class Recipe:
     # requests per minute.
     unit: str = "tokens"
     forwards_per_request: int = 1
+    # Prompt tokens one forward takes in (a prefill of one request: its prompt length; 0 for
+    # a decode step): the GPU target's serving simulation scales other prompts from it.
+    prompt: int = 0
     # Input name -> index of the output that becomes that input of the next layer (the hidden
     # state of a layer stack), and of the next forward of the same layer (``state``: the new
     # keys and values appended to a KV cache, a recurrent state): the GPU target's

@@ -113,4 +113,5 @@ def llama3_8b_prefill(hidden: int = 4096, heads: int = 32, kv_heads: int = 8,
     cos, sin = _rotary(torch.arange(tokens), hidden // heads)
     mask = torch.full((tokens, tokens), float("-inf")).triu(1)[None, None]
     return Recipe(layer, {"x": torch.randn(1, tokens, hidden), "cos": cos, "sin": sin,
-                          "mask": mask}, layers=layers, tokens=1, carry={"x": 0})
+                          "mask": mask}, layers=layers, tokens=1, prompt=tokens,
+                  carry={"x": 0})

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import importlib
 from dataclasses import dataclass
@@ -41,7 +42,7 @@ def stage_module(name: str, system: str = "pim") -> ModuleType:
 
 @dataclass(frozen=True)
 class StageTask:
-    stage: str
+    stage: str  # its name in this build: the stage, or <phase>.<stage> for a phase's
     system: str  # whose pipeline names the stage's module
     artifact: Artifact
     inputs: Inputs
@@ -55,7 +56,7 @@ class StageTask:
 
     @property
     def module(self) -> ModuleType:
-        return stage_module(self.stage, self.system)
+        return stage_module(self.stage.rpartition(".")[2], self.system)
 
     def artifact_complete(self) -> bool:
         """doit ``uptodate`` check: the artifact is published and its files are intact."""
@@ -91,23 +92,63 @@ def key(stage: str, params: Any, inputs: dict[str, str]) -> str:
     return artifact_key(stage, dataclasses.asdict(params), inputs)
 
 
+def phase_config(cfg: DictConfig, phase: str) -> DictConfig | None:
+    """``cfg`` with the model replaced by its phase ``phase`` (``model.phases``), or None
+    when the model has no such phase. The phase's recipe and size replace the model's; its
+    name, dtype and seed default to ``<model>.<phase>`` and the model's."""
+    from omegaconf import OmegaConf, open_dict
+
+    spec = cfg.model.get("phases", {}).get(phase)
+    if spec is None:
+        return None
+    if "recipe" not in spec:
+        raise ConfigError(f"model.phases.{phase} of model {cfg.model.name} needs a recipe")
+    model = OmegaConf.to_container(cfg.model, resolve=True)  # ${model.size...} as they are
+    model.update(name=f"{cfg.model.name}.{phase}", phases={}, size={})
+    model.update(OmegaConf.to_container(spec, resolve=True))
+    sub = copy.deepcopy(cfg)
+    with open_dict(sub):
+        for field, value in model.items():
+            sub.model[field] = value
+    return sub
+
+
 def plan(cfg: DictConfig, store: Store, failure_dir: Path) -> list[StageTask]:
-    """The stage tasks needed for ``cfg.targets``, in pipeline order. Every stage's params
-    are built (and so checked) before anything runs."""
+    """The stage tasks needed for ``cfg.targets``, in pipeline order (a phase's stages just
+    before the stage reading them). Every stage's params are built (and so checked) before
+    anything runs."""
     validate(cfg)
     system = cfg.system.name
     from pimbuild.targets import TARGETS
 
     TARGETS.check(system)
-    stages = needed(list(cfg.targets), system)
-    params = {stage: stage_module(stage, system).params(cfg) for stage in stages}
     tasks: dict[str, StageTask] = {}
-    for stage in stages:
-        reads = {d: tasks[d].artifact for d in stage_module(stage, system).READS}
-        keys = {d: a.key for d, a in reads.items()}
-        artifact = store.artifact(stage, key(stage, params[stage], keys))
-        inputs = Inputs(dirs={d: a.dir for d, a in reads.items()}, keys=keys, store=store,
-                        failure_dir=failure_dir / stage)
-        tasks[stage] = StageTask(stage, system, artifact, inputs, tuple(reads.values()),
-                                 params[stage], bool(cfg.verify))
+    _plan(cfg, list(cfg.targets), "", system, store, failure_dir, tasks)
     return list(tasks.values())
+
+
+def _plan(cfg: DictConfig, targets: list[str], phase: str, system: str, store: Store,
+          failure_dir: Path, tasks: dict[str, StageTask]) -> None:
+    """Add the tasks of ``targets`` of ``phase`` ('' for the model itself) to ``tasks``."""
+    def named(stage: str) -> str:
+        return f"{phase}.{stage}" if phase else stage
+
+    stages = needed(targets, system)
+    params = {stage: stage_module(stage, system).params(cfg) for stage in stages}
+    for stage in stages:
+        module = stage_module(stage, system)
+        # by the names the stage knows them: its own phase's plainly, a sub-phase's prefixed
+        reads = {d: tasks[named(d)].artifact for d in module.READS}
+        for sub_phase, wanted in getattr(module, "PHASE_READS", {}).items():
+            sub = None if phase else phase_config(cfg, sub_phase)  # phases do not nest
+            if sub is not None:
+                _plan(sub, list(wanted), sub_phase, system, store, failure_dir, tasks)
+                reads |= {f"{sub_phase}.{d}": tasks[f"{sub_phase}.{d}"].artifact
+                          for d in wanted}
+        keys = {d: a.key for d, a in reads.items()}
+        name = named(stage)
+        artifact = store.artifact(name, key(stage, params[stage], keys))
+        inputs = Inputs(dirs={d: a.dir for d, a in reads.items()}, keys=keys, store=store,
+                        failure_dir=failure_dir / name)
+        tasks[name] = StageTask(name, system, artifact, inputs, tuple(reads.values()),
+                                params[stage], bool(cfg.verify))

@@ -164,13 +164,12 @@ def _action(task: StageTask, store: Store, outcome: Outcome):
 
 
 def _doit_tasks(tasks: list[StageTask], store: Store, outcome: Outcome) -> dict:
-    keys = {t.stage: t.artifact.key for t in tasks}
     creators = {}
     for stage in dict.fromkeys(t.stage for t in tasks):
         subtasks = [{
             "name": t.artifact.key,
             "actions": [_action(t, store, outcome)],
-            "task_dep": [f"{d}:{keys[d]}" for d in t.inputs.dirs],
+            "task_dep": [f"{a.stage}:{a.key}" for a in t.reads],
             "uptodate": [t.artifact_complete],
             "verbosity": 0,
         } for t in tasks if t.stage == stage]

@@ -310,3 +310,38 @@ def test_at_the_time_limit_the_best_placement_and_its_gap_or_an_error() -> None:
         pytest.approx(plan.objective, rel=1e-6)
     with pytest.raises(RuntimeError, match="Time limit"):
         place("throughput", PlanContext(g, times, LINK, 3, 1.0, time_limit_s=0.5))
+
+
+TINY_LLAMA3 = ["model=llama3_8b", "model.size.hidden=64", "model.size.heads=4",
+               "model.size.kv_heads=2", "model.size.ffn=128", "model.size.batch=2",
+               "model.size.kv_len=8", "model.size.layers=2"]
+
+
+def _alone_s(profile_dir, key: str, layers: int) -> float:
+    import csv
+
+    with (profile_dir / "kernel_times.csv").open() as f:
+        return layers * sum(float(r[f"t_{key}_s"]) for r in csv.DictReader(f))
+
+
+def test_a_model_with_a_prefill_phase_is_served_with_pd(run_build) -> None:
+    result = run_build([*GPUS, *TINY_LLAMA3])
+    phase = {"prefill.lower", "prefill.extract", "prefill.profile", "prefill.decide"}
+    assert phase <= set(result.executed)
+    pre = json.loads((artifact_dir(result, "prefill.extract") / "kernels.json").read_text())
+    dec = json.loads((artifact_dir(result, "extract") / "kernels.json").read_text())
+    assert pre["layers"] == dec["layers"] == 2
+    assert "k_cache" not in json.dumps(pre) and "k_cache" in json.dumps(dec)
+    served = json.loads((artifact_dir(result, "simulate") / "report.json").read_text())[
+        "serving"]
+    pd = served["rows"]["PD disaggregation"]
+    p, d = ("a100", "l40s") if pd["prefill_on"] == "a100" else ("l40s", "a100")
+    t_pre = _alone_s(artifact_dir(result, "prefill.profile"), p, 2)
+    t_dec = _alone_s(artifact_dir(result, "profile"), d, 2)
+    link = Link(200, 5.0)  # conf/link/rdma200.yaml
+    rate = min(1 / t_pre, 2 / (129 * t_dec), 1 / link.seconds(pd["kv_bytes_per_request"]))
+    assert pd["tokens_per_s"] == pytest.approx(129 * rate, rel=1e-9)
+    # k and v of 2 layers, 8 prompt positions, 2 kv heads of 16, at bf16
+    assert pd["kv_bytes_per_request"] == 2 * 2 * 8 * 2 * 16 * 2
+    again = run_build([*GPUS, *TINY_LLAMA3, "serve.output_len=64"])
+    assert again.executed == ["simulate"]

@@ -10,6 +10,8 @@ from pathlib import Path
 
 from pimbuild.errors import ConfigError
 
+ARRIVALS = ("poisson", "offline", "trace")
+
 
 @dataclass(frozen=True)
 class Request:

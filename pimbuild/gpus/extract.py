@@ -29,7 +29,8 @@ def run(inputs: Inputs, p: Params, out: Path) -> None:
               if a["kind"] == "input"}
     outputs = result["outputs"]
     result.update({key: signature.get(key, default) for key, default in (
-        ("layers", 1), ("tokens", 1), ("unit", "tokens"), ("forwards_per_request", 1))})
+        ("layers", 1), ("tokens", 1), ("unit", "tokens"), ("forwards_per_request", 1),
+        ("prompt", 0))})
     for key in ("carry", "state"):  # by buffer: input -> the result that feeds it
         result[key] = {inputs[name]: outputs[j]
                        for name, j in signature.get(key, {}).items() if outputs[j]}

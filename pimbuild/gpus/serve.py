@@ -23,7 +23,22 @@ from typing import Any
 import simpy
 
 from pimbuild.gpus.cost import Link
-from pimbuild.gpus.ddg import HOME, Graph
+from pimbuild.gpus.ddg import HOME, Graph, transfers
+
+
+@dataclass
+class Forward:
+    """One forward to run: a layer graph, its placement and kernel times, ``layers`` copies
+    in sequence, every kernel and transfer time multiplied by ``scale`` (``layers=1,
+    scale=L``: L identical layers simulated once), at ``priority`` (lower goes first)."""
+
+    graph: Graph
+    place: list[int]
+    times: list[list[float]]
+    layers: int = 1
+    priority: int = 0
+    scale: float = 1.0
+    kernels: int = 0  # kernels run so far
 
 
 @dataclass
@@ -72,78 +87,131 @@ class Server:
         self.n_dev, self.layers, self.priorities = n_dev, layers, priorities
         self.env = simpy.Environment()
         self.devices = [simpy.PriorityResource(self.env, capacity=1) for _ in range(n_dev)]
-        self.links = {(a, b): simpy.Resource(self.env, capacity=1)
+        self.links = {(a, b): simpy.PriorityResource(self.env, capacity=1)
                       for a in range(n_dev) for b in range(n_dev) if a != b} \
             if link_contention else {}
         self.pool = simpy.Resource(self.env, capacity=depth)
         self.busy = [0.0] * n_dev
+        self.intervals: list[tuple[str, int, int, float, float]] | None = None
 
     def _transfer(self, nbytes: int, src: int, dst: int, after: simpy.Event,
-                  arrived: simpy.Event):
+                  arrived: simpy.Event, scale: float = 1.0, priority: int = 0):
         yield after
+        seconds = scale * self.link.seconds(nbytes)
         if (src, dst) in self.links:
-            with self.links[src, dst].request() as slot:
+            with self.links[src, dst].request(priority=priority) as slot:
                 yield slot
-                yield self.env.timeout(self.link.seconds(nbytes))
+                self.record("link", src, dst, seconds)
+                yield self.env.timeout(seconds)
         else:
-            yield self.env.timeout(self.link.seconds(nbytes))
+            yield self.env.timeout(seconds)
         arrived.succeed()
 
-    def _ready(self, buffer: str, src: int | None, device: int, done: dict[int, simpy.Event],
-               carried: dict[str, simpy.Event], sent: dict[tuple[str, int], simpy.Event]
-               ) -> simpy.Event:
+    def record(self, kind: str, a: int, b: int, seconds: float) -> None:
+        """A compute (kind "gpu", device a) or transfer (a -> b) interval starting now; kept
+        only when ``self.intervals`` is a list (the serving simulation's time breakdown)."""
+        if self.intervals is not None:
+            self.intervals.append((kind, a, b, self.env.now, self.env.now + seconds))
+
+    def _ready(self, f: Forward, buffer: str, src: int | None, device: int,
+               done: dict[int, simpy.Event], carried: dict[str, simpy.Event],
+               sent: dict[tuple[str, int], simpy.Event]) -> simpy.Event:
         """The event of ``buffer`` being on ``device`` for this kernel."""
-        if buffer in self.g.state:  # a KV cache or recurrent state: a replica is resident
+        if buffer in f.graph.state:  # a KV cache or recurrent state: a replica is resident
             return self.env.event().succeed()
-        if src is None or (buffer in self.g.carry and buffer not in carried):
+        if src is None or (buffer in f.graph.carry and buffer not in carried):
             written, src_dev = self.env.event().succeed(), HOME  # enters with the request
         elif buffer in carried:  # written by the previous layer
-            written, src_dev = carried[buffer], self.place[src]
+            written, src_dev = carried[buffer], f.place[src]
         else:
-            written, src_dev = done[src], self.place[src]
+            written, src_dev = done[src], f.place[src]
         if src_dev == device:
             return written
         key = (buffer, device)
         if key not in sent:  # one transfer per buffer and receiving device
             sent[key] = self.env.event()
-            self.env.process(self._transfer(self.g.buffer_bytes[buffer], src_dev, device,
-                                            written, sent[key]))
+            self.env.process(self._transfer(f.graph.buffer_bytes[buffer], src_dev, device,
+                                            written, sent[key], f.scale, f.priority))
         return sent[key]
 
-    def _kernel(self, k: int, d: int, order: int, waits: list[simpy.Event],
-                done: simpy.Event, served: Served):
+    def _kernel(self, f: Forward, k: int, waits: list[simpy.Event], done: simpy.Event):
+        d = f.place[k]
         yield simpy.AllOf(self.env, waits)
-        with self.devices[d].request(priority=order if self.priorities else 0) as gpu:
+        with self.devices[d].request(priority=f.priority if self.priorities else 0) as gpu:
             yield gpu
-            yield self.env.timeout(self.times[k][d])
-            self.busy[d] += self.times[k][d]
-        served.kernels += 1
+            seconds = f.scale * f.times[k][d]
+            self.record("gpu", d, d, seconds)
+            yield self.env.timeout(seconds)
+            self.busy[d] += seconds
+        f.kernels += 1
+        done.succeed()
+
+    def forward(self, f: Forward):
+        """One forward of ``f.layers`` layers: every kernel of every layer is its own process,
+        waiting on the kernel before it on its device (the forward's stream there) and on the
+        buffers it reads; done when every stream and every result sent home is."""
+        g = f.graph
+        last = [self.env.event().succeed() for _ in range(self.n_dev)]
+        carried: dict[str, simpy.Event] = {}
+        done: dict[int, simpy.Event] = {}
+        for _ in range(f.layers):
+            done = {k: self.env.event() for k in range(len(g.kernels))}
+            sent: dict[tuple[str, int], simpy.Event] = {}
+            for k in range(len(g.kernels)):
+                d = f.place[k]
+                waits = [last[d]] + [self._ready(f, b, src, d, done, carried, sent)
+                                     for src, b in g.predecessors(k)]
+                self.env.process(self._kernel(f, k, waits, done[k]))
+                last[d] = done[k]
+            # the next layer reads the carried results of this one
+            carried = {b: done[g.producer[out]] for b, out in g.carry.items()
+                       if out in g.producer and b not in g.state}
+        tail = [self._ready(f, b, g.source(b), HOME, done, {}, {})
+                for b in g.outputs if g.source(b) is not None]
+        yield simpy.AllOf(self.env, [*last, *tail])
+
+    def forward_segments(self, segs: list[Segment], home: list[tuple[int, int, int]],
+                         priority: int = 0, scale: float = 1.0):
+        """One forward as ``segments``: a device held once per segment, a transfer per
+        receive; the same as ``forward`` for an isolated forward, coarser under contention
+        (another forward's kernels cannot slip in between a segment's)."""
+        done = [self.env.event() for _ in segs]
+        for i, seg in enumerate(segs):
+            waits = [done[j] for j in seg.after]
+            for j, src, dst, nbytes in seg.receives:
+                arrived = self.env.event()
+                self.env.process(self._transfer(
+                    nbytes, src, dst, done[j] if j >= 0 else self.env.event().succeed(),
+                    arrived, scale, priority))
+                waits.append(arrived)
+            self.env.process(self._segment(seg, waits, done[i], priority, scale))
+        tail = []
+        for j, src, nbytes in home:
+            arrived = self.env.event()
+            self.env.process(self._transfer(nbytes, src, HOME, done[j], arrived, scale,
+                                            priority))
+            tail.append(arrived)
+        yield simpy.AllOf(self.env, [*done, *tail])
+
+    def _segment(self, seg: Segment, waits: list[simpy.Event], done: simpy.Event,
+                 priority: int, scale: float):
+        yield simpy.AllOf(self.env, waits)
+        with self.devices[seg.device].request(
+                priority=priority if self.priorities else 0) as gpu:
+            yield gpu
+            seconds = scale * seg.seconds
+            self.record("gpu", seg.device, seg.device, seconds)
+            yield self.env.timeout(seconds)
+            self.busy[seg.device] += seconds
         done.succeed()
 
     def _request(self, order: int, served: Served):
-        """Every kernel of every layer is its own process, waiting on the kernel before it on
-        its device (the request's stream there) and on the buffers it reads."""
         with self.pool.request() as slot:
             yield slot
             served.start = self.env.now
-            last = [self.env.event().succeed() for _ in range(self.n_dev)]
-            carried: dict[str, simpy.Event] = {}
-            done: dict[int, simpy.Event] = {}
-            for _ in range(self.layers):
-                done = {k: self.env.event() for k in range(len(self.g.kernels))}
-                sent: dict[tuple[str, int], simpy.Event] = {}
-                for k in range(len(self.g.kernels)):
-                    d = self.place[k]
-                    waits = [last[d]] + [self._ready(b, src, d, done, carried, sent)
-                                         for src, b in self.g.predecessors(k)]
-                    self.env.process(self._kernel(k, d, order, waits, done[k], served))
-                    last[d] = done[k]
-                # the next layer reads the carried results of this one
-                carried = {b: done[self.g.producer[out]] for b, out in self.g.carry.items()
-                           if out in self.g.producer and b not in self.g.state}
-            tail = [self._ready(b, self.g.source(b), HOME, done, {}, {})
-                    for b in self.g.outputs if self.g.source(b) is not None]
-            yield simpy.AllOf(self.env, [*last, *tail])
+            f = Forward(self.g, self.place, self.times, self.layers, order)
+            yield self.env.process(self.forward(f))
+            served.kernels = f.kernels
             served.finish = self.env.now
 
     def _arrive(self, order: int, served: Served):
@@ -156,3 +224,52 @@ class Server:
             self.env.process(self._arrive(order, served))
         self.env.run()
         return Result(requests, self.busy, max((r.finish for r in requests), default=0.0))
+
+
+@dataclass(frozen=True)
+class Segment:
+    """A run of kernels on one device, in program order, that waits only at its start (for
+    the segment before it on its device and for transfers) and sends only at its end."""
+
+    device: int
+    seconds: float
+    after: tuple[int, ...]  # segments it follows (the previous one on its device)
+    receives: tuple[tuple[int, int, int, int], ...]  # (segment, from dev, to dev, bytes)
+
+
+def segments(g: Graph, place: list[int], times: list[list[float]]) -> tuple[
+        list[Segment], list[tuple[int, int, int]]]:
+    """One forward of a layer as segments, and the transfers home at its end: (segment,
+    from dev, bytes). A segment ends after a kernel whose result another device reads and
+    before a kernel that reads a buffer from another device, so an isolated forward runs
+    exactly as kernel by kernel. State inputs are resident; inputs and carried buffers
+    enter from home."""
+    segs: list[dict] = []
+    open_seg: dict[int, int] = {}  # device -> its open segment
+    last_seg: dict[int, int] = {}
+    where: dict[str, int] = {}  # buffer -> the segment that wrote it
+    sent_out = {b for b, s, d, _ in transfers(g, place)}
+    arrived: dict[tuple[str, int], bool] = {}
+    for k, kernel in enumerate(g.kernels):
+        d = place[k]
+        incoming = []
+        for src, b in g.predecessors(k):
+            if b in g.state:
+                continue
+            src_dev = HOME if src is None or b not in where else place[src]
+            if src_dev != d and (b, d) not in arrived:
+                arrived[b, d] = True
+                incoming.append((where.get(b, -1), src_dev, d, g.buffer_bytes[b]))
+        if d not in open_seg or incoming:
+            segs.append({"device": d, "seconds": 0.0,
+                         "after": (last_seg[d],) if d in last_seg else (),
+                         "receives": tuple(incoming)})
+            open_seg[d] = last_seg[d] = len(segs) - 1
+        segs[open_seg[d]]["seconds"] += times[k][d]
+        for b in kernel.writes:
+            where[b] = open_seg[d]
+        if any(b in sent_out for b in kernel.writes):
+            del open_seg[d]  # the next kernel on d starts a new segment
+    home = [(where[b], place[g.source(b)], g.buffer_bytes[b]) for b in g.outputs
+            if g.source(b) is not None and place[g.source(b)] != HOME]
+    return [Segment(**s) for s in segs], home

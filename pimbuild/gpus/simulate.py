@@ -21,22 +21,65 @@ from typing import Any
 
 from omegaconf import DictConfig
 
+from pimbuild.errors import ConfigError
 from pimbuild.gpus import decide
 from pimbuild.stage import Inputs
 
 NAME = "simulate"
 READS = ("extract", "profile", "decide", "reinsert")
+# A model with a prefill phase (model.phases.prefill) is also served: prefill + decode.
+PHASE_READS = {"prefill": ("extract", "profile", "decide")}
 WRITES = ("report.json", "report.md")
 ATTENTION = ("attn", "attention")
 
 
 @dataclass(frozen=True)
+class Serve:
+    output_len: int
+    requests: int
+    arrivals: str
+    rate: float
+    trace: str | None  # absolute path
+    trace_digest: str | None  # the trace file's content, so that an edit rebuilds
+    seed: int
+    depth: int
+    monitor: bool
+    window_s: float
+    beta: float
+    stall_s: float
+
+
+@dataclass(frozen=True)
 class Params:
     decide: decide.Params
+    serve: Serve
 
 
 def params(cfg: DictConfig) -> Params:
-    return Params(decide=decide.params(cfg))
+    return Params(decide=decide.params(cfg), serve=serve_params(cfg))
+
+
+def serve_params(cfg: DictConfig) -> Serve:
+    import hashlib
+
+    from hydra.utils import to_absolute_path
+
+    from pimbuild.gpus.arrivals import ARRIVALS
+
+    s = cfg.serve
+    if s.arrivals not in ARRIVALS:
+        raise ConfigError(f"serve.arrivals={s.arrivals}: choose one of {', '.join(ARRIVALS)}")
+    trace = digest = None
+    if s.arrivals == "trace":
+        if not s.trace:
+            raise ConfigError("serve.arrivals=trace needs serve.trace=<CSV file>")
+        trace = to_absolute_path(s.trace)
+        try:
+            digest = hashlib.sha256(Path(trace).read_bytes()).hexdigest()
+        except OSError as e:
+            raise ConfigError(f"cannot read serve.trace {trace}: {e.strerror}") from None
+    return Serve(s.output_len, s.requests, s.arrivals, s.rate, trace, digest, s.seed, s.depth,
+                 s.monitor, s.window_s, s.beta, s.stall_s)
 
 
 @dataclass(frozen=True)
@@ -128,6 +171,8 @@ def run(inputs: Inputs, p: Params, out: Path) -> None:
               "baselines": base, "speedup_over": speedups,
               "fig2": profile["fig2"],
               "check": json.loads((inputs["reinsert"] / "reinsert.json").read_text())}
+    if "prefill.decide" in inputs:
+        report["serving"] = serving(inputs, p, ctx, placement, unit)
     report["summary"] = summary(report)
     report["sweep_columns"] = {
         unit.label: f"{planned['throughput']:.4g}",
@@ -139,6 +184,62 @@ def run(inputs: Inputs, p: Params, out: Path) -> None:
                           "reference_label": "best single device"}
     (out / "report.json").write_text(json.dumps(report, indent=2) + "\n")
     (out / "report.md").write_text(markdown(report, placement))
+
+
+def serving(inputs: Inputs, p: Params, ctx: Any, placement: dict[str, Any],
+            unit: Unit) -> dict[str, Any]:
+    """Prefill + ``output_len`` decode steps per request: the planned placements of both
+    phases against each device alone, request distribution, PD and AF disaggregation, in the
+    cost model's closed forms (``pimbuild.gpus.workload``) and in the discrete-event serving
+    simulation (``pimbuild.gpus.serving``)."""
+    from pimbuild.gpus import workload
+
+    pre_inputs = inputs.phase("prefill")
+    pre_ctx = decide.context(pre_inputs, p.decide)
+    pre_data = json.loads((pre_inputs["extract"] / "kernels.json").read_text())
+    dec_data = json.loads((inputs["extract"] / "kernels.json").read_text())
+    pre_place = json.loads((pre_inputs["decide"] / "placement.json").read_text())["place"]
+    devices = list(p.decide.profile.target.devices)
+    if len(devices) != 2:
+        return {"skipped": "prefill + decode serving compares pairs of devices"}
+    w = workload.Workload(output_len=p.serve.output_len, batch=unit.tokens)
+    pre = workload.phase(pre_ctx, pre_place, pre_data.get("layers", 1), af_split(pre_ctx))
+    dec = workload.phase(ctx, placement["place"], unit.layers, af_split(ctx))
+    rows = workload.compare(w, pre, dec, [d.key for d in devices],
+                            [d.price_per_hour for d in devices], ctx.link)
+    planned = rows["planned"]["tokens_per_s"]
+    return {"output_len": w.output_len, "batch": w.batch, "rows": rows,
+            "prefill_s": pre.planned, "decode_step_s": dec.planned,
+            "speedup_over": {k: planned / v["tokens_per_s"] for k, v in rows.items()
+                             if k != "planned"},
+            "simulated": simulated(p, (pre_ctx, pre_place, pre_data),
+                                   (ctx, placement["place"], dec_data), devices)}
+
+
+def simulated(p: Params, pre: tuple, dec: tuple, devices: list[Any]) -> dict[str, Any]:
+    """Every system serving the same requests in the discrete-event simulation."""
+    import time
+
+    from pimbuild.gpus import serving
+
+    s = p.serve
+    systems = serving.systems(pre, dec, devices, p.decide.policy,
+                              monitor=s.monitor)
+    requests = serving.requests(s, pre[2].get("prompt", 0))
+    kv = serving.kv_map(pre[2], dec[2])
+    link = pre[0].link
+    monitor = serving.Monitor(s.window_s, s.beta, s.stall_s) if s.monitor else None
+    out = {}
+    for name, system in systems.items():
+        began = time.perf_counter()
+        summary = serving.run(system, requests, kv, link, dec[2].get("tokens", 1), s.depth,
+                              monitor)
+        wall = time.perf_counter() - began
+        out[name] = summary | {"wall_s": wall, "perf_per_dollar": summary["tokens_per_s"]
+                               / system.price_per_hour,
+                               "simulated_per_wall": summary["simulated_s"] / wall}
+    return {"arrivals": s.arrivals, "rate": s.rate, "requests": len(requests),
+            "depth": s.depth, "monitor": s.monitor, "systems": out}
 
 
 def summary(r: dict[str, Any]) -> list[str]:
@@ -155,6 +256,12 @@ def summary(r: dict[str, Any]) -> list[str]:
              f"partitioned program on {r['check']['processes']} processes matches eager "
              f"(max rel. error {r['check']['max_rel_error']:.2g}, "
              f"{r['check']['transfers']} transfers)"]
+    served = r.get("serving", {})
+    if "rows" in served:
+        over = ", ".join(f"{k} {v:.2f}x" for k, v in served["speedup_over"].items())
+        lines.append(f"serving prefill + {served['output_len']} output tokens in batches of "
+                     f"{served['batch']}: {served['rows']['planned']['tokens_per_s']:.4g} "
+                     f"tokens/s; speedup over: {over}")
     solver = r.get("solver", {})
     if solver.get("solver_status") not in (None, "Optimal"):
         lines.append(f"[yellow]placement not proven optimal[/]: HiGHS stopped with "
@@ -164,6 +271,22 @@ def summary(r: dict[str, Any]) -> list[str]:
         lines.append(f"{f2['faster_on_second']}/{f2['kernels']} kernels "
                      f"({f2['share_by_count']:.0%} by count, {f2['share_by_time']:.0%} by time) "
                      f"run faster on {r['devices'][1]} than on {r['devices'][0]}")
+    return lines
+
+
+def serving_markdown(served: dict[str, Any]) -> list[str]:
+    if "rows" not in served:
+        return []
+    lines = ["", f"## Serving: prefill + {served['output_len']} output tokens per request, "
+                 f"decode in batches of {served['batch']} (cost model)", "",
+             "| placement | tokens/s | Perf/$ | speedup of planned |", "|---|---:|---:|---:|"]
+    for name, v in served["rows"].items():
+        over = served["speedup_over"].get(name)
+        note = {"PD disaggregation": f" (prefill on {v.get('prefill_on')}, bound by "
+                                     f"{v.get('bottleneck')})",
+                "AF disaggregation": f" (attention on {v.get('attention_on')})"}.get(name, "")
+        lines.append(f"| {name}{note} | {v['tokens_per_s']:.4g} | {v['perf_per_dollar']:.4g} "
+                     f"| {f'{over:.2f}x' if over else ''} |")
     return lines
 
 
@@ -191,6 +314,7 @@ def markdown(r: dict[str, Any], placement: dict[str, Any]) -> str:
         ovl = f"{v['throughput_overlapped']:.4g}" if "throughput_overlapped" in v else ""
         lines.append(f"| {name} | {v['throughput']:.4g} | {v['perf_per_dollar']:.4g} | "
                      f"{cyc} | {lat} | {ovl} |")
+    lines += serving_markdown(r.get("serving", {}))
     keys = placement["devices"]
     lines += ["", "## Placement", "",
               "| id | kernel | kind | device | " + " | ".join(f"t {k} us" for k in keys) + " |",

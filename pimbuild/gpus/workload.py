@@ -47,3 +47,54 @@ def pd_bottleneck(w: Workload, prefill_s: float, decode_s: float, kv_bytes: int,
     rates = {"prefill": 1 / prefill_s, "decode": w.batch / (w.output_len * decode_s),
              "KV transfer": 1 / link.seconds(kv_bytes)}
     return min(rates, key=rates.get)
+
+
+@dataclass(frozen=True)
+class Phase:
+    """One phase's whole-model costs in seconds: the planned placement's cycle time, each
+    device alone, AF disaggregation both ways round (None without that structure), and the
+    bytes a request's forward leaves as state (a prefill's KV cache)."""
+
+    planned: float
+    alone: list[float]
+    af: list[float] | None
+    state_bytes: int
+
+
+def phase(ctx, place: list[int], layers: int, af: list[int] | None) -> Phase:
+    """``ctx``: a planner's PlanContext; ``af``: the AF split (attention on device 0)."""
+    from pimbuild.gpus.cost import cycle_time
+
+    def cycle(p: list[int]) -> float:
+        return layers * cycle_time(ctx.graph, p, ctx.times, ctx.link, ctx.n_dev,
+                                   ctx.comm_on_device)
+
+    g = ctx.graph
+    state = sum(g.buffer_bytes[b] for b in g.outputs if b not in g.carry.values())
+    return Phase(cycle(place), [layers * sum(row[d] for row in ctx.times)
+                                for d in range(ctx.n_dev)],
+                 [cycle(af), cycle([1 - d for d in af])] if af else None, layers * state)
+
+
+def compare(w: Workload, pre: Phase, dec: Phase, keys: list[str], prices: list[float],
+            link: Link) -> dict[str, dict]:
+    """Output tokens/s and Perf/$ of the planned placements and every baseline serving ``w``
+    on two devices (``keys``, their ``prices``), with the PD split's bottleneck."""
+    total = sum(prices)
+    rows = {"planned": (mixed(w, pre.planned, dec.planned), total)}
+    for d, key in enumerate(keys):
+        rows[f"{key} alone"] = (mixed(w, pre.alone[d], dec.alone[d]), prices[d])
+    rows["request distribution"] = (sum(rows[f"{k} alone"][0] for k in keys), total)
+    ways = [(pd(w, pre.alone[p], dec.alone[1 - p], pre.state_bytes, link), p) for p in (0, 1)]
+    best, p = max(ways)
+    rows["PD disaggregation"] = (best, total)
+    out = {name: {"tokens_per_s": r, "perf_per_dollar": r / price}
+           for name, (r, price) in rows.items()}
+    out["PD disaggregation"] |= {
+        "prefill_on": keys[p], "kv_bytes_per_request": pre.state_bytes,
+        "bottleneck": pd_bottleneck(w, pre.alone[p], dec.alone[1 - p], pre.state_bytes, link)}
+    if pre.af and dec.af:
+        r, i = max((mixed(w, pre.af[i], dec.af[i]), i) for i in (0, 1))
+        out["AF disaggregation"] = {"tokens_per_s": r, "perf_per_dollar": r / total,
+                                    "attention_on": keys[i]}
+    return out

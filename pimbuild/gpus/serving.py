@@ -1,0 +1,433 @@
+"""Serving requests on placed prefill and decode graphs: a discrete-event simulation on
+``pimbuild.gpus.serve``'s engine (simpy), with continuous batching and FluidGPU's online
+monitor (§III-C, §III-D, §V-B; issue 12; docs/design.md §10).
+
+A request arrives, waits for a prefill forward (one request's prompt), which yields its first
+token and its KV cache; the cache moves to the devices that read it in the decode placement.
+Then it joins the decode batch: every decode forward advances each request in it by one
+token (continuous batching: a request joins or leaves the batch between forwards, up to
+``batch`` requests). Up to ``depth`` forwards are in flight at once (FluidGPU's stream pool);
+earlier requests' forwards go first on every device and link (priorities). After every decode
+forward its new keys and values (the graph's ``state`` results) go to every other device
+holding a replica of the cache, as background traffic: lower priority than any forward's
+transfers, and nothing waits for them.
+
+Approximations, stated: a decode forward costs the decode recipe's time at its batch size
+whatever the batch in it (an upper bound when fewer requests decode; at these batch sizes
+decode reads weights, which do not grow with the batch); a prompt of another length than the
+prefill recipe's scales the prefill's kernel times linearly; a forward of ``layers`` identical
+layers is one layer's graph with every kernel and transfer time multiplied by ``layers``
+(``Phase.scale``; tests compare it with layer-by-layer simulation).
+
+The online monitor (``Monitor``): every ``window_s`` it compares the mean latency of the
+requests finished in the window with their mean execution-only latency (prefill critical path
++ decode steps' critical paths, no queueing); above ``beta`` the next forwards use the
+``throughput`` placements, else the ``latency`` ones; every switch stalls every device
+``stall_s``.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+import simpy
+
+from pimbuild.gpus import cost
+from pimbuild.gpus.arrivals import Request
+from pimbuild.gpus.cost import Link
+from pimbuild.gpus.ddg import Graph
+from pimbuild.gpus.serve import Forward, Server, percentile, segments
+
+
+@dataclass(frozen=True)
+class Phase:
+    """A phase's layer graph placed: kernel times, ``layers`` identical layers."""
+
+    graph: Graph
+    place: list[int]
+    times: list[list[float]]
+    layers: int
+    tokens: int = 1  # prompt tokens of a prefill; batch of a decode step
+
+    def forward(self, priority: int, stretch: float = 1.0, collapse: bool = True) -> Forward:
+        if collapse:  # identical layers once, every time x layers
+            return Forward(self.graph, self.place, self.times, 1, priority,
+                           self.layers * stretch)
+        return Forward(self.graph, self.place, self.times, self.layers, priority, stretch)
+
+    def critical_path(self, link: Link, n_dev: int) -> float:
+        return self.layers * cost.critical_path(self.graph, self.place, self.times, link,
+                                                n_dev)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How a system serves: the prefill and decode placements (both on ``n_dev`` devices)."""
+
+    prefill: Phase
+    decode: Phase
+
+    def kv_moves(self, kv: dict[str, str]) -> list[tuple[int, int, int]]:
+        """(from device, to device, bytes) of a prefilled request's KV cache: every prefill
+        state result ``kv`` maps to the decode input it becomes; it goes wherever a decode
+        kernel reads that input, from where the prefill wrote it."""
+        pre, dec = self.prefill, self.decode
+        moves = []
+        for out, cache in kv.items():
+            src = pre.place[pre.graph.producer[out]]
+            size = pre.graph.buffer_bytes[out] * pre.layers
+            for d in sorted({dec.place[r] for r in dec.graph.readers.get(cache, ())}):
+                if d != src:
+                    moves.append((src, d, size))
+        return moves
+
+    def deltas(self) -> list[tuple[int, int, int]]:
+        """(from, to, bytes) of one decode forward's new keys and values to the replicas."""
+        g, place = self.decode.graph, self.decode.place
+        moves = []
+        for cache, out in g.carry.items():
+            if cache not in g.state or out not in g.producer:
+                continue
+            src = place[g.producer[out]]
+            for d in sorted({place[r] for r in g.readers.get(cache, ())}):
+                if d != src:
+                    moves.append((src, d, g.buffer_bytes[out] * self.decode.layers))
+        return moves
+
+
+@dataclass
+class Monitor:
+    window_s: float
+    beta: float
+    stall_s: float
+
+
+@dataclass
+class Tracked:
+    request: Request
+    order: int
+    first_token: float = -1.0
+    finish: float = -1.0
+    generated: int = 0
+    execution_s: float = 0.0  # the request's forwards' critical paths, no queueing
+
+
+@dataclass
+class Outcome:
+    requests: list[Tracked]
+    end: float
+    busy: list[float]
+    forwards: dict[str, int]
+    switches: int
+    breakdown: list[dict[str, float]]  # per device: compute / waiting on comm / idle shares
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def summary(self) -> dict[str, float]:
+        done = [t for t in self.requests if t.finish >= 0]
+        tokens = sum(t.generated for t in done)
+        start = min((t.request.arrival_s for t in self.requests), default=0.0)
+        span = self.end - start
+        ttft = sorted(t.first_token - t.request.arrival_s for t in done)
+        tpot = sorted((t.finish - t.first_token) / (t.generated - 1) for t in done
+                      if t.generated > 1)
+        norm = sorted((t.finish - t.request.arrival_s) / t.generated for t in done)
+        bottleneck = max(range(len(self.busy)), key=self.busy.__getitem__)
+        return {"requests": len(done), "tokens_per_s": tokens / span if span else 0.0,
+                "simulated_s": span, "mean_normalized_latency_s": mean(norm),
+                "p50_normalized_latency_s": percentile(norm, 50),
+                "p99_normalized_latency_s": percentile(norm, 99),
+                "p50_ttft_s": percentile(ttft, 50), "p99_ttft_s": percentile(ttft, 99),
+                "p50_tpot_s": percentile(tpot, 50), "p99_tpot_s": percentile(tpot, 99),
+                "prefills": self.forwards["prefill"], "decode_steps": self.forwards["decode"],
+                "switches": self.switches, "bottleneck_device": bottleneck,
+                **{f"bottleneck_{k}_share": v for k, v in self.breakdown[bottleneck].items()}}
+
+
+def mean(values: list[float]) -> float:
+    return sum(values) / len(values) if values else 0.0
+
+
+class Serving(Server):
+    """Serve ``requests`` with ``plans`` ({"throughput": Plan, "latency": Plan}; one of them
+    without a monitor) on ``n_dev`` devices joined by ``link``."""
+
+    def __init__(self, plans: dict[str, Plan], kv: dict[str, str], link: Link, n_dev: int,
+                 batch: int, depth: int = 8, monitor: Monitor | None = None,
+                 start: str | None = None, collapse_layers: bool = True) -> None:
+        start = start or next(iter(plans))
+        first = plans[start]
+        super().__init__(first.decode.graph, first.decode.place, first.decode.times, link,
+                         n_dev, depth=depth)
+        self.plans, self.kv, self.batch, self.depth = plans, kv, batch, depth
+        self.monitor, self.current, self.collapse = monitor, start, collapse_layers
+        self.intervals = []
+        self.in_flight, self.switches = 0, 0
+        self.forwards = {"prefill": 0, "decode": 0}
+        self.wake = self.env.event()
+        self.segmented: dict[int, tuple] = {}  # id(phase) -> its segments
+
+    def _run(self, phase: Phase, priority: int, stretch: float = 1.0):
+        """One forward of ``phase``: its identical layers once, as segments (or, with
+        ``collapse_layers=False``, layer by layer and kernel by kernel)."""
+        if not self.collapse:
+            return self.forward(phase.forward(priority, stretch, collapse=False))
+        if id(phase) not in self.segmented:
+            self.segmented[id(phase)] = segments(phase.graph, phase.place, phase.times)
+        segs, home = self.segmented[id(phase)]
+        return self.forward_segments(segs, home, priority, phase.layers * stretch)
+
+    # -- the scheduler -------------------------------------------------------------------
+    def _poke(self) -> None:
+        if not self.wake.triggered:
+            self.wake.succeed()
+
+    def _arrival(self, t: Tracked, waiting: deque):
+        yield self.env.timeout(t.request.arrival_s)
+        waiting.append(t)
+        self._poke()
+
+    def _scheduler(self, tracked: list[Tracked], waiting: deque, ready: list[Tracked]):
+        """Launch forwards while fewer than ``depth`` are in flight: a waiting request's
+        prefill while the batch has room, else a decode forward of every request ready."""
+        decoding = 0  # requests past their prefill and not finished
+        finished = 0
+        while finished < len(tracked):
+            while self.in_flight < self.depth:
+                if waiting and decoding < self.batch:
+                    t = waiting.popleft()
+                    decoding += 1
+                    self._launch(self._prefill(t, ready))
+                elif ready:
+                    group = sorted(ready, key=lambda r: r.order)[:self.batch]
+                    for t in group:
+                        ready.remove(t)
+                    self._launch(self._decode(group, ready))
+                else:
+                    break
+            self.wake = self.env.event()
+            yield self.wake
+            now_done = len(self.finished)
+            decoding -= now_done - finished
+            finished = now_done
+
+    def _launch(self, generator) -> None:
+        self.in_flight += 1
+
+        def run():
+            yield self.env.process(generator)
+            self.in_flight -= 1
+            self._poke()
+        self.env.process(run())
+
+    # -- forwards --------------------------------------------------------------------------
+    def _prefill(self, t: Tracked, ready: list[Tracked]):
+        plan = self.plans[self.current]
+        stretch = t.request.input_tokens / plan.prefill.tokens if plan.prefill.tokens else 1.0
+        self.forwards["prefill"] += 1
+        yield self.env.process(self._run(plan.prefill, t.order, stretch))
+        t.execution_s += stretch * plan.prefill.critical_path(self.link, self.n_dev)
+        moves = [self._move(src, dst, size, t.order) for src, dst, size in plan.kv_moves(self.kv)]
+        yield simpy.AllOf(self.env, moves)
+        t.first_token, t.generated = self.env.now, 1
+        self._advance(t, ready)
+
+    def _decode(self, group: list[Tracked], ready: list[Tracked]):
+        plan = self.plans[self.current]
+        order = min(t.order for t in group)
+        self.forwards["decode"] += 1
+        yield self.env.process(self._run(plan.decode, order))
+        step = plan.decode.critical_path(self.link, self.n_dev)
+        for src, dst, size in plan.deltas():  # background: nothing waits for it
+            self._move(src, dst, size, order + BACKGROUND)
+        for t in group:
+            t.generated += 1
+            t.execution_s += step
+            self._advance(t, ready)
+
+    def _advance(self, t: Tracked, ready: list[Tracked]) -> None:
+        if t.generated >= t.request.output_tokens:
+            t.finish = self.env.now
+            self.finished.append(t)
+        else:
+            ready.append(t)
+
+    def _move(self, src: int, dst: int, nbytes: int, priority: int) -> simpy.Event:
+        arrived = self.env.event()
+        self.env.process(self._transfer(nbytes, src, dst, self.env.event().succeed(), arrived,
+                                        1.0, priority))
+        return arrived
+
+    # -- the online monitor ----------------------------------------------------------------
+    def _monitor(self, m: Monitor, total: int):
+        seen = 0
+        while len(self.finished) < total:
+            yield self.env.timeout(m.window_s)
+            window, seen = self.finished[seen:], len(self.finished)
+            if not window:
+                continue
+            latency = mean([t.finish - t.request.arrival_s for t in window])
+            execution = mean([t.execution_s for t in window])
+            want = "throughput" if latency > m.beta * execution else "latency"
+            if want != self.current:
+                self.current = want
+                self.switches += 1
+                for d in range(self.n_dev):
+                    self.env.process(self._stall(d, m.stall_s))
+
+    def _stall(self, d: int, seconds: float):
+        with self.devices[d].request(priority=-1) as gpu:  # ahead of every forward
+            yield gpu
+            yield self.env.timeout(seconds)
+
+    def serve(self, requests: list[Request]) -> Outcome:
+        tracked = [Tracked(r, i) for i, r in enumerate(sorted(requests,
+                                                              key=lambda r: r.arrival_s))]
+        waiting: deque = deque()
+        ready: list[Tracked] = []
+        self.finished: list[Tracked] = []
+        for t in tracked:
+            self.env.process(self._arrival(t, waiting))
+        self.env.process(self._scheduler(tracked, waiting, ready))
+        if self.monitor is not None and len(self.plans) > 1:
+            self.env.process(self._monitor(self.monitor, len(tracked)))
+        self.env.run()
+        end = max((t.finish for t in tracked), default=0.0)
+        return Outcome(tracked, end, self.busy, self.forwards, self.switches,
+                       breakdown(self.intervals, self.n_dev, end))
+
+
+BACKGROUND = 1 << 40  # KV deltas' priority offset: after every forward's own transfers
+
+
+def breakdown(intervals: list[tuple[str, int, int, float, float]], n_dev: int,
+              end: float) -> list[dict[str, float]]:
+    """Per device, shares of [0, end]: computing, waiting on communication (a transfer into
+    or out of it in progress while it computes nothing), idle (the rest)."""
+    out = []
+    for d in range(n_dev):
+        gpu = [(a, b) for kind, x, _, a, b in intervals if kind == "gpu" and x == d]
+        link = [(a, b) for kind, x, y, a, b in intervals if kind == "link" and d in (x, y)]
+        compute = union(gpu)
+        either = union(gpu + link)
+        span = end or 1.0
+        out.append({"compute": compute / span, "comm_wait": (either - compute) / span,
+                    "idle": max(0.0, span - either) / span})
+    return out
+
+
+def union(spans: list[tuple[float, float]]) -> float:
+    """Total length of the union of intervals."""
+    total, reach = 0.0, float("-inf")
+    for a, b in sorted(spans):
+        if b <= reach:
+            continue
+        total += b - max(a, reach)
+        reach = b
+    return total
+
+
+def kv_map(pre_data: dict[str, Any], dec_data: dict[str, Any]) -> dict[str, str]:
+    """Prefill result -> the decode input it becomes (a KV cache): the decode recipe's
+    ``state`` says which of its results feeds which input; the prefill returns the same
+    results in the same positions."""
+    outs = dec_data["outputs"]
+    return {pre_data["outputs"][outs.index(out)]: cache
+            for cache, out in dec_data.get("state", {}).items()}
+
+
+def without_home_results(g: Graph, kept: set[str]) -> Graph:
+    """``g`` whose results in ``kept`` (a prefill's KV cache) stay where they are written."""
+    from dataclasses import replace
+
+    return replace(g, outputs=tuple(o for o in g.outputs if o not in kept))
+
+
+@dataclass(frozen=True)
+class System:
+    """A way to serve: named plans over ``n_dev`` devices, ``replicas`` independent copies
+    sharing the requests round robin (request distribution), the devices' price."""
+
+    plans: dict[str, Plan]
+    n_dev: int
+    price_per_hour: float
+    replicas: list[System] = field(default_factory=list)
+
+
+def run(system: System, requests: list[Request], kv: dict[str, str], link: Link, batch: int,
+        depth: int, monitor: Monitor | None) -> dict[str, float]:
+    """The summary of ``system`` serving ``requests``; replicas each serve every n-th."""
+    if system.replicas:
+        parts = [Serving(r.plans, kv, link, r.n_dev, batch, depth, None)
+                 .serve(requests[i::len(system.replicas)])
+                 for i, r in enumerate(system.replicas)]
+        merged = Outcome([t for p in parts for t in p.requests], max(p.end for p in parts),
+                         [b for p in parts for b in p.busy],
+                         {k: sum(p.forwards[k] for p in parts) for k in ("prefill", "decode")},
+                         0, [b for p in parts for b in p.breakdown])
+        return merged.summary()
+    start = "throughput" if "throughput" in system.plans else next(iter(system.plans))
+    return Serving(system.plans, kv, link, system.n_dev, batch, depth, monitor, start
+                   ).serve(requests).summary()
+
+
+def requests(s: Any, prompt: int) -> list[Request]:
+    """The requests of ``serve`` params ``s``; ``prompt``: the prefill recipe's prompt."""
+    from pathlib import Path
+
+    from pimbuild.gpus import arrivals
+
+    if s.arrivals == "trace":
+        return arrivals.trace(Path(s.trace))
+    if s.arrivals == "offline":
+        return arrivals.offline(s.requests, prompt, s.output_len)
+    return arrivals.poisson(s.rate, s.requests, prompt, s.output_len, s.seed)
+
+
+def _phase(ctx: Any, place: list[int], data: dict[str, Any], device: int | None = None,
+           kept: set[str] = frozenset()) -> Phase:
+    """A planner context's phase; ``device``: that device alone (a one-device graph)."""
+    g = without_home_results(ctx.graph, kept)
+    times = ctx.times if device is None else [[row[device]] for row in ctx.times]
+    return Phase(g, place if device is None else [0] * len(place), times,
+                 data.get("layers", 1), data.get("prompt", 0) or data.get("tokens", 1))
+
+
+def systems(pre: tuple, dec: tuple, devices: list[Any], policy: str, monitor: bool
+            ) -> dict[str, System]:
+    """The planned system (with the other policy's placements for the monitor) and the
+    baselines: each device alone, request distribution, PD (both ways round), AF (both
+    ways round, where the model has attention and other kernels). ``pre``/``dec``: (planner
+    context, planned placement, kernels.json) of the prefill and decode phases."""
+    from pimbuild.gpus import planners
+    from pimbuild.gpus.simulate import af_split
+
+    (pc, pp, pd_), (dc, dp, dd) = pre, dec
+    kept = set(kv_map(pd_, dd))
+    n, price = len(devices), sum(d.price_per_hour for d in devices)
+    plans = {policy: Plan(_phase(pc, pp, pd_, kept=kept), _phase(dc, dp, dd))}
+    other = {"throughput": "latency", "latency": "throughput"}.get(policy)
+    if monitor and other:
+        plans[other] = Plan(_phase(pc, planners.place(other, pc).place, pd_, kept=kept),
+                            _phase(dc, planners.place(other, dc).place, dd))
+    out = {"planned": System(plans, n, price)}
+    alone = {}
+    for d, dev in enumerate(devices):
+        one = Plan(_phase(pc, pp, pd_, d, kept), _phase(dc, dp, dd, d))
+        alone[dev.key] = System({"alone": one}, 1, dev.price_per_hour)
+        out[f"{dev.key} alone"] = alone[dev.key]
+    out["request distribution"] = System({}, n, price, list(alone.values()))
+    if n == 2:
+        for p in range(2):
+            pd_plan = Plan(_phase(pc, [p] * len(pp), pd_, kept=kept),
+                           _phase(dc, [1 - p] * len(dp), dd))
+            out[f"PD (prefill on {devices[p].key})"] = System({"pd": pd_plan}, n, price)
+        af_pre, af_dec = af_split(pc), af_split(dc)
+        if af_pre and af_dec:
+            for p in range(2):
+                flip = (lambda x: x) if p == 0 else (lambda x: [1 - d for d in x])
+                plan = Plan(_phase(pc, flip(af_pre), pd_, kept=kept),
+                            _phase(dc, flip(af_dec), dd))
+                out[f"AF (attention on {devices[p].key})"] = System({"af": plan}, n, price)
+    return out
