@@ -325,7 +325,7 @@ def _alone_s(profile_dir, key: str, layers: int) -> float:
 
 
 def test_a_model_with_a_prefill_phase_is_served_with_pd(run_build) -> None:
-    result = run_build([*GPUS, *TINY_LLAMA3])
+    result = run_build([*GPUS, *TINY_LLAMA3, "serve.requests=30", "serve.rate=2000"])
     phase = {"prefill.lower", "prefill.extract", "prefill.profile", "prefill.decide"}
     assert phase <= set(result.executed)
     pre = json.loads((artifact_dir(result, "prefill.extract") / "kernels.json").read_text())
@@ -343,5 +343,12 @@ def test_a_model_with_a_prefill_phase_is_served_with_pd(run_build) -> None:
     assert pd["tokens_per_s"] == pytest.approx(129 * rate, rel=1e-9)
     # k and v of 2 layers, 8 prompt positions, 2 kv heads of 16, at bf16
     assert pd["kv_bytes_per_request"] == 2 * 2 * 8 * 2 * 16 * 2
-    again = run_build([*GPUS, *TINY_LLAMA3, "serve.output_len=64"])
+    simulated = served["simulated"]["systems"]
+    assert {"planned", "a100 alone", "l40s alone", "request distribution",
+            "PD (prefill on a100)", "PD (prefill on l40s)"} <= set(simulated)
+    assert all(s["requests"] == 30 and s["tokens_per_s"] > 0 for s in simulated.values())
+    # the prompt length came from the prefill recipe; every request got all its tokens
+    assert simulated["planned"]["prefills"] == 30
+    again = run_build([*GPUS, *TINY_LLAMA3, "serve.requests=30", "serve.rate=2000",
+                       "serve.output_len=64"])
     assert again.executed == ["simulate"]

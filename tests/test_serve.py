@@ -103,3 +103,102 @@ def test_summary_percentiles_by_hand() -> None:
     g, times, place = _case(4, n=5)
     s = Server(g, place, times, LINK, 2, depth=2).run([0.0, 0.0, 1e-3]).summary()
     assert s["p50_latency_s"] <= s["p99_latency_s"] and 0 < s["busy_share_0"] <= 1
+
+
+# -- serving: prefill + decode with continuous batching (pimbuild.gpus.serving) -------------
+
+from pimbuild.gpus import serving  # noqa: E402
+from pimbuild.gpus.arrivals import Request, offline, poisson  # noqa: E402
+from pimbuild.gpus.serve import segments  # noqa: E402
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_segments_run_an_isolated_forward_exactly_as_kernel_by_kernel(seed: int) -> None:
+    g, times, place = _case(seed, n=12, carried=seed % 2 == 0)
+    kernelwise = Server(g, place, times, LINK, 2)
+    kernelwise.env.process(kernelwise.forward(serving.Forward(g, place, times)))
+    kernelwise.env.run()
+    segs, home = segments(g, place, times)
+    merged = Server(g, place, times, LINK, 2)
+    merged.env.process(merged.forward_segments(segs, home))
+    merged.env.run()
+    assert merged.env.now == pytest.approx(kernelwise.env.now, rel=1e-12)
+    assert len(segs) <= len(g.kernels)
+
+
+def _plan(seed: int, n_dev: int = 2, layers: int = 3):
+    pre_g, pre_t, pre_p = _case(seed, n=8)
+    dec_g, dec_t, dec_p = _case(seed + 100, n=8, carried=True)
+    if n_dev == 1:
+        pre_p, dec_p = [0] * 8, [0] * 8
+    return serving.Plan(serving.Phase(pre_g, pre_p, pre_t, layers, 100),
+                        serving.Phase(dec_g, dec_p, dec_t, layers, 4))
+
+
+def test_one_request_on_one_device_is_its_prefill_and_decode_steps() -> None:
+    plan = _plan(1, n_dev=1)
+    out = serving.Serving({"one": plan}, {}, LINK, 1, batch=4).serve([Request(0.0, 100, 5)])
+    prefill = 3 * sum(t[0] for t in plan.prefill.times)
+    step = 3 * sum(t[0] for t in plan.decode.times)
+    t = out.requests[0]
+    assert t.first_token == pytest.approx(prefill, rel=1e-12)
+    assert t.finish == pytest.approx(prefill + 4 * step, rel=1e-12)
+    assert out.forwards == {"prefill": 1, "decode": 4}
+
+
+def test_collapsed_layers_equal_layer_by_layer_one_forward_at_a_time() -> None:
+    plan = _plan(2, n_dev=1)
+    reqs = poisson(50.0, 30, 100, 6, seed=3)
+    a = serving.Serving({"p": plan}, {}, LINK, 1, batch=4, depth=1).serve(reqs).summary()
+    b = serving.Serving({"p": plan}, {}, LINK, 1, batch=4, depth=1, collapse_layers=False
+                        ).serve(reqs).summary()
+    for key in ("tokens_per_s", "p99_ttft_s", "p50_tpot_s", "mean_normalized_latency_s"):
+        assert a[key] == pytest.approx(b[key], rel=1e-9), key
+
+
+def test_collapsed_layers_stay_close_to_layer_by_layer_when_pipelined() -> None:
+    """Pipelined on two devices the granularity of interleaving differs (a segment of L
+    layers against single kernels), so the two agree closely, not exactly."""
+    plan = _plan(7)
+    reqs = offline(60, 100, 6)
+    a = serving.Serving({"p": plan}, {}, LINK, 2, batch=4, depth=8).serve(reqs).summary()
+    b = serving.Serving({"p": plan}, {}, LINK, 2, batch=4, depth=8, collapse_layers=False
+                        ).serve(reqs).summary()
+    assert a["tokens_per_s"] == pytest.approx(b["tokens_per_s"], rel=0.05)
+
+
+def test_every_request_is_served_once_with_all_its_tokens() -> None:
+    plan = _plan(3)
+    reqs = [Request(r.arrival_s, 100, 1 + i % 7)
+            for i, r in enumerate(poisson(400.0, 120, 100, 1, seed=5))]
+    out = serving.Serving({"p": plan}, {}, LINK, 2, batch=8, depth=4).serve(reqs)
+    assert len(out.requests) == 120
+    assert all(t.generated == t.request.output_tokens and t.finish >= t.first_token
+               >= t.request.arrival_s for t in out.requests)
+    assert out.forwards["prefill"] == 120
+    # every decode forward advances at most `batch` requests one token each
+    assert out.forwards["decode"] * 8 >= sum(t.generated - 1 for t in out.requests)
+    shares = out.breakdown[0]
+    assert sum(shares.values()) == pytest.approx(1.0)
+
+
+def test_the_same_seed_gives_the_same_serving() -> None:
+    plan = _plan(4)
+    runs = [serving.Serving({"p": plan}, {}, LINK, 2, batch=4).serve(
+        poisson(300.0, 60, 100, 5, seed=9)).summary() for _ in range(2)]
+    assert runs[0] == runs[1]
+
+
+def test_the_monitor_switches_to_throughput_under_load_and_back() -> None:
+    fast, slow = _plan(5), _plan(6)
+    plans = {"throughput": fast, "latency": slow}
+    monitor = serving.Monitor(window_s=2e-3, beta=1.5, stall_s=1e-4)
+    loaded = serving.Serving(plans, {}, LINK, 2, batch=4, monitor=monitor, start="latency"
+                             ).serve(offline(200, 100, 4))
+    assert loaded.switches >= 1
+    idle = serving.Serving(plans, {}, LINK, 2, batch=4, monitor=monitor, start="throughput")
+    idle.serve(poisson(20.0, 40, 100, 4, seed=2))
+    assert idle.current == "latency" and idle.switches >= 1
+    never = serving.Serving(plans, {}, LINK, 2, batch=4, monitor=serving.Monitor(
+        2e-3, 1e9, 1e-4), start="latency").serve(offline(200, 100, 4))
+    assert never.switches == 0
