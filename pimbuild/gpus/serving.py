@@ -431,3 +431,21 @@ def systems(pre: tuple, dec: tuple, devices: list[Any], policy: str, monitor: bo
                             _phase(dc, flip(af_dec), dd))
                 out[f"AF (attention on {devices[p].key})"] = System({"af": plan}, n, price)
     return out
+
+
+def max_rate(system: System, prompt: int, output_len: int, slo_s_per_token: float,
+             kv: dict[str, str], link: Link, batch: int, depth: int,
+             monitor: Monitor | None, n: int = 100, steps: int = 7, seed: int = 0) -> float:
+    """The highest Poisson rate (requests/s) at which ``n`` requests' mean normalized latency
+    stays within ``slo_s_per_token``: bisection between 0 and 1.2x the offline throughput
+    (0 when even an idle system misses the SLO)."""
+    from pimbuild.gpus.arrivals import offline, poisson
+
+    full = run(system, offline(n, prompt, output_len), kv, link, batch, depth, monitor)
+    lo, hi = 0.0, 1.2 * full["tokens_per_s"] / output_len
+    for _ in range(steps):
+        mid = (lo + hi) / 2
+        got = run(system, poisson(mid, n, prompt, output_len, seed), kv, link, batch, depth,
+                  monitor)
+        lo, hi = (mid, hi) if got["mean_normalized_latency_s"] <= slo_s_per_token else (lo, mid)
+    return lo

@@ -36,6 +36,7 @@ ATTENTION = ("attn", "attention")
 @dataclass(frozen=True)
 class Serve:
     output_len: int
+    slo_s_per_token: float
     requests: int
     arrivals: str
     rate: float
@@ -78,8 +79,8 @@ def serve_params(cfg: DictConfig) -> Serve:
             digest = hashlib.sha256(Path(trace).read_bytes()).hexdigest()
         except OSError as e:
             raise ConfigError(f"cannot read serve.trace {trace}: {e.strerror}") from None
-    return Serve(s.output_len, s.requests, s.arrivals, s.rate, trace, digest, s.seed, s.depth,
-                 s.monitor, s.window_s, s.beta, s.stall_s)
+    return Serve(s.output_len, s.slo_s_per_token, s.requests, s.arrivals, s.rate, trace,
+                 digest, s.seed, s.depth, s.monitor, s.window_s, s.beta, s.stall_s)
 
 
 @dataclass(frozen=True)
@@ -238,8 +239,20 @@ def simulated(p: Params, pre: tuple, dec: tuple, devices: list[Any]) -> dict[str
         out[name] = summary | {"wall_s": wall, "perf_per_dollar": summary["tokens_per_s"]
                                / system.price_per_hour,
                                "simulated_per_wall": summary["simulated_s"] / wall}
+    # the highest rate within the SLO: the planned system, the better PD and AF
+    best = {"planned": "planned"}
+    for kind in ("PD", "AF"):
+        ways = [k for k in out if k.startswith(kind)]
+        if ways:
+            best[kind] = max(ways, key=lambda k: out[k]["tokens_per_s"])
+    slo = {kind: {"system": name, "max_rate_per_s": serving.max_rate(
+        systems[name], pre[2].get("prompt", 0), s.output_len, s.slo_s_per_token, kv, link,
+        dec[2].get("tokens", 1), s.depth, monitor, n=min(s.requests, 50), steps=6,
+        seed=s.seed)}
+        for kind, name in best.items()}
     return {"arrivals": s.arrivals, "rate": s.rate, "requests": len(requests),
-            "depth": s.depth, "monitor": s.monitor, "systems": out}
+            "depth": s.depth, "monitor": s.monitor, "systems": out,
+            "slo_s_per_token": s.slo_s_per_token, "max_rate": slo}
 
 
 def summary(r: dict[str, Any]) -> list[str]:
@@ -262,6 +275,17 @@ def summary(r: dict[str, Any]) -> list[str]:
         lines.append(f"serving prefill + {served['output_len']} output tokens in batches of "
                      f"{served['batch']}: {served['rows']['planned']['tokens_per_s']:.4g} "
                      f"tokens/s; speedup over: {over}")
+        sim = served.get("simulated")
+        if sim:
+            pl = sim["systems"]["planned"]
+            rates = ", ".join(f"{k} {m['max_rate_per_s']:.3g}/s"
+                              for k, m in sim["max_rate"].items())
+            lines.append(f"serving simulation ({sim['requests']} requests, {sim['arrivals']}): "
+                         f"{pl['tokens_per_s']:.4g} tokens/s, TTFT P99 "
+                         f"{pl['p99_ttft_s'] * 1e3:.3g} ms, TPOT P99 "
+                         f"{pl['p99_tpot_s'] * 1e3:.3g} ms, {pl['switches']} monitor switch(es);"
+                         f" highest rate within {sim['slo_s_per_token'] * 1e3:g} ms/token: "
+                         f"{rates}")
     solver = r.get("solver", {})
     if solver.get("solver_status") not in (None, "Optimal"):
         lines.append(f"[yellow]placement not proven optimal[/]: HiGHS stopped with "
@@ -287,6 +311,28 @@ def serving_markdown(served: dict[str, Any]) -> list[str]:
                 "AF disaggregation": f" (attention on {v.get('attention_on')})"}.get(name, "")
         lines.append(f"| {name}{note} | {v['tokens_per_s']:.4g} | {v['perf_per_dollar']:.4g} "
                      f"| {f'{over:.2f}x' if over else ''} |")
+    sim = served.get("simulated")
+    if not sim:
+        return lines
+    lines += ["", f"## Serving simulation: {sim['requests']} requests, arrivals "
+                  f"{sim['arrivals']} (rate {sim['rate']}/s), depth {sim['depth']}, monitor "
+                  f"{'on' if sim['monitor'] else 'off'}", "",
+              "| system | tokens/s | Perf/$ | norm. latency ms (mean / P99) | TTFT ms P50 / P99 "
+              "| TPOT ms P50 / P99 | bottleneck compute / comm wait / idle | switches | "
+              "simulated s / wall s |", "|---|---:|---:|---:|---:|---:|---|---:|---:|"]
+    for name, v in sim["systems"].items():
+        lines.append(
+            f"| {name} | {v['tokens_per_s']:.4g} | {v['perf_per_dollar']:.4g} | "
+            f"{v['mean_normalized_latency_s'] * 1e3:.3g} / "
+            f"{v['p99_normalized_latency_s'] * 1e3:.3g} | {v['p50_ttft_s'] * 1e3:.3g} / "
+            f"{v['p99_ttft_s'] * 1e3:.3g} | {v['p50_tpot_s'] * 1e3:.3g} / "
+            f"{v['p99_tpot_s'] * 1e3:.3g} | {v['bottleneck_compute_share']:.0%} / "
+            f"{v['bottleneck_comm_wait_share']:.0%} / {v['bottleneck_idle_share']:.0%} | "
+            f"{v['switches']} | {v['simulated_per_wall']:.3g} |")
+    lines += ["", f"Highest Poisson rate with mean normalized latency within "
+                  f"{sim['slo_s_per_token'] * 1e3:g} ms/token: " + ", ".join(
+                      f"{m['system']} {m['max_rate_per_s']:.3g} requests/s"
+                      for m in sim["max_rate"].values())]
     return lines
 
 
