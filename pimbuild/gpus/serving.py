@@ -5,8 +5,10 @@ monitor (§III-C, §III-D, §V-B; issue 12; docs/design.md §10).
 A request arrives, waits for a prefill forward (one request's prompt), which yields its first
 token and its KV cache; the cache moves to the devices that read it in the decode placement.
 Then it joins the decode batch: every decode forward advances each request in it by one
-token (continuous batching: a request joins or leaves the batch between forwards, up to
-``batch`` requests). Up to ``depth`` forwards are in flight at once (FluidGPU's stream pool);
+token (continuous batching: a request joins or leaves a batch between forwards, up to
+``batch`` requests; up to ``batch x depth`` requests are admitted, so that ``depth`` full
+batches can be in the pipeline). Up to ``depth`` forwards are in flight at once (FluidGPU's
+stream pool);
 earlier requests' forwards go first on every device and link (priorities). After every decode
 forward its new keys and values (the graph's ``state`` results) go to every other device
 holding a replica of the cache, as background traffic: lower priority than any forward's
@@ -164,6 +166,7 @@ class Serving(Server):
         self.monitor, self.current, self.collapse = monitor, start, collapse_layers
         self.intervals = []
         self.in_flight, self.switches = 0, 0
+        self.decoding = 0  # decode forwards in flight
         self.forwards = {"prefill": 0, "decode": 0}
         self.wake = self.env.event()
         self.segmented: dict[int, tuple] = {}  # id(phase) -> its segments
@@ -189,17 +192,18 @@ class Serving(Server):
         self._poke()
 
     def _scheduler(self, tracked: list[Tracked], waiting: deque, ready: list[Tracked]):
-        """Launch forwards while fewer than ``depth`` are in flight: a waiting request's
-        prefill while the batch has room, else a decode forward of every request ready."""
-        decoding = 0  # requests past their prefill and not finished
-        finished = 0
+        """Launch forwards while fewer than ``depth`` are in flight. Up to ``batch x depth``
+        requests are admitted at once (the pipeline holds ``depth`` full decode batches). A
+        waiting request's prefill goes first while there is room; a decode forward takes the
+        ``batch`` earliest ready requests once that many are ready, or whatever is ready
+        when no decode forward is in flight (a lightly loaded system still progresses)."""
+        admitted = finished = 0
         while finished < len(tracked):
             while self.in_flight < self.depth:
-                if waiting and decoding < self.batch:
-                    t = waiting.popleft()
-                    decoding += 1
-                    self._launch(self._prefill(t, ready))
-                elif ready:
+                if waiting and admitted < self.batch * self.depth:
+                    admitted += 1
+                    self._launch(self._prefill(waiting.popleft(), ready))
+                elif len(ready) >= self.batch or (ready and not self.decoding):
                     group = sorted(ready, key=lambda r: r.order)[:self.batch]
                     for t in group:
                         ready.remove(t)
@@ -208,9 +212,8 @@ class Serving(Server):
                     break
             self.wake = self.env.event()
             yield self.wake
-            now_done = len(self.finished)
-            decoding -= now_done - finished
-            finished = now_done
+            admitted -= len(self.finished) - finished
+            finished = len(self.finished)
 
     def _launch(self, generator) -> None:
         self.in_flight += 1
@@ -237,7 +240,9 @@ class Serving(Server):
         plan = self.plans[self.current]
         order = min(t.order for t in group)
         self.forwards["decode"] += 1
+        self.decoding += 1
         yield self.env.process(self._run(plan.decode, order))
+        self.decoding -= 1
         step = plan.decode.critical_path(self.link, self.n_dev)
         for src, dst, size in plan.deltas():  # background: nothing waits for it
             self._move(src, dst, size, order + BACKGROUND)
