@@ -62,3 +62,19 @@ def test_parallel_sweep_with_joblib_shares_one_store(tmp_path: Path) -> None:
     assert second.returncode == 0, second.stdout + second.stderr
     assert all(job["executed"] == [] for job in _jobs(tmp_path / "sweep2").values())
     assert not list((tmp_path / "outputs" / "artifacts").glob("**/.tmp-*"))
+
+
+@pytest.mark.slow
+def test_a_monitor_sweep_is_one_table_and_rebuilds_only_simulate(tmp_path: Path) -> None:
+    from tests.test_gpus import TINY_LLAMA3
+
+    args = ["-m", "system=gpus", *TINY_LLAMA3, "serve.requests=20", "serve.rate=3000",
+            "serve.beta=1.01,1000", "serve.window_s=0.001", f"hydra.sweep.dir={tmp_path / 's'}"]
+    done = run_cli(args, cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    jobs = _jobs(tmp_path / "s")
+    assert len(jobs) == 2
+    second = next(job for name, job in jobs.items() if name.startswith("1_"))
+    assert second["executed"] == ["simulate"]
+    table = (tmp_path / "s" / "sweep_summary.md").read_text()
+    assert "switches" in table and "serve.beta=1000" in table

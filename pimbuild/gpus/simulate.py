@@ -179,7 +179,8 @@ def run(inputs: Inputs, p: Params, out: Path) -> None:
         unit.label: f"{planned['throughput']:.4g}",
         "Perf/$": f"{planned['perf_per_dollar']:.4g}",
         **{f"x {k}": f"{v:.2f}" for k, v in speedups.items() if not k.endswith(" alone")},
-        "solve s": f"{placement['solve_s']:.3g}"}
+        "solve s": f"{placement['solve_s']:.3g}",
+        **serving_columns(report.get("serving", {}))}
     report["headline"] = {"label": unit.label, "value": planned["throughput"],
                           "reference": best_single["throughput"],
                           "reference_label": "best single device"}
@@ -253,6 +254,19 @@ def simulated(p: Params, pre: tuple, dec: tuple, devices: list[Any]) -> dict[str
     return {"arrivals": s.arrivals, "rate": s.rate, "requests": len(requests),
             "depth": s.depth, "monitor": s.monitor, "systems": out,
             "slo_s_per_token": s.slo_s_per_token, "max_rate": slo}
+
+
+def serving_columns(served: dict[str, Any]) -> dict[str, str]:
+    """The serving simulation's numbers for a sweep's combined table (W / beta sweeps)."""
+    sim = served.get("simulated")
+    if not sim:
+        return {}
+    pl = sim["systems"]["planned"]
+    return {"served tokens/s": f"{pl['tokens_per_s']:.4g}",
+            "ms/token": f"{pl['mean_normalized_latency_s'] * 1e3:.3g}",
+            "TTFT P99 ms": f"{pl['p99_ttft_s'] * 1e3:.3g}",
+            "TPOT P99 ms": f"{pl['p99_tpot_s'] * 1e3:.3g}", "switches": str(pl["switches"]),
+            "max rate /s": f"{sim['max_rate']['planned']['max_rate_per_s']:.3g}"}
 
 
 def summary(r: dict[str, Any]) -> list[str]:
