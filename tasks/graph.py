@@ -87,9 +87,12 @@ def needed(targets: list[str], system: str = "pim") -> list[str]:
     return [s for s in STAGES if s in wanted]
 
 
-def key(stage: str, params: Any, inputs: dict[str, str]) -> str:
-    """The artifact key: the stage, exactly its Params, its input keys, the code version."""
-    return artifact_key(stage, dataclasses.asdict(params), inputs)
+def key(stage: str, params: Any, inputs: dict[str, str], module: str = "") -> str:
+    """The artifact key: the stage and the module implementing it (two targets' ``extract``
+    stages with equal Params and inputs write different files), exactly its Params, its
+    input keys, the code version."""
+    return artifact_key(f"{stage}@{module}" if module else stage, dataclasses.asdict(params),
+                        inputs)
 
 
 def phase_config(cfg: DictConfig, phase: str) -> DictConfig | None:
@@ -147,7 +150,7 @@ def _plan(cfg: DictConfig, targets: list[str], phase: str, system: str, store: S
                           for d in wanted}
         keys = {d: a.key for d, a in reads.items()}
         name = named(stage)
-        artifact = store.artifact(name, key(stage, params[stage], keys))
+        artifact = store.artifact(name, key(stage, params[stage], keys, module.__name__))
         inputs = Inputs(dirs={d: a.dir for d, a in reads.items()}, keys=keys, store=store,
                         failure_dir=failure_dir / name)
         tasks[name] = StageTask(name, system, artifact, inputs, tuple(reads.values()),

@@ -352,3 +352,13 @@ def test_a_model_with_a_prefill_phase_is_served_with_pd(run_build) -> None:
     again = run_build([*GPUS, *TINY_LLAMA3, "serve.requests=30", "serve.rate=2000",
                        "serve.output_len=64"])
     assert again.executed == ["simulate"]
+
+
+def test_both_targets_build_one_model_in_one_store(run_build) -> None:
+    """The GPU target's extract takes the loop-nest extract's Params: the module must still
+    tell their artifacts apart (they write different files)."""
+    pim = run_build(["model=relu", "model.size.n=4096", "targets=[extract]"])
+    gpus = run_build([*GPUS, "model=relu", "model.size.n=4096", "targets=[extract]"])
+    assert artifact_dir(pim, "extract") != artifact_dir(gpus, "extract")
+    assert (artifact_dir(gpus, "extract") / "kernels.json").is_file()
+    assert (artifact_dir(pim, "extract") / "candidates.json").is_file()
