@@ -63,13 +63,26 @@ def build_recipe(p: ModelParams) -> recipes.Recipe:
     return recipe
 
 
-def eager(p: ModelParams, recipe: recipes.Recipe) -> list[torch.Tensor]:
-    """Run the model in PyTorch eager mode; a forward that raises is a RecipeError."""
+def eager(p: ModelParams, recipe: recipes.Recipe, layout: list[str | None] | None = None
+          ) -> list[torch.Tensor]:
+    """Run the model in PyTorch eager mode; a forward that raises is a RecipeError. Buffers
+    the forward writes in place are restored afterwards, so that the module keeps the state
+    the lowered program starts from. ``layout`` (``mutation_layout``): the lowered program's
+    results in order, a written buffer's name or None for the next output of the forward;
+    its written buffers' new values are returned in their places."""
+    module = recipe.module
+    before = {name: (b, b.clone()) for name, b in module.named_buffers()}
     try:
         with torch.no_grad():
-            out = recipe.module(*recipe.inputs.values())
+            out = module(*recipe.inputs.values())
     except Exception as e:  # the user's forward may raise anything
         raise RecipeError(f"the forward of model '{p.name}' raised {first_line(e)}") from None
+    finally:
+        after = {name: b.detach().clone() for name, b in module.named_buffers()}
+        with torch.no_grad():
+            for name, (tensor, saved) in before.items():
+                tensor.copy_(saved)
+                _set_attribute(module, name, tensor)
     outputs = list(out) if isinstance(out, (tuple, list)) else [out]
     for i, o in enumerate(outputs):
         if any(o is earlier for earlier in outputs[:i]):
@@ -83,7 +96,43 @@ def eager(p: ModelParams, recipe: recipes.Recipe) -> list[torch.Tensor]:
             raise RecipeError(f"model '{p.name}': output {i} has dtype {dtype}, which the "
                               f"lowered program cannot return (supported: "
                               f"{', '.join(NP_DTYPES)})")
-    return outputs
+    if layout is None:
+        return outputs
+    user = iter(outputs)
+    return [after[slot] if slot is not None else next(user) for slot in layout]
+
+
+def _set_attribute(module: torch.nn.Module, path: str, tensor: torch.Tensor) -> None:
+    """Put back a buffer a forward replaced by assignment (``self.cache = ...``)."""
+    *parents, leaf = path.split(".")
+    owner = functools.reduce(getattr, parents, module)
+    if owner._buffers.get(leaf) is not tensor:
+        owner._buffers[leaf] = tensor
+
+
+def mutation_layout(p: ModelParams, prog: ExportedProgram, input_names: list[str]
+                    ) -> list[str | None]:
+    """The exported program's results in order: the name of a buffer the forward writes in
+    place (torch.export returns its new value, and pimbuild treats it as state the next
+    forward reads), None for an output of the forward. A forward that writes one of its
+    inputs in place is refused: the lowered program never writes its arguments."""
+    names = dict(zip(prog.graph_signature.user_inputs, input_names, strict=False))
+    layout = []
+    for spec in prog.graph_signature.output_specs:
+        kind = spec.kind.name
+        if kind == "BUFFER_MUTATION":
+            layout.append(spec.target)
+        elif kind == "USER_OUTPUT":
+            layout.append(None)
+        elif kind == "USER_INPUT_MUTATION":
+            name = names.get(spec.target, spec.target)
+            raise RecipeError(f"model '{p.name}': the forward writes its input '{name}' in "
+                              f"place; clone it first (the lowered program does not write "
+                              f"its arguments)")
+        else:
+            raise RecipeError(f"model '{p.name}': the exported program has a result of kind "
+                              f"{kind}, which pimbuild cannot lower")
+    return layout
 
 
 def export(p: ModelParams, recipe: recipes.Recipe) -> ExportedProgram:
@@ -139,8 +188,13 @@ def annotate_sources(gm: torch.fx.GraphModule) -> None:
 
 
 def signature(prog: ExportedProgram, recipe: recipes.Recipe, outputs: list[torch.Tensor],
-              weights: str) -> dict[str, Any]:
-    """The lowered function's arguments in order, each with where its value comes from."""
+              weights: str, layout: list[str | None] | None = None) -> dict[str, Any]:
+    """The lowered function's arguments in order, each with where its value comes from; its
+    results (``outputs``, in ``layout``'s order); the state it carries to the next forward:
+    the recipe's ``state`` and every buffer the forward writes in place (by name, the index
+    of the result holding its new value: found by torch.export, not declared)."""
+    layout = layout or [None] * len(outputs)
+    written = {slot: i for i, slot in enumerate(layout) if slot is not None}
     sig = prog.graph_signature
     user = dict(zip(sig.user_inputs, recipe.inputs, strict=True))
     args = []
@@ -160,7 +214,18 @@ def signature(prog: ExportedProgram, recipe: recipes.Recipe, outputs: list[torch
     return {"function": FUNC_NAME, "args": args, "outputs": outs, "layers": recipe.layers,
             "tokens": recipe.tokens, "unit": recipe.unit,
             "forwards_per_request": recipe.forwards_per_request, "prompt": recipe.prompt,
-            "carry": dict(recipe.carry), "state": dict(recipe.state)}
+            "carry": {k: _shifted(v, layout) for k, v in recipe.carry.items()},
+            "state": {**{k: _shifted(v, layout) for k, v in recipe.state.items()}, **written},
+            "mutations": written}
+
+
+def _shifted(user_index: int, layout: list[str | None]) -> int:
+    """The index among all results of the forward's output ``user_index``."""
+    user = [i for i, slot in enumerate(layout) if slot is None]
+    if not 0 <= user_index < len(user):
+        raise RecipeError(f"the recipe's carry or state names output {user_index}, but the "
+                          f"forward returns {len(user)} output(s)")
+    return user[user_index]
 
 
 def import_program(prog: ExportedProgram, weights: str):
@@ -192,7 +257,10 @@ def materialize(p: ModelParams, sig: dict[str, Any]) -> tuple[list[np.ndarray], 
 def _materialize(p: ModelParams, sig: dict[str, Any]
                  ) -> tuple[list[np.ndarray], list[np.ndarray]]:
     recipe = build_recipe(p)
-    expected = [o.detach().numpy() for o in eager(p, recipe)]
+    layout = [None] * len(sig["outputs"])
+    for name, i in sig.get("mutations", {}).items():
+        layout[i] = name
+    expected = [o.detach().numpy() for o in eager(p, recipe, layout)]
     values = []
     for arg in sig["args"]:
         tensor = (recipe.inputs[arg["source"]] if arg["kind"] == "input"

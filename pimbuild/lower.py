@@ -99,6 +99,9 @@ def lower(p: Params, out: Path, failure_dir: Path) -> None:
     recipe = frontend.build_recipe(p.model)
     outputs = frontend.eager(p.model, recipe)
     prog = frontend.export(p.model, recipe)
+    layout = frontend.mutation_layout(p.model, prog, list(recipe.inputs))
+    if any(slot is not None for slot in layout):  # written buffers are results too
+        outputs = frontend.eager(p.model, recipe, layout)
     frontend.annotate_sources(prog.graph_module)
     try:
         module = frontend.import_program(prog, p.weights)
@@ -117,5 +120,5 @@ def lower(p: Params, out: Path, failure_dir: Path) -> None:
     to_scf = mlir.TM_TENSOR_TO_SCF if mlir.has_dialect(module, "tm_tensor") else mlir.LINALG_TO_SCF
     mlir.run_pipeline(module, to_scf, stage=NAME, failure_dir=failure_dir)
     mlir.write_ir(module, out / "scf.mlir")
-    sig = frontend.signature(prog, recipe, outputs, p.weights)
+    sig = frontend.signature(prog, recipe, outputs, p.weights, layout)
     (out / "signature.json").write_text(json.dumps(sig, indent=2) + "\n")

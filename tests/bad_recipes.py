@@ -62,3 +62,11 @@ def same_output_twice(n: int = 8) -> Recipe:
         y = torch.relu(x)
         return y, y
     return Recipe(_Fn(fn), {"x": torch.randn(n)})
+
+
+def writes_its_input(n: int = 8) -> Recipe:
+    """Scales its input in place (the lowered program never writes its arguments)."""
+    def fn(x):
+        x.mul_(2)
+        return x + 1
+    return Recipe(_Fn(fn), {"x": torch.randn(n)})

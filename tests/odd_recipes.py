@@ -68,3 +68,23 @@ def sorted_values(n: int = 64) -> Recipe:
 def output_slices(n: int = 64) -> Recipe:
     """Results that are slices (views) of one computed tensor."""
     return Recipe(_Fn(lambda x: tuple((x * 2).view(4, -1).unbind(0)[1:3])), {"x": torch.randn(n)})
+
+
+class _Cache(nn.Module):
+    """A decode step with its KV cache as a module buffer it updates in place: torch.export
+    turns the write into a result that replaces the buffer (a cross-iteration dependency the
+    recipe does not declare)."""
+
+    def __init__(self, n: int, slots: int) -> None:
+        super().__init__()
+        self.proj = nn.Linear(n, n)
+        self.register_buffer("cache", torch.randn(1, slots, n))
+
+    def forward(self, x, pos):
+        k = self.proj(x)
+        self.cache.index_copy_(1, pos, k)
+        return torch.softmax(self.cache.sum(-1), -1) + x.mean()
+
+
+def cached_step(n: int = 16, slots: int = 8) -> Recipe:
+    return Recipe(_Cache(n, slots), {"x": torch.randn(1, 1, n), "pos": torch.tensor([3])})

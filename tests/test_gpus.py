@@ -221,7 +221,7 @@ def alternate():
 
 @pytest.mark.parametrize("recipe", ["mixed_dtypes", "tensor_constant", "empty_output",
                                     "with_nan", "only_empty", "running_sum", "scatter_rows",
-                                    "sorted_values", "output_slices"])
+                                    "sorted_values", "output_slices", "cached_step"])
 def test_odd_models_run_partitioned(run_build, alternate: str, recipe: str) -> None:
     """Outputs of every dtype, NaN, empty tensors, constants, TMTensor ops and results that
     are slices of one tensor all go through the GPU pipeline split over two processes."""
@@ -362,3 +362,20 @@ def test_both_targets_build_one_model_in_one_store(run_build) -> None:
     assert artifact_dir(pim, "extract") != artifact_dir(gpus, "extract")
     assert (artifact_dir(gpus, "extract") / "kernels.json").is_file()
     assert (artifact_dir(pim, "extract") / "candidates.json").is_file()
+
+
+def test_a_buffer_written_in_place_is_found_as_state(run_build) -> None:
+    """A KV cache kept as a module buffer and written in place: torch.export returns its new
+    value, and the GPU target takes it as the state the next forward reads (the recipe
+    declares nothing); the multi-process run checks the written cache against eager."""
+    result = run_build([*GPUS, "model=relu", "model.recipe=tests.odd_recipes:cached_step",
+                        "model.size={n:16}"])
+    sig = json.loads((artifact_dir(result, "lower") / "signature.json").read_text())
+    assert sig["mutations"] == {"cache": 0} and sig["state"] == {"cache": 0}
+    data = json.loads((artifact_dir(result, "extract") / "kernels.json").read_text())
+    cache_arg = next(f"arg{i}" for i, a in enumerate(sig["args"]) if a["source"] == "cache")
+    assert data["state"] == {cache_arg: data["outputs"][0]}
+    graph = ddg.build(data, 1)
+    assert cache_arg in graph.state and cache_arg in graph.buffer_bytes
+    check = json.loads((artifact_dir(result, "reinsert") / "reinsert.json").read_text())
+    assert check["max_rel_error"] <= check["rtol"]

@@ -8,8 +8,11 @@ results live on the *home* device (device 0, where requests enter), except what 
 declares: a result *carried* to the next layer's readers of an input (``Recipe.carry``, the
 hidden state of a stack of ``layers > 1`` identical layers) and a result that is the *state*
 the same layer's next forward reads (``Recipe.state``: the new keys and values appended to
-every KV-cache replica, a recurrent state): FluidGPU's cross-iteration dependencies. The
-recipe declares both, rather than pimbuild discovering them by lowering two steps.
+every KV-cache replica, a recurrent state): FluidGPU's cross-iteration dependencies. A
+model that keeps its state in a module buffer and writes it in place needs to declare
+nothing: torch.export's functionalization returns the buffer's new value as a result, and
+the frontend records it as state (``frontend.mutation_layout``); a model that passes its
+cache as inputs and outputs declares the pairs in its recipe.
 
 A transfer is one buffer sent once to one device that reads it (``transfers``), not one per
 reading kernel: the receiving worker keeps it for all its readers.
@@ -87,9 +90,10 @@ def build(data: dict[str, Any], layers: int = 1, float_scale: float = 1.0) -> Gr
     kernels = tuple(Kernel(k["id"], display(k), k["kind"], k["flops"], scaled(k["reads"]),
                            scaled(k["writes"]), k["source_module"], k.get("source_node", ""))
                     for k in data["kernels"])
+    carried_in = set(data.get("state", {})) | set(data.get("carry", {}))
     params = {b for b, info in data["buffers"].items()
-              if info.get("role") in ("parameter", "buffer", "constant")
-              or b.startswith("const")}
+              if (info.get("role") in ("parameter", "buffer", "constant")
+                  or b.startswith("const")) and b not in carried_in}
     producer: dict[str, int] = {}
     readers: dict[str, list[int]] = {}
     for k in kernels:

@@ -25,13 +25,16 @@ def run(inputs: Inputs, p: Params, out: Path) -> None:
     lower = inputs["lower"]
     signature = json.loads((lower / "signature.json").read_text())
     result = kernels.analyze(lower / "linalg.mlir", signature)
+    # the forward's inputs and the buffers it writes in place (state), by source name
+    written = signature.get("mutations", {})
     inputs = {a["source"]: f"arg{i}" for i, a in enumerate(signature["args"])
-              if a["kind"] == "input"}
+              if a["kind"] == "input" or a["source"] in written}
     outputs = result["outputs"]
     result.update({key: signature.get(key, default) for key, default in (
         ("layers", 1), ("tokens", 1), ("unit", "tokens"), ("forwards_per_request", 1),
         ("prompt", 0))})
     for key in ("carry", "state"):  # by buffer: input -> the result that feeds it
         result[key] = {inputs[name]: outputs[j]
-                       for name, j in signature.get(key, {}).items() if outputs[j]}
+                       for name, j in signature.get(key, {}).items()
+                       if outputs[j] and name in inputs}
     (out / "kernels.json").write_text(json.dumps(result, indent=2) + "\n")
