@@ -7,7 +7,8 @@ not), and ``w[b][e][d]`` when it is sent from ``e`` to ``d``:
 
     sum_d x[k][d] = 1
     r[b][d] >= x[v][d] - x[s][d]            for every reader v of b (s: b's source)
-    w[b][e][d] >= r[b][d] + x[s][e] - 1
+    w[b][e][d] <= x[s][e],  sum_e w[b][e][d] = r[b][d]   (a receive is one send, from
+                                                          where b is; 3+ devices)
     C >= sum_k t[k][d] x[k][d] + kappa * sum_b c_b (r[b][d] + sum_e w[b][d][e])
     C >= sum_b c_b sum_e w[b][d][e]         (device d's link, out)
     C >= sum_b c_b r[b][d]                  (device d's link, in)
@@ -44,6 +45,7 @@ def place(ctx: PlanContext) -> Plan:
     busy = [{x[k][d]: US * t[d] for k, t in enumerate(ctx.times)} for d in range(n_dev)]
     out = [dict() for _ in range(n_dev)]
     into = [dict() for _ in range(n_dev)]
+    sends: dict[tuple[str, int], dict[int, float]] = {}
     for b, size in g.buffer_bytes.items():
         s = g.source(b)
         readers = list(g.readers.get(b, ()))
@@ -71,8 +73,11 @@ def place(ctx: PlanContext) -> Plan:
                     out[e][r] = cost
                     continue
                 w = m.var(0, 1)
-                m.row({w: 1.0, r: -1.0, x[s][e]: -1.0}, -1)
+                m.row({w: 1.0, x[s][e]: -1.0}, hi=0)  # only from where it is
+                sends.setdefault((b, d), {})[w] = 1.0
                 out[e][w] = cost
+            if (b, d) in sends:  # a receive is one send
+                m.row({**sends[b, d], r: -1.0}, 0, 0)
     for d in range(n_dev):
         m.row([(c, 1.0)] + [(col, -t) for col, t in busy[d].items()]
               + [(col, -ctx.comm_on_device * t) for col, t in into[d].items()]
