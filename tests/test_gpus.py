@@ -379,3 +379,22 @@ def test_a_buffer_written_in_place_is_found_as_state(run_build) -> None:
     assert cache_arg in graph.state and cache_arg in graph.buffer_bytes
     check = json.loads((artifact_dir(result, "reinsert") / "reinsert.json").read_text())
     assert check["max_rel_error"] <= check["rtol"]
+
+
+def test_serving_from_a_trace_and_its_errors(run_build, tmp_path) -> None:
+    trace = tmp_path / "trace.csv"
+    trace.write_text("arrival_s,input_tokens,output_tokens\n0.0,8,3\n0.001,16,5\n"
+                     "0.002,4,2\n")
+    over = [*GPUS, *TINY_LLAMA3, "serve.arrivals=trace", f"serve.trace={trace}"]
+    result = run_build(over)
+    sim = json.loads((artifact_dir(result, "simulate") / "report.json").read_text())[
+        "serving"]["simulated"]
+    assert sim["requests"] == 3
+    assert all(s["requests"] == 3 for s in sim["systems"].values())
+    trace.write_text("arrival_s,input_tokens,output_tokens\n0.0,8,3\n")  # edited: rebuilt
+    again = run_build(over)
+    assert again.executed == ["simulate"]
+    with pytest.raises(ConfigError, match="serve.arrivals=trace needs serve.trace"):
+        run_build([*GPUS, *TINY_LLAMA3, "serve.arrivals=trace"])
+    with pytest.raises(ConfigError, match="serve.arrivals=sometimes: choose one of"):
+        run_build([*GPUS, *TINY_LLAMA3, "serve.arrivals=sometimes"])

@@ -202,3 +202,13 @@ def test_the_monitor_switches_to_throughput_under_load_and_back() -> None:
     never = serving.Serving(plans, {}, LINK, 2, batch=4, monitor=serving.Monitor(
         2e-3, 1e9, 1e-4), start="latency").serve(offline(200, 100, 4))
     assert never.switches == 0
+
+
+def test_a_longer_prompt_scales_the_prefill() -> None:
+    plan = _plan(8, n_dev=1)
+    prefill = 3 * sum(t[0] for t in plan.prefill.times)
+    out = serving.Serving({"one": plan}, {}, LINK, 1, batch=4).serve(
+        [Request(0.0, 250, 1), Request(10.0, 0, 1)])
+    first, second = out.requests
+    assert first.finish == pytest.approx(2.5 * prefill, rel=1e-12)
+    assert second.finish - 10.0 == pytest.approx(prefill, rel=1e-12)  # 0: the recipe's own

@@ -51,7 +51,7 @@ class Phase:
     place: list[int]
     times: list[list[float]]
     layers: int
-    tokens: int = 1  # prompt tokens of a prefill; batch of a decode step
+    tokens: int = 0  # a prefill's prompt tokens (Recipe.prompt; 0: not declared, no scaling)
 
     def forward(self, priority: int, stretch: float = 1.0, collapse: bool = True) -> Forward:
         if collapse:  # identical layers once, every time x layers
@@ -227,7 +227,8 @@ class Serving(Server):
     # -- forwards --------------------------------------------------------------------------
     def _prefill(self, t: Tracked, ready: list[Tracked]):
         plan = self.plans[self.current]
-        stretch = t.request.input_tokens / plan.prefill.tokens if plan.prefill.tokens else 1.0
+        prompt, given = plan.prefill.tokens, t.request.input_tokens
+        stretch = given / prompt if prompt and given else 1.0  # 0: the recipe's own prompt
         self.forwards["prefill"] += 1
         yield self.env.process(self._run(plan.prefill, t.order, stretch))
         t.execution_s += stretch * plan.prefill.critical_path(self.link, self.n_dev)
@@ -396,7 +397,7 @@ def _phase(ctx: Any, place: list[int], data: dict[str, Any], device: int | None 
     g = without_home_results(ctx.graph, kept)
     times = ctx.times if device is None else [[row[device]] for row in ctx.times]
     return Phase(g, place if device is None else [0] * len(place), times,
-                 data.get("layers", 1), data.get("prompt", 0) or data.get("tokens", 1))
+                 data.get("layers", 1), data.get("prompt", 0))
 
 
 def systems(pre: tuple, dec: tuple, devices: list[Any], policy: str, monitor: bool
