@@ -212,3 +212,30 @@ def test_a_longer_prompt_scales_the_prefill() -> None:
     first, second = out.requests
     assert first.finish == pytest.approx(2.5 * prefill, rel=1e-12)
     assert second.finish - 10.0 == pytest.approx(prefill, rel=1e-12)  # 0: the recipe's own
+
+
+def test_the_next_decode_step_waits_for_the_kv_deltas() -> None:
+    """The new keys are written on device 1, the cache is read on device 0: every step's
+    delta crosses the link, and the request's next step starts when it has arrived."""
+    k0 = Kernel(0, "attn", "elementwise", 0, {"x": 4, "cache": 1000}, {"y": 4})
+    k1 = Kernel(1, "kproj", "elementwise", 0, {"x": 4}, {"knew": 100_000})
+    dec = Graph((k0, k1), {"x": 4, "cache": 1000, "y": 4, "knew": 100_000},
+                {"y": 0, "knew": 1}, {"x": (0, 1), "cache": (0,)}, ("x", "cache"), ("y",),
+                {"cache": "knew"}, frozenset({"cache"}))
+    pre = Graph((Kernel(0, "p", "elementwise", 0, {"x": 4}, {"h": 4}),), {"x": 4, "h": 4},
+                {"h": 0}, {"x": (0,)}, ("x",), ("h",))
+    times = [[1e-3, 1e-3], [1e-3, 1e-3]]
+    plan = serving.Plan(serving.Phase(pre, [0], [[1e-3, 1e-3]], 1),
+                        serving.Phase(dec, [0, 1], times, 1))
+    assert plan.deltas() == [(1, 0, 100_000)]
+    tpot = {}
+    for gbps in (1000.0, 0.1):
+        link = Link(gbps, 0.0)
+        out = serving.Serving({"p": plan}, {}, link, 2, batch=1).serve([Request(0.0, 0, 4)])
+        tpot[gbps] = out.summary()["p50_tpot_s"]
+    def slower(n: int) -> float:
+        return Link(0.1, 0.0).seconds(n) - Link(1000.0, 0.0).seconds(n)
+    # 3 decode steps, each sends x to device 1 (4 B); the last two also wait for the delta
+    # of the step before
+    assert tpot[0.1] - tpot[1000.0] == pytest.approx(
+        (2 * slower(100_000) + 3 * slower(4)) / 3, rel=1e-9)

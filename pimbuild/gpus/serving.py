@@ -10,9 +10,11 @@ token (continuous batching: a request joins or leaves a batch between forwards, 
 batches can be in the pipeline). Up to ``depth`` forwards are in flight at once (FluidGPU's
 stream pool);
 earlier requests' forwards go first on every device and link (priorities). After every decode
-forward its new keys and values (the graph's ``state`` results) go to every other device
-holding a replica of the cache, as background traffic: lower priority than any forward's
-transfers, and nothing waits for them.
+forward its new keys and values (the graph's ``state`` results, in proportion to the
+requests in it) go to every other device holding a replica of the cache, on a lower-priority
+traffic class than any forward's own transfers; as in FluidGPU (§III-C), a request's next
+decode forward waits for its deltas (here: before it starts, a conservative reading of
+"before a kernel reads the updated range").
 
 Approximations, stated: a decode forward costs the decode recipe's time at its batch size
 whatever the batch in it (an upper bound when fewer requests decode; at these batch sizes
@@ -114,6 +116,7 @@ class Tracked:
     finish: float = -1.0
     generated: int = 0
     execution_s: float = 0.0  # the request's forwards' critical paths, no queueing
+    kv_synced: Any = None  # its last decode step's KV deltas have reached the replicas
 
 
 @dataclass
@@ -242,14 +245,18 @@ class Serving(Server):
         order = min(t.order for t in group)
         self.forwards["decode"] += 1
         self.decoding += 1
+        # the previous step's KV deltas of these requests must have reached every replica
+        yield simpy.AllOf(self.env, [t.kv_synced for t in group if t.kv_synced is not None])
         yield self.env.process(self._run(plan.decode, order))
         self.decoding -= 1
         step = plan.decode.critical_path(self.link, self.n_dev)
-        for src, dst, size in plan.deltas():  # background: nothing waits for it
-            self._move(src, dst, size, order + BACKGROUND)
+        deltas = [self._move(src, dst, size * len(group) // max(1, self.batch),
+                             order + BACKGROUND) for src, dst, size in plan.deltas()]
+        synced = simpy.AllOf(self.env, deltas) if deltas else None
         for t in group:
             t.generated += 1
             t.execution_s += step
+            t.kv_synced = synced
             self._advance(t, ready)
 
     def _advance(self, t: Tracked, ready: list[Tracked]) -> None:
