@@ -1,5 +1,5 @@
 """Discrete-event simulation of requests flowing through a placed kernel graph (``simpy``):
-the first part of the GPU target's serving simulation (issue 12; docs/design.md §10).
+the engine of the GPU target's serving simulation (docs/design.md §10).
 
 Every request runs ``layers`` copies of the layer graph in program order. As in FluidGPU's
 workers (§III-C), a request has its own compute stream on every device (its kernels on one
@@ -11,8 +11,10 @@ pool's size); the others queue in arrival order. A transfer holds the link direc
 (``link_contention``) or, without it, only takes its time (the ``critical_path`` model).
 
 State inputs (``Recipe.state``: a KV cache) are resident on every device that reads them.
-Not yet here: KV-cache deltas on their own traffic class, continuous batching, the online
-monitor, arrival processes (the caller gives arrival times).
+``segments`` and ``forward_segments`` run a forward as runs of kernels between transfers,
+one event each (exactly as kernel by kernel for an isolated forward). Serving prefill and
+decode with continuous batching, KV-cache deltas and the online monitor is built on this
+engine in ``pimbuild.gpus.serving``.
 """
 
 from __future__ import annotations

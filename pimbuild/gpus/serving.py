@@ -8,8 +8,7 @@ Then it joins the decode batch: every decode forward advances each request in it
 token (continuous batching: a request joins or leaves a batch between forwards, up to
 ``batch`` requests; up to ``batch x depth`` requests are admitted, so that ``depth`` full
 batches can be in the pipeline). Up to ``depth`` forwards are in flight at once (FluidGPU's
-stream pool);
-earlier requests' forwards go first on every device and link (priorities). After every decode
+stream pool); earlier requests' forwards go first on every device and link. After every decode
 forward its new keys and values (the graph's ``state`` results, in proportion to the
 requests in it) go to every other device holding a replica of the cache, on a lower-priority
 traffic class than any forward's own transfers; as in FluidGPU (§III-C), a request's next
@@ -20,8 +19,8 @@ Approximations, stated: a decode forward costs the decode recipe's time at its b
 whatever the batch in it (an upper bound when fewer requests decode; at these batch sizes
 decode reads weights, which do not grow with the batch); a prompt of another length than the
 prefill recipe's scales the prefill's kernel times linearly; a forward of ``layers`` identical
-layers is one layer's graph with every kernel and transfer time multiplied by ``layers``
-(``Phase.scale``; tests compare it with layer-by-layer simulation).
+layers is one layer's segments (``serve.segments``) with every time multiplied by ``layers``
+(tests compare it with the layer-by-layer, kernel-by-kernel simulation).
 
 The online monitor (``Monitor``): every ``window_s`` it compares the mean latency of the
 requests finished in the window with their mean execution-only latency (prefill critical path
@@ -55,10 +54,8 @@ class Phase:
     layers: int
     tokens: int = 0  # a prefill's prompt tokens (Recipe.prompt; 0: not declared, no scaling)
 
-    def forward(self, priority: int, stretch: float = 1.0, collapse: bool = True) -> Forward:
-        if collapse:  # identical layers once, every time x layers
-            return Forward(self.graph, self.place, self.times, 1, priority,
-                           self.layers * stretch)
+    def forward(self, priority: int, stretch: float = 1.0) -> Forward:
+        """Layer by layer, kernel by kernel (the reference the segments are tested against)."""
         return Forward(self.graph, self.place, self.times, self.layers, priority, stretch)
 
     def critical_path(self, link: Link, n_dev: int) -> float:
@@ -178,7 +175,7 @@ class Serving(Server):
         """One forward of ``phase``: its identical layers once, as segments (or, with
         ``collapse_layers=False``, layer by layer and kernel by kernel)."""
         if not self.collapse:
-            return self.forward(phase.forward(priority, stretch, collapse=False))
+            return self.forward(phase.forward(priority, stretch))
         if id(phase) not in self.segmented:
             self.segmented[id(phase)] = segments(phase.graph, phase.place, phase.times)
         segs, home = self.segmented[id(phase)]

@@ -8,8 +8,11 @@ forwards, such as a diffusion model's denoising steps, requests/min), and Perf/$
 per USD-hour of the devices it rents. Baselines: each device alone; request distribution
 (every device a full replica, throughputs added); AF disaggregation (attention kernels on
 one device, the rest on the other, the better way round) where the model has attention and
-other kernels. Writes ``report.json`` and ``report.md``. (The discrete-event serving
-simulation is issue 12's.)
+other kernels. A model with a prefill phase (``model.phases.prefill``; the stage's
+``PHASE_READS``) is also served: prefill + ``serve.output_len`` decode steps per request, in
+the closed forms of ``pimbuild.gpus.workload`` (PD disaggregation among the baselines) and in
+the discrete-event simulation of ``pimbuild.gpus.serving`` (every baseline, the online
+monitor, the highest rate within the SLO). Writes ``report.json`` and ``report.md``.
 """
 
 from __future__ import annotations
