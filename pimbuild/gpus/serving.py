@@ -7,13 +7,13 @@ token and its KV cache; the cache moves to the devices that read it in the decod
 Then it joins the decode batch: every decode forward advances each request in it by one
 token (continuous batching: a request joins or leaves a batch between forwards, up to
 ``batch`` requests; up to ``batch x depth`` requests are admitted, so that ``depth`` full
-batches can be in the pipeline). Up to ``depth`` forwards are in flight at once (FluidGPU's
-stream pool); earlier requests' forwards go first on every device and link. After every decode
-forward its new keys and values (the graph's ``state`` results, in proportion to the
-requests in it) go to every other device holding a replica of the cache, on a lower-priority
-traffic class than any forward's own transfers; as in FluidGPU (§III-C), a request's next
-decode forward waits for its deltas (here: before it starts, a conservative reading of
-"before a kernel reads the updated range").
+batches can be in the pipeline). Up to ``depth`` forwards of each phase are in flight at
+once (FluidGPU's stream pool); earlier requests' forwards go first on every device and link.
+After every decode forward its new keys and values (the graph's ``state`` results, in
+proportion to the requests in it) go to every other device holding a replica of the cache, on
+a lower-priority traffic class than any forward's own transfers; as in FluidGPU (§III-C), a
+request's next decode forward waits for its deltas (here: before it starts, a conservative
+reading of "before a kernel reads the updated range").
 
 Approximations, stated: a decode forward costs the decode recipe's time at its batch size
 whatever the batch in it (an upper bound when fewer requests decode; at these batch sizes
@@ -165,8 +165,8 @@ class Serving(Server):
         self.plans, self.kv, self.batch, self.depth = plans, kv, batch, depth
         self.monitor, self.current, self.collapse = monitor, start, collapse_layers
         self.intervals = []
-        self.in_flight, self.switches = 0, 0
-        self.decoding = 0  # decode forwards in flight
+        self.switches = 0
+        self.in_flight = {"prefill": 0, "decode": 0}  # forwards in flight, by phase
         self.forwards = {"prefill": 0, "decode": 0}
         self.wake = self.env.event()
         self.segmented: dict[int, tuple] = {}  # id(phase) -> its segments
@@ -192,22 +192,26 @@ class Serving(Server):
         self._poke()
 
     def _scheduler(self, tracked: list[Tracked], waiting: deque, ready: list[Tracked]):
-        """Launch forwards while fewer than ``depth`` are in flight. Up to ``batch x depth``
-        requests are admitted at once (the pipeline holds ``depth`` full decode batches). A
-        waiting request's prefill goes first while there is room; a decode forward takes the
-        ``batch`` earliest ready requests once that many are ready, or whatever is ready
-        when no decode forward is in flight (a lightly loaded system still progresses)."""
+        """Launch forwards while a phase has fewer than ``depth`` in flight (each phase has
+        its own pool, so a PD split's decode device never idles behind queued prefills). Up
+        to ``batch x depth`` requests are admitted at once (the pipeline holds ``depth``
+        full decode batches). A waiting request's prefill goes first while there is room; a
+        decode forward takes the ``batch`` earliest ready requests once that many are
+        ready, or whatever is ready when no decode forward is in flight (a lightly loaded
+        system still progresses)."""
         admitted = finished = 0
         while finished < len(tracked):
-            while self.in_flight < self.depth:
-                if waiting and admitted < self.batch * self.depth:
+            while True:
+                if waiting and admitted < self.batch * self.depth \
+                        and self.in_flight["prefill"] < self.depth:
                     admitted += 1
-                    self._launch(self._prefill(waiting.popleft(), ready))
-                elif len(ready) >= self.batch or (ready and not self.decoding):
+                    self._launch("prefill", self._prefill(waiting.popleft(), ready))
+                elif (len(ready) >= self.batch or (ready and not self.in_flight["decode"])) \
+                        and self.in_flight["decode"] < self.depth:
                     group = sorted(ready, key=lambda r: r.order)[:self.batch]
                     for t in group:
                         ready.remove(t)
-                    self._launch(self._decode(group, ready))
+                    self._launch("decode", self._decode(group, ready))
                 else:
                     break
             self.wake = self.env.event()
@@ -215,12 +219,13 @@ class Serving(Server):
             admitted -= len(self.finished) - finished
             finished = len(self.finished)
 
-    def _launch(self, generator) -> None:
-        self.in_flight += 1
+    def _launch(self, phase: str, generator) -> None:
+        self.in_flight[phase] += 1
+        self.forwards[phase] += 1
 
         def run():
             yield self.env.process(generator)
-            self.in_flight -= 1
+            self.in_flight[phase] -= 1
             self._poke()
         self.env.process(run())
 
@@ -229,7 +234,6 @@ class Serving(Server):
         plan = self.plans[self.current]
         prompt, given = plan.prefill.tokens, t.request.input_tokens
         stretch = given / prompt if prompt and given else 1.0  # 0: the recipe's own prompt
-        self.forwards["prefill"] += 1
         yield self.env.process(self._run(plan.prefill, t.order, stretch))
         t.execution_s += stretch * plan.prefill.critical_path(self.link, self.n_dev)
         moves = [self._move(src, dst, size, t.order) for src, dst, size in plan.kv_moves(self.kv)]
@@ -240,12 +244,9 @@ class Serving(Server):
     def _decode(self, group: list[Tracked], ready: list[Tracked]):
         plan = self.plans[self.current]
         order = min(t.order for t in group)
-        self.forwards["decode"] += 1
-        self.decoding += 1
         # the previous step's KV deltas of these requests must have reached every replica
         yield simpy.AllOf(self.env, [t.kv_synced for t in group if t.kv_synced is not None])
         yield self.env.process(self._run(plan.decode, order))
-        self.decoding -= 1
         step = plan.decode.critical_path(self.link, self.n_dev)
         deltas = [self._move(src, dst, size * len(group) // max(1, self.batch),
                              order + BACKGROUND) for src, dst, size in plan.deltas()]
