@@ -113,7 +113,7 @@ def test_cli_bad_override_syntax_is_one_line(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(("override", "choices"), [
     ("lowering.fusion=some", "controlled, full, none"),
-    ("policy.name=greedy9", "cpu, operator, oracle, torchpim"),
+    ("policy.name=greedy9", "cpu, joint, operator, oracle, torchpim"),
     ("profile.backend=perf9", "papi, timer, valgrind"),
     ("sim.copy_model=lazy9", "resident, upper_bound"),
     ("system.name=fpga9", "pim"),

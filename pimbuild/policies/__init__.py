@@ -3,8 +3,9 @@
 A policy is a function ``place(ctx: PolicyContext) -> Placement``. ``policy.name`` picks it
 from ``POLICIES``: a module ``pimbuild/policies/<name>.py`` whose ``place`` it is, a
 ``register``-ed function, or ``package.module:function``. Built in: ``torchpim`` (the paper's
-rule), ``operator`` (the rule per torch operator), ``cpu`` (nothing offloaded), ``oracle``
-(lowest simulated hybrid time). A policy may read any field of ``ctx``; everything in it is
+rule), ``operator`` (the rule per torch operator), ``cpu`` (nothing offloaded), ``joint`` (the
+exact minimum of the simulated hybrid time), ``oracle`` (``joint``'s optimum, or a local
+search for a copy model of one's own). A policy may read any field of ``ctx``; everything in it is
 part of the decide stage's key.
 """
 

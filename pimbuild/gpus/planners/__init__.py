@@ -13,7 +13,7 @@ from typing import Any
 
 from pimbuild.gpus.cost import Link
 from pimbuild.gpus.ddg import Graph
-from pimbuild.gpus.milp import US
+from pimbuild.milp import US
 from pimbuild.registry import Registry
 
 PLANNERS = Registry("planner", "policy.name", package="pimbuild.gpus.planners",

@@ -20,9 +20,9 @@ from __future__ import annotations
 
 from pimbuild.gpus.cost import critical_path
 from pimbuild.gpus.ddg import HOME
-from pimbuild.gpus.milp import US, Model
 from pimbuild.gpus.planners import Plan, PlanContext, solved
 from pimbuild.gpus.planners.throughput import assignment, placement
+from pimbuild.milp import US, Model
 
 
 def place(ctx: PlanContext) -> Plan:

@@ -22,8 +22,8 @@ from __future__ import annotations
 
 from pimbuild.gpus.cost import cycle_time
 from pimbuild.gpus.ddg import HOME
-from pimbuild.gpus.milp import US, Model
 from pimbuild.gpus.planners import Plan, PlanContext, solved
+from pimbuild.milp import US, Model
 
 
 def assignment(m: Model, n_kernels: int, n_dev: int) -> list[list[int]]:

@@ -1,5 +1,6 @@
 """A small sparse MILP builder over HiGHS (``highspy``): named variable blocks, rows as
-``{column: coefficient}``, one ``solve``. The planners state their models with it."""
+``{column: coefficient}``, one ``solve``. The GPU planners and the PIM ``joint`` policy state
+their models with it."""
 
 from __future__ import annotations
 
