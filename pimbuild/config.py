@@ -151,6 +151,7 @@ class PolicyConfig:
     theta_gbps: float | None = MISSING
     sigma: float = MISSING
     i_min: float = MISSING
+    c1: str = MISSING  # paper: T_ctx + the compute bound; model: the target's fixed costs too
 
 
 @dataclass

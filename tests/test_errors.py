@@ -118,6 +118,7 @@ def test_cli_bad_override_syntax_is_one_line(tmp_path: Path) -> None:
     ("sim.copy_model=lazy9", "resident, upper_bound"),
     ("system.name=fpga9", "pim"),
     ("lowering.weights=heap", "args, constants"),
+    ("policy.c1=sometimes", "paper, model"),
 ])
 def test_unknown_plugin_name_lists_the_choices(run_build, store: Path, override: str,
                                                choices: str) -> None:

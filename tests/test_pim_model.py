@@ -127,3 +127,24 @@ def test_oracle_beats_every_policy(copy_model: str) -> None:
         cost[policy] = hybrid.hybrid(nests, pim, forward, MODEL, copy_model,
                                      {"out"}).t_hybrid_s
     assert all(cost["oracle"] <= c + 1e-15 for c in cost.values())
+
+
+@pytest.mark.parametrize("cores", [8, 128, 1024])
+@pytest.mark.parametrize("args", SHAPE_ARGS)
+def test_c1_model_charges_the_fixed_costs_of_the_target(args: dict, cores: int) -> None:
+    """With policy.c1=model, a nest passing C1 has T_cpu above every fixed cost the model
+    charges it offloaded alone: two switches and, per invocation, launch and sync."""
+    from pimbuild.policies.torchpim import c1_threshold_s
+
+    n = dataclasses.replace(nest(**args), invocations=3)
+    m = dataclasses.replace(MODEL, n_core=cores)
+    r = rule_params(context([n], policy=dataclasses.replace(POLICY, c1="model"), target=m))
+    idle = dataclasses.replace(n, n_total=0, reads={}, writes={},
+                               op_mix=dict.fromkeys(n.op_mix, 0))
+    fixed = m.unit_time(idle) + m.switch_time(2)
+    threshold = c1_threshold_s(n.n_total, n.invocations, n.n_iter, r)
+    assert threshold == pytest.approx(fixed + c1_bound_s(n.n_total, n.invocations, r),
+                                      rel=1e-12)
+    paper = dataclasses.replace(r, c1="paper")
+    assert c1_threshold_s(n.n_total, n.invocations, n.n_iter, paper) == pytest.approx(
+        r.t_ctx_s + c1_bound_s(n.n_total, n.invocations, r), rel=1e-12)

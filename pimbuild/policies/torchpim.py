@@ -1,7 +1,9 @@
 """Policy ``torchpim``: the paper's two-stage rule, per nest.
 
 ``offload = (C1 and C2) and (C3 or C4)``:
-C1 ``T_cpu >= T_ctx + N_total * I_min / (N_core * f_pim)``; C2 ``N_iter >= N_core``;
+C1 ``T_cpu >= T_ctx + N_total * I_min / (N_core * f_pim)`` (``policy.c1=paper``; with
+``policy.c1=model`` the target's fixed costs replace T_ctx: ``c1_threshold_s``); C2
+``N_iter >= N_core``;
 C3 ``BW_read = n_rd * L / T_cpu > theta``; C4 ``StoreBound > sigma``;
 ``theta = policy.theta_ratio * B_cpu`` unless ``policy.theta_gbps`` is set. It needs a target
 with PIM cores (``n_core``, ``f_pim_ghz``, ``t_ctx_us``, ``cache_line``).
@@ -14,6 +16,8 @@ from typing import Any
 
 from pimbuild.policies import Decision, Placement, PolicyContext
 
+C1_MODES = ("paper", "model")
+
 
 @dataclass(frozen=True)
 class RuleParams:
@@ -24,18 +28,43 @@ class RuleParams:
     theta_gbps: float
     sigma: float
     cache_line: int
+    c1: str = "paper"  # paper | model
+    # the fixed costs the target charges (c1=model): a switch, and per invocation the
+    # launch and each core's synchronisation
+    t_sw_s: float = 0.0
+    launch_s: float = 0.0
+    sync_s_per_core: float = 0.0
 
 
 def rule_params(ctx: PolicyContext) -> RuleParams:
-    t = ctx.target
+    from pimbuild.errors import ConfigError
+
+    t, c1 = ctx.target, ctx.policy.c1
+    if c1 not in C1_MODES:
+        raise ConfigError(f"policy.c1={c1}: choose one of {', '.join(C1_MODES)}")
     return RuleParams(n_core=t.n_core, f_pim_ghz=t.f_pim_ghz, t_ctx_s=t.t_ctx_us * 1e-6,
                       i_min=ctx.policy.i_min, theta_gbps=ctx.policy.theta(ctx.b_cpu_gbps),
-                      sigma=ctx.policy.sigma, cache_line=t.cache_line)
+                      sigma=ctx.policy.sigma, cache_line=t.cache_line, c1=c1,
+                      t_sw_s=t.switch_time(1), launch_s=getattr(t, "launch_us", 0.0) * 1e-6,
+                      sync_s_per_core=getattr(t, "sync_ns_per_core", 0.0) * 1e-9)
 
 
 def c1_bound_s(n_total: int, invocations: int, p: RuleParams) -> float:
     """C1's lower bound on PIM time: N_total * I_min / (N_core * f_pim), per forward."""
     return n_total * max(invocations, 1) * p.i_min / (p.n_core * p.f_pim_ghz * 1e9)
+
+
+def c1_threshold_s(n_total: int, invocations: int, n_iter: int, p: RuleParams) -> float:
+    """What T_cpu must reach to pass C1. ``paper``: T_ctx + the compute bound. ``model``: the
+    compute bound plus the fixed costs of the nest offloaded alone: its region's two switches
+    and, per invocation, the launch and the synchronisation of min(N_core, N_iter) cores,
+    exactly as the target's timing model charges them."""
+    bound = c1_bound_s(n_total, invocations, p)
+    if p.c1 == "paper":
+        return p.t_ctx_s + bound
+    cores = max(1, min(p.n_core, n_iter))
+    per_invocation = p.launch_s + cores * p.sync_s_per_core
+    return 2 * p.t_sw_s + max(invocations, 1) * per_invocation + bound
 
 
 def borderline(offload: bool, t_cpu_s: float, n_total: int, invocations: int, n_iter: int,
@@ -54,13 +83,14 @@ def rule(t_cpu_s: float, n_total: int, invocations: int, n_iter: int,
          bw_read_gbps: float | None, store_bound: float | None, p: RuleParams
          ) -> tuple[bool, str, str, dict[str, Any]]:
     """The paper's two-stage rule; returns (offload, deciding condition, reason, numbers)."""
-    bound = c1_bound_s(n_total, invocations, p)
-    q = {"t_cpu_s": t_cpu_s, "c1_threshold_s": p.t_ctx_s + bound, "n_iter": n_iter,
+    threshold = c1_threshold_s(n_total, invocations, n_iter, p)
+    q = {"t_cpu_s": t_cpu_s, "c1_threshold_s": threshold, "n_iter": n_iter,
          "n_core": p.n_core, "bw_read_gbps": bw_read_gbps, "theta_gbps": p.theta_gbps,
          "store_bound": store_bound, "sigma": p.sigma}
-    if t_cpu_s < p.t_ctx_s + bound:
-        return False, "C1", (f"T_cpu {t_cpu_s * 1e6:.3g} us < T_ctx + lower bound "
-                             f"{(p.t_ctx_s + bound) * 1e6:.3g} us"), q
+    if t_cpu_s < threshold:
+        what = "T_ctx + lower bound" if p.c1 == "paper" else "fixed costs + lower bound"
+        return False, "C1", (f"T_cpu {t_cpu_s * 1e6:.3g} us < {what} "
+                             f"{threshold * 1e6:.3g} us"), q
     if n_iter < p.n_core:
         return False, "C2", f"N_iter {n_iter} < N_core {p.n_core}", q
     if bw_read_gbps is None and store_bound is None:
