@@ -46,6 +46,7 @@ class PlatformConfig:
     l1d_bytes: int = MISSING
     l1d_assoc: int = MISSING
     l2_bytes: int = MISSING
+    l2_assoc: int = MISSING
     llc_bytes: int = MISSING
     llc_assoc: int = MISSING
     events: dict[str, str] = MISSING  # PAPI native events by role
@@ -67,6 +68,8 @@ class ProfileConfig:
     min_time_s: float = MISSING
     warmup: int = MISSING
     estimator: str = MISSING  # min | p25 | median
+    valgrind_last_level: str = MISSING  # llc | l2: the cache whose read misses are n_rd
+    valgrind_warm: bool = MISSING  # count a forward after a warm-up forward (steady state)
 
 
 @dataclass

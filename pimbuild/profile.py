@@ -67,6 +67,10 @@ class Params:
     l1d_assoc: int
     llc_bytes: int
     llc_assoc: int
+    l2_bytes: int
+    l2_assoc: int
+    valgrind_last_level: str  # llc | l2
+    valgrind_warm: bool
     host: str  # the CPU measured on: measurements are not reused on another
 
 
@@ -86,6 +90,9 @@ def params(cfg: DictConfig) -> Params:
     for name in [pr.backend, *pr.auto] if pr.backend == "auto" else [pr.backend]:
         if name != "auto":
             BACKENDS.check(name)
+    if pr.valgrind_last_level not in ("llc", "l2"):
+        raise ConfigError(f"profile.valgrind_last_level '{pr.valgrind_last_level}' is not one "
+                          f"of llc, l2")
     if pr.estimator not in ESTIMATORS:
         raise ConfigError(f"profile.estimator '{pr.estimator}' is not one of "
                           f"{', '.join(ESTIMATORS)}")
@@ -94,7 +101,9 @@ def params(cfg: DictConfig) -> Params:
                   estimator=pr.estimator,
                   events=plain(pf.events),
                   cache_line=pf.cache_line, l1d_bytes=pf.l1d_bytes, l1d_assoc=pf.l1d_assoc,
-                  llc_bytes=pf.llc_bytes, llc_assoc=pf.llc_assoc, host=host_cpu())
+                  llc_bytes=pf.llc_bytes, llc_assoc=pf.llc_assoc, l2_bytes=pf.l2_bytes,
+                  l2_assoc=pf.l2_assoc, valgrind_last_level=pr.valgrind_last_level,
+                  valgrind_warm=pr.valgrind_warm, host=host_cpu())
 
 
 @dataclass

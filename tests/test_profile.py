@@ -181,3 +181,23 @@ def test_calibration_records_its_spread_and_a_tag_measures_again(run_build) -> N
     assert 0 <= cal["rounds"][-1]["spread"] <= 0.5 and len(cal["rounds"][-1]["load_average"]) == 3
     again = run_build(["model=relu", "targets=[calibrate]", "platform.calibration_tag=today"])
     assert again.executed == ["calibrate"]
+
+
+def test_valgrind_warm_counts_and_the_l2_as_last_level(run_build) -> None:
+    """Two 1 MiB operands: more than the L2, far less than the LLC. Counted cold (after the
+    driver flushes the caches) every byte read misses; counted warm (a forward after a
+    forward) they hit the LLC, but with the L2 as the last level they leave it again."""
+    n = 1 << 18
+    read_bytes = 2 * 4 * n
+
+    def missed(*over: str) -> int:
+        result = run_build(["model=ew_add", f"model.size.n={n}", "profile.backend=valgrind",
+                            "profile.repetitions=3", "profile.warmup=1", "targets=[profile]",
+                            "platform=icelake_sp", *over])
+        (row,) = _csv(result, "profile", "counters.csv")
+        return int(row["event:offcore_data_rd"]) * 64
+
+    assert abs(missed() - read_bytes) <= 0.1 * read_bytes
+    assert missed("profile.valgrind_warm=true") < 0.1 * read_bytes
+    l2 = missed("profile.valgrind_warm=true", "profile.valgrind_last_level=l2")
+    assert abs(l2 - read_bytes) <= 0.2 * read_bytes
