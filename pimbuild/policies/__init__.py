@@ -35,7 +35,7 @@ class PolicyParams:
     theta_gbps: float | None  # ... unless an absolute theta is set
     sigma: float
     i_min: float
-    c1: str = "paper"  # paper | model: C1's fixed costs (pimbuild.policies.torchpim)
+    c1: str = "model"  # paper | model: C1's fixed costs (pimbuild.policies.torchpim)
 
     def theta(self, b_cpu_gbps: float) -> float:
         """theta, the read-bandwidth threshold of C3 (the one place it is derived)."""

@@ -28,7 +28,7 @@ class RuleParams:
     theta_gbps: float
     sigma: float
     cache_line: int
-    c1: str = "paper"  # paper | model
+    c1: str = "model"  # paper | model
     # the fixed costs the target charges (c1=model): a switch, and per invocation the
     # launch and each core's synchronisation
     t_sw_s: float = 0.0
