@@ -11,8 +11,9 @@ Roles reported: ``offcore_data_rd`` = last-level data read misses (DLmr), so
 ``profile.valgrind_last_level=l2`` the core's L2 (the meaning of the paper's
 OFFCORE_REQUESTS.ALL_DATA_RD, whose count includes L3 hits); ``ll_write_misses`` = DLmw.
 With ``profile.valgrind_warm=true`` the counted forward is the second of two, in the cache
-state the first leaves (a model served again and again), not one after a flush. Callgrind has no store-bound cycles; the profile
-stage derives the store side as the proxy ``store_bound = (DLmw * L / T_cpu) / B_cpu``: the
+state the first leaves (a model served again and again), not one after a flush. Callgrind
+has no store-bound cycles; the profile stage derives the store side as the proxy
+``store_bound = (DLmw * L / T_cpu) / B_cpu``: the
 nest's write-back bandwidth as a fraction of the host's streaming bandwidth, i.e. the share
 of its time that streaming its written lines to memory would take.
 """
