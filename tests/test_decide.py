@@ -22,7 +22,12 @@ def _one(n) -> Decision:
 def test_c1_rejects_too_little_work() -> None:
     d = _one(nest(n_iter=1 << 20, t_cpu_s=1e-6))
     assert (d.target, d.decided_by) == ("host", "C1")
-    assert d.quantities["c1_threshold_s"] == RULE.t_ctx_s + (1 << 20) / (128 * 1e9)
+    # policy.c1=model (the default): two switches, launch and the sync of 128 cores
+    fixed = 2 * RULE.t_sw_s + RULE.launch_s + 128 * RULE.sync_s_per_core
+    assert d.quantities["c1_threshold_s"] == fixed + (1 << 20) / (128 * 1e9)
+    (paper,) = _place("torchpim", [nest(n_iter=1 << 20, t_cpu_s=1e-6)],
+                      dataclasses.replace(POLICY, c1="paper"))
+    assert paper.quantities["c1_threshold_s"] == RULE.t_ctx_s + (1 << 20) / (128 * 1e9)
 
 
 def test_c2_rejects_too_few_parallel_iterations() -> None:
@@ -81,7 +86,7 @@ def _borderline(spread: float, **kw) -> Decision:
 
 
 def test_decision_near_c1_is_borderline_only_within_the_spread() -> None:
-    threshold = RULE.t_ctx_s + 4096 / (128 * 1e9)
+    threshold = 2 * RULE.t_sw_s + RULE.launch_s + 128 * RULE.sync_s_per_core + 4096 / (128 * 1e9)
     below = threshold * 0.95
     assert not _borderline(0.0, t_cpu_s=below).borderline
     assert not _borderline(0.02, t_cpu_s=below).borderline  # 2% cannot reach 5% away

@@ -239,3 +239,13 @@ def test_the_next_decode_step_waits_for_the_kv_deltas() -> None:
     # of the step before
     assert tpot[0.1] - tpot[1000.0] == pytest.approx(
         (2 * slower(100_000) + 3 * slower(4)) / 3, rel=1e-9)
+
+
+def test_a_prefill_without_the_cache_results_is_one_error() -> None:
+    from pimbuild.errors import RecipeError
+
+    dec = {"outputs": ["h", "k", "v"], "state": {"arg1": "k", "arg2": "v"}}
+    assert serving.kv_map({"outputs": ["ph", "pk", "pv"]}, dec) == {"pk": "arg1",
+                                                                     "pv": "arg2"}
+    with pytest.raises(RecipeError, match="the prefill phase returns 1 result"):
+        serving.kv_map({"outputs": ["ph"]}, dec)

@@ -13,9 +13,9 @@ OFFCORE_REQUESTS.ALL_DATA_RD, whose count includes L3 hits); ``ll_write_misses``
 With ``profile.valgrind_warm=true`` the counted forward is the second of two, in the cache
 state the first leaves (a model served again and again), not one after a flush. Callgrind
 has no store-bound cycles; the profile stage derives the store side as the proxy
-``store_bound = (DLmw * L / T_cpu) / B_cpu``: the
-nest's write-back bandwidth as a fraction of the host's streaming bandwidth, i.e. the share
-of its time that streaming its written lines to memory would take.
+``store_bound = (DLmw * L / T_cpu) / B_cpu``: the nest's write-back bandwidth as a fraction
+of the host's streaming bandwidth, i.e. the share of its time that streaming its written
+lines to memory would take.
 """
 
 from __future__ import annotations

@@ -343,9 +343,18 @@ def kv_map(pre_data: dict[str, Any], dec_data: dict[str, Any]) -> dict[str, str]
     """Prefill result -> the decode input it becomes (a KV cache): the decode recipe's
     ``state`` says which of its results feeds which input; the prefill returns the same
     results in the same positions."""
-    outs = dec_data["outputs"]
-    return {pre_data["outputs"][outs.index(out)]: cache
-            for cache, out in dec_data.get("state", {}).items()}
+    from pimbuild.errors import RecipeError
+
+    outs, pre_outs = dec_data["outputs"], pre_data["outputs"]
+    kv = {}
+    for cache, out in dec_data.get("state", {}).items():
+        i = outs.index(out)
+        if i >= len(pre_outs) or not pre_outs[i]:
+            raise RecipeError(f"the decode step's state '{cache}' comes from its result {i}, "
+                              f"but the prefill phase returns {len(pre_outs)} result(s): the "
+                              f"prefill must return its KV cache in the same positions")
+        kv[pre_outs[i]] = cache
+    return kv
 
 
 def without_home_results(g: Graph, kept: set[str]) -> Graph:
