@@ -74,28 +74,26 @@ class Plan:
         """(from device, to device, bytes) of a prefilled request's KV cache: every prefill
         state result ``kv`` maps to the decode input it becomes; it goes wherever a decode
         kernel reads that input, from where the prefill wrote it."""
-        pre, dec = self.prefill, self.decode
-        moves = []
-        for out, cache in kv.items():
-            src = pre.place[pre.graph.producer[out]]
-            size = pre.graph.buffer_bytes[out] * pre.layers
-            for d in sorted({dec.place[r] for r in dec.graph.readers.get(cache, ())}):
-                if d != src:
-                    moves.append((src, d, size))
-        return moves
+        pre = self.prefill
+        return [move for out, cache in kv.items()
+                for move in self._to_readers(cache, pre.place[pre.graph.producer[out]],
+                                             pre.graph.buffer_bytes[out] * pre.layers)]
 
     def deltas(self) -> list[tuple[int, int, int]]:
         """(from, to, bytes) of one decode forward's new keys and values to the replicas."""
-        g, place = self.decode.graph, self.decode.place
-        moves = []
-        for cache, out in g.carry.items():
-            if cache not in g.state or out not in g.producer:
-                continue
-            src = place[g.producer[out]]
-            for d in sorted({place[r] for r in g.readers.get(cache, ())}):
-                if d != src:
-                    moves.append((src, d, g.buffer_bytes[out] * self.decode.layers))
-        return moves
+        dec = self.decode
+        g = dec.graph
+        return [move for cache, out in g.carry.items()
+                if cache in g.state and out in g.producer
+                for move in self._to_readers(cache, dec.place[g.producer[out]],
+                                             g.buffer_bytes[out] * dec.layers)]
+
+    def _to_readers(self, cache: str, src: int, nbytes: int) -> list[tuple[int, int, int]]:
+        """(src, device, nbytes) to every other device where a decode kernel reads ``cache``."""
+        dec = self.decode
+        return [(src, d, nbytes)
+                for d in sorted({dec.place[r] for r in dec.graph.readers.get(cache, ())})
+                if d != src]
 
 
 @dataclass
@@ -124,7 +122,6 @@ class Outcome:
     forwards: dict[str, int]
     switches: int
     breakdown: list[dict[str, float]]  # per device: compute / waiting on comm / idle shares
-    extra: dict[str, Any] = field(default_factory=dict)
 
     def summary(self) -> dict[str, float]:
         done = [t for t in self.requests if t.finish >= 0]
@@ -169,16 +166,28 @@ class Serving(Server):
         self.in_flight = {"prefill": 0, "decode": 0}  # forwards in flight, by phase
         self.forwards = {"prefill": 0, "decode": 0}
         self.wake = self.env.event()
-        self.segmented: dict[int, tuple] = {}  # id(phase) -> its segments
+        self.phases: dict[int, tuple] = {}  # id(phase) -> segments, home sends, critical path
+        self.moves: dict[int, tuple] = {}  # id(plan) -> its KV-cache moves, its deltas
+
+    def _prepared(self, phase: Phase) -> tuple:
+        """A phase's segments and critical path, computed once: the plans do not change."""
+        if id(phase) not in self.phases:
+            segs, home = segments(phase.graph, phase.place, phase.times)
+            self.phases[id(phase)] = (segs, home, phase.critical_path(self.link, self.n_dev))
+        return self.phases[id(phase)]
+
+    def _moves(self, plan: Plan) -> tuple:
+        """A plan's KV-cache moves after a prefill and deltas after a decode forward, once."""
+        if id(plan) not in self.moves:
+            self.moves[id(plan)] = (plan.kv_moves(self.kv), plan.deltas())
+        return self.moves[id(plan)]
 
     def _run(self, phase: Phase, priority: int, stretch: float = 1.0):
         """One forward of ``phase``: its identical layers once, as segments (or, with
         ``collapse_layers=False``, layer by layer and kernel by kernel)."""
         if not self.collapse:
             return self.forward(phase.forward(priority, stretch))
-        if id(phase) not in self.segmented:
-            self.segmented[id(phase)] = segments(phase.graph, phase.place, phase.times)
-        segs, home = self.segmented[id(phase)]
+        segs, home, _ = self._prepared(phase)
         return self.forward_segments(segs, home, priority, phase.layers * stretch)
 
     # -- the scheduler -------------------------------------------------------------------
@@ -235,8 +244,8 @@ class Serving(Server):
         prompt, given = plan.prefill.tokens, t.request.input_tokens
         stretch = given / prompt if prompt and given else 1.0  # 0: the recipe's own prompt
         yield self.env.process(self._run(plan.prefill, t.order, stretch))
-        t.execution_s += stretch * plan.prefill.critical_path(self.link, self.n_dev)
-        moves = [self._move(src, dst, size, t.order) for src, dst, size in plan.kv_moves(self.kv)]
+        t.execution_s += stretch * self._prepared(plan.prefill)[2]
+        moves = [self._move(src, dst, size, t.order) for src, dst, size in self._moves(plan)[0]]
         yield simpy.AllOf(self.env, moves)
         t.first_token, t.generated = self.env.now, 1
         self._advance(t, ready)
@@ -247,9 +256,9 @@ class Serving(Server):
         # the previous step's KV deltas of these requests must have reached every replica
         yield simpy.AllOf(self.env, [t.kv_synced for t in group if t.kv_synced is not None])
         yield self.env.process(self._run(plan.decode, order))
-        step = plan.decode.critical_path(self.link, self.n_dev)
+        step = self._prepared(plan.decode)[2]
         deltas = [self._move(src, dst, size * len(group) // max(1, self.batch),
-                             order + BACKGROUND) for src, dst, size in plan.deltas()]
+                             order + BACKGROUND) for src, dst, size in self._moves(plan)[1]]
         synced = simpy.AllOf(self.env, deltas) if deltas else None
         for t in group:
             t.generated += 1
