@@ -25,8 +25,14 @@ register_configs()
 def app(cfg: DictConfig) -> None:
     from pimbuild.build import build  # heavy imports (torch) after Hydra parsed the overrides
 
+    out_dir = Path(HydraConfig.get().runtime.output_dir)
     try:
-        build(cfg, Path(HydraConfig.get().runtime.output_dir))
+        if cfg.get("experiment") is not None:
+            from pimbuild import experiments
+
+            experiments.run(cfg, list(HydraConfig.get().overrides.task), out_dir)
+        else:
+            build(cfg, out_dir)
     except PimbuildError as e:
         error(escape(str(e)))
         sys.exit(1)

@@ -85,6 +85,11 @@ class PimConfig:
     t_ctx_us: float = MISSING  # T_ctx of C1
     dram_latency_ns: float = MISSING
     bank_bw_gbps: float | None = MISSING
+    mlp: float = 1.0  # lines in flight per core
+    stack_bw_gbps: float | None = None  # B_stack; None: no shared ceiling
+    overlap: float = 0.0  # share of min(compute, memory) hidden
+    lanes: float = 1.0  # elements per instruction
+    sync_all: bool = False  # sync cost over every core (not only the busy ones)
     launch_us: float = MISSING
     sync_ns_per_core: float = MISSING
     c_load: float = MISSING
@@ -164,6 +169,15 @@ class SimConfig:
 
 
 @dataclass
+class ExperimentConfig:
+    """``+experiment=<name>`` (``conf/experiment/``; pimbuild.experiments)."""
+
+    name: str = MISSING  # the module of pimbuild.experiments that tabulates it
+    points: dict[str, list[str]] = MISSING  # point name -> the overrides of its build
+    only: list[str] = field(default_factory=list)  # build only these points (empty: all)
+
+
+@dataclass
 class Config:
     model: ModelConfig = MISSING
     lowering: LoweringConfig = MISSING
@@ -184,6 +198,7 @@ class Config:
     store: str = MISSING  # the artifact store, relative to the launch directory
     show_candidates: bool = MISSING  # print the candidates table at the end of a run
     verify: bool = MISSING  # hash every file of an artifact before reusing it
+    experiment: ExperimentConfig | None = None  # +experiment=<name>: build every point
 
 
 SCHEMAS: dict[str, Any] = {
@@ -217,9 +232,10 @@ def plain(node: Any) -> Any:
     return OmegaConf.to_container(node, resolve=True, enum_to_str=True)
 
 
-# The range of every number in the schemas: (comparison, bound). Checked with ``validate``
-# before any stage is planned; ``None`` is allowed where the schema says ``| None``.
-RANGES: dict[str, tuple[str, float]] = {
+# The range of every number in the schemas: (comparison, bound), or (comparison, bound, upper)
+# where the value must also be <= upper. Checked with ``validate`` before any stage is
+# planned; ``None`` is allowed where the schema says ``| None``.
+RANGES: dict[str, tuple[Any, ...]] = {
     "model.seed": (">=", 0),
     "lowering.register_block": (">=", 1),
     "platform.cache_line": (">=", 1),
@@ -244,6 +260,10 @@ RANGES: dict[str, tuple[str, float]] = {
     "pim.t_ctx_us": (">=", 0),
     "pim.dram_latency_ns": (">", 0),
     "pim.bank_bw_gbps": (">", 0),
+    "pim.mlp": (">", 0),
+    "pim.stack_bw_gbps": (">", 0),
+    "pim.overlap": (">=", 0, 1),
+    "pim.lanes": (">=", 1),
     "pim.launch_us": (">=", 0),
     "pim.sync_ns_per_core": (">=", 0),
     "pim.c_load": (">=", 0),
@@ -293,7 +313,7 @@ def validate(cfg: Any) -> None:
     devices = OmegaConf.select(cfg, "device", throw_on_missing=False) or {}
     ranges = {**RANGES, **{f"device.{d}.{k}": r for d in devices
                            for k, r in DEVICE_RANGES.items()}}
-    for path, (op, bound) in ranges.items():
+    for path, (op, bound, *upper) in ranges.items():
         value = OmegaConf.select(cfg, path, throw_on_missing=False)
         values = list(value) if OmegaConf.is_list(value) else [value]
         for v in values:
@@ -301,5 +321,7 @@ def validate(cfg: Any) -> None:
                 continue
             ok = (isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
                   and (v >= bound if op == ">=" else v > bound))
+            if ok and upper and v > upper[0]:
+                raise ConfigError(f"{path} must be <= {upper[0]:g} (got {v})")
             if not ok:
                 raise ConfigError(f"{path} must be {op} {bound:g} (got {v})")

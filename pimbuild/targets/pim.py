@@ -3,11 +3,18 @@
 PIM time of a nest (paper Table 2; PIMProf's PIM side): its parallel iterations are spread
 over ``min(N_core, N_iter)`` cores; one parallel iteration costs its op mix in cycles (single
 issue: one cycle per load, store, arithmetic op and loop step, ``c_math`` per transcendental
-call done in software) at ``f_pim``; the bytes it touches move at ``B_bank`` per core (an
-in-order core waits for each line: by default ``B_bank = L / DRAM latency``); compute and
-memory do not overlap; each invocation pays a launch cost and a per-core synchronization /
-aggregation cost, which is what makes small regions slower as cores are added. The result is
-never below C1's bound and grows with work. Host<->PIM copies move at the host memory
+call done in software) at ``f_pim``; the bytes it touches move at ``B_bank`` per core (by
+default ``B_bank = MLP * L / DRAM latency``: ``MLP`` lines in flight per core, 1 for an
+in-order core that waits for each miss), and all cores together at most at the stack's
+internal bandwidth ``B_stack`` (the vaults' or channels' aggregate; by default no ceiling);
+a share ``overlap`` of the shorter of compute and memory time hides under the longer (0 by
+default: none); one instruction handles ``lanes`` elements (1 by default; PIMProf's cores
+run the host's x86 binary, vector instructions included); each invocation pays a launch
+cost and a per-core synchronization / aggregation cost (over the busy cores, or every core
+with ``sync_all``), which is what makes small regions slower as cores are added. The result is
+never below C1's bound and grows with work. ``pim=fitted_paper`` fits ``MLP``, ``B_stack``,
+``overlap``, ``lanes`` and the sync cost to the paper's published numbers
+(``bench/fit_pim.py``). Host<->PIM copies move at the host memory
 system's bandwidth ``B_mem``; each transition costs ``T_sw``. Parameters and their sources:
 ``conf/pim/default.yaml``.
 """
@@ -35,7 +42,12 @@ class PimTarget:
     f_pim_ghz: float
     dram_latency_ns: float
     cache_line: int
-    bank_bw_gbps: float | None  # per core; None: cache_line / dram_latency
+    bank_bw_gbps: float | None  # per core; None: mlp * cache_line / dram_latency
+    mlp: float  # memory-level parallelism: cache lines in flight per core
+    stack_bw_gbps: float | None  # B_stack: all cores together; None: no shared ceiling
+    overlap: float  # share of min(compute, memory) hidden under the other, in [0, 1]
+    lanes: float  # elements one instruction handles (the vector width of the code run)
+    sync_all: bool  # the per-core sync cost counts every core, not just the busy ones
     launch_us: float
     sync_ns_per_core: float
     c_load: float
@@ -57,7 +69,10 @@ class PimTarget:
         pim = cfg.pim
         return cls(n_core=pim.cores, f_pim_ghz=pim.freq_ghz,
                    dram_latency_ns=pim.dram_latency_ns, cache_line=cfg.platform.cache_line,
-                   bank_bw_gbps=pim.bank_bw_gbps, launch_us=pim.launch_us,
+                   bank_bw_gbps=pim.bank_bw_gbps, mlp=pim.mlp,
+                   stack_bw_gbps=pim.stack_bw_gbps, overlap=pim.overlap,
+                   lanes=pim.lanes, sync_all=pim.sync_all,
+                   launch_us=pim.launch_us,
                    sync_ns_per_core=pim.sync_ns_per_core, c_load=pim.c_load,
                    c_store=pim.c_store, c_arith=pim.c_arith, c_math=pim.c_math,
                    c_loop=pim.c_loop, t_sw_us=pim.t_sw_us, b_mem_gbps=cfg.platform.b_mem_gbps,
@@ -77,7 +92,12 @@ class PimTarget:
 
     @property
     def b_bank_gbps(self) -> float:
-        return self.bank_bw_gbps or self.cache_line / self.dram_latency_ns
+        """Per core."""
+        return self.bank_bw_gbps or self.mlp * self.cache_line / self.dram_latency_ns
+
+    def b_pim_gbps(self, cores: int) -> float:
+        """``cores`` together: ``min(cores * B_bank, B_stack)``."""
+        return min(cores * self.b_bank_gbps, self.stack_bw_gbps or math.inf)
 
     def unit_time(self, nest: Nest) -> float:
         """T_pim: seconds the nest takes on ``n_core`` PIM cores, per forward."""
@@ -85,13 +105,15 @@ class PimTarget:
         per_core_iters = math.ceil(nest.n_iter / cores)
         inner = nest.n_total / max(nest.n_iter, 1)  # innermost iterations per parallel one
         mix = nest.op_mix
-        cycles = (mix["loads"] * self.c_load + mix["stores"] * self.c_store
-                  + mix["arith"] * self.c_arith + mix["math"] * self.c_math
-                  + inner * self.c_loop)
+        cycles = ((mix["loads"] * self.c_load + mix["stores"] * self.c_store
+                   + mix["arith"] * self.c_arith + inner * self.c_loop) / self.lanes
+                  + mix["math"] * self.c_math)
         compute = per_core_iters * cycles / (self.f_pim_ghz * 1e9)
-        memory = nest.moved_bytes / cores / (self.b_bank_gbps * 1e9)
-        overhead = self.launch_us * 1e-6 + cores * self.sync_ns_per_core * 1e-9
-        return max(nest.invocations, 1) * (overhead + compute + memory)
+        memory = nest.moved_bytes / (self.b_pim_gbps(cores) * 1e9)
+        busy = compute + memory - self.overlap * min(compute, memory)
+        synced = self.n_core if self.sync_all else cores
+        overhead = self.launch_us * 1e-6 + synced * self.sync_ns_per_core * 1e-9
+        return max(nest.invocations, 1) * (overhead + busy)
 
     def copy_time(self, fetch_bytes: int, flush_bytes: int) -> float:
         return (fetch_bytes + flush_bytes) / (self.b_mem_gbps * 1e9)
