@@ -16,6 +16,7 @@ from pimbuild.policies.torchpim import c1_bound_s, rule_params
 from tests.conftest import make_cfg
 
 MODEL = targets.from_config(make_cfg(Path("unused-store"), []))  # conf/pim/default.yaml
+FITTED = targets.from_config(make_cfg(Path("unused-store"), ["pim=fitted_paper"]))
 POLICY = PolicyParams(name="torchpim", theta_ratio=0.12, theta_gbps=2.0, sigma=0.4, i_min=1.0)
 
 
@@ -46,12 +47,14 @@ SHAPE_ARGS = [dict(n_iter=1), dict(n_iter=64, inner=4096), dict(n_iter=1 << 20),
               dict(n_iter=4096, mix=(1, 1, 2, 1)), dict(n_iter=100, inner=7, mix=(0, 1, 0, 0))]
 
 
+@pytest.mark.parametrize("model", [MODEL, FITTED, dataclasses.replace(FITTED, sync_all=True)],
+                         ids=["default", "fitted", "fitted-sync-all"])
 @pytest.mark.parametrize("cores", [1, 8, 32, 128, 1024])
 @pytest.mark.parametrize("args", SHAPE_ARGS)
-def test_never_below_c1_lower_bound(args: dict, cores: int) -> None:
+def test_never_below_c1_lower_bound(args: dict, cores: int, model) -> None:
     n = nest(**args)
-    m = dataclasses.replace(MODEL, n_core=cores)
-    r = dataclasses.replace(RULE, n_core=cores)
+    m = dataclasses.replace(model, n_core=cores)
+    r = rule_params(context([n], target=m))
     assert m.unit_time(n) >= c1_bound_s(n.n_total, n.invocations, r)
 
 
@@ -129,15 +132,18 @@ def test_oracle_beats_every_policy(copy_model: str) -> None:
     assert all(cost["oracle"] <= c + 1e-15 for c in cost.values())
 
 
+@pytest.mark.parametrize("model", [MODEL, dataclasses.replace(FITTED, sync_ns_per_core=20.0,
+                                                                sync_all=True)],
+                         ids=["default", "fitted-sync-all"])
 @pytest.mark.parametrize("cores", [8, 128, 1024])
 @pytest.mark.parametrize("args", SHAPE_ARGS)
-def test_c1_model_charges_the_fixed_costs_of_the_target(args: dict, cores: int) -> None:
+def test_c1_model_charges_the_fixed_costs_of_the_target(args: dict, cores: int, model) -> None:
     """With policy.c1=model, a nest passing C1 has T_cpu above every fixed cost the model
     charges it offloaded alone: two switches and, per invocation, launch and sync."""
     from pimbuild.policies.torchpim import c1_threshold_s
 
     n = dataclasses.replace(nest(**args), invocations=3)
-    m = dataclasses.replace(MODEL, n_core=cores)
+    m = dataclasses.replace(model, n_core=cores)
     r = rule_params(context([n], policy=dataclasses.replace(POLICY, c1="model"), target=m))
     idle = dataclasses.replace(n, n_total=0, reads={}, writes={},
                                op_mix=dict.fromkeys(n.op_mix, 0))
@@ -147,4 +153,45 @@ def test_c1_model_charges_the_fixed_costs_of_the_target(args: dict, cores: int) 
                                       rel=1e-12)
     paper = dataclasses.replace(r, c1="paper")
     assert c1_threshold_s(n.n_total, n.invocations, n.n_iter, paper) == pytest.approx(
-        r.t_ctx_s + c1_bound_s(n.n_total, n.invocations, r), rel=1e-12)
+        r.t_ctx_s + c1_bound_s(n.n_total, n.invocations, paper), rel=1e-12)
+
+
+def test_shared_limits_at_their_defaults_are_the_per_core_model() -> None:
+    """pim=default (mlp 1, no B_stack, no overlap, 1 lane, busy-core sync) is the model
+    the paper's Table 2 describes, term by term."""
+    n = nest(n_iter=1 << 16, inner=4, mix=(2, 1, 3, 1))
+    m = dataclasses.replace(MODEL, n_core=64)
+    cycles = 2 * 4 + 1 + 3 * 4 + 1 * 4 * m.c_math + 4  # loads, stores, arith, math, loop
+    compute = (1 << 16) / 64 * cycles / 1e9
+    memory = n.moved_bytes / (64 * 64 / 22.5 * 1e9)
+    overhead = 1e-6 + 64 * 20e-9
+    assert m.unit_time(n) == pytest.approx(compute + memory + overhead, rel=1e-12)
+
+
+def test_stack_bandwidth_caps_memory_time_and_overlap_hides_the_shorter_term() -> None:
+    n = nest(n_iter=1 << 20, mix=(0, 0, 0, 0), reads={"a": 1 << 30}, writes={})
+    flat = dataclasses.replace(MODEL, launch_us=0.0, sync_ns_per_core=0.0, c_loop=0.0,
+                               stack_bw_gbps=100.0)
+    t = {c: flat.with_units(c).unit_time(n) for c in (16, 64, 1024)}
+    assert t[64] == pytest.approx((1 << 30) / 100e9) == pytest.approx(t[1024])  # saturated
+    assert t[16] == pytest.approx((1 << 30) / (16 * 64 / 22.5 * 1e9))  # below the ceiling
+    mixed = nest(n_iter=1 << 20, mix=(1, 1, 4, 0))
+    none = dataclasses.replace(MODEL, launch_us=0.0, sync_ns_per_core=0.0)
+    half = dataclasses.replace(none, overlap=0.5)
+    full = dataclasses.replace(none, overlap=1.0)
+    cycles = (1 + 1 + 4 + 1) * (1 << 20) / 128 / 1e9
+    mem = mixed.moved_bytes / (128 * 64 / 22.5 * 1e9)
+    assert none.unit_time(mixed) == pytest.approx(cycles + mem)
+    assert half.unit_time(mixed) == pytest.approx(cycles + mem - 0.5 * min(cycles, mem))
+    assert full.unit_time(mixed) == pytest.approx(max(cycles, mem))
+
+
+def test_lanes_divide_instructions_not_transcendentals_and_sync_all_counts_idle_cores() -> None:
+    n = nest(n_iter=64, inner=1024, mix=(1, 1, 1, 1), reads={}, writes={})
+    base = dataclasses.replace(MODEL, launch_us=0.0, sync_ns_per_core=0.0)
+    wide = dataclasses.replace(base, lanes=8.0)
+    math_s = 64 / 64 * 1024 * base.c_math / 1e9
+    assert wide.unit_time(n) - math_s == pytest.approx((base.unit_time(n) - math_s) / 8)
+    synced = dataclasses.replace(MODEL, sync_ns_per_core=20.0)
+    busy, every = synced.with_units(128), dataclasses.replace(synced, sync_all=True)
+    assert every.unit_time(n) - busy.unit_time(n) == pytest.approx((128 - 64) * 20e-9)

@@ -34,6 +34,8 @@ class RuleParams:
     t_sw_s: float = 0.0
     launch_s: float = 0.0
     sync_s_per_core: float = 0.0
+    sync_all: bool = False  # the sync cost counts every core (pim.sync_all)
+    lanes: float = 1.0  # elements per instruction on the target (pim.lanes)
 
 
 def rule_params(ctx: PolicyContext) -> RuleParams:
@@ -46,23 +48,27 @@ def rule_params(ctx: PolicyContext) -> RuleParams:
                       i_min=ctx.policy.i_min, theta_gbps=ctx.policy.theta(ctx.b_cpu_gbps),
                       sigma=ctx.policy.sigma, cache_line=t.cache_line, c1=c1,
                       t_sw_s=t.switch_time(1), launch_s=getattr(t, "launch_us", 0.0) * 1e-6,
-                      sync_s_per_core=getattr(t, "sync_ns_per_core", 0.0) * 1e-9)
+                      sync_s_per_core=getattr(t, "sync_ns_per_core", 0.0) * 1e-9,
+                      sync_all=getattr(t, "sync_all", False), lanes=getattr(t, "lanes", 1.0))
 
 
 def c1_bound_s(n_total: int, invocations: int, p: RuleParams) -> float:
-    """C1's lower bound on PIM time: N_total * I_min / (N_core * f_pim), per forward."""
-    return n_total * max(invocations, 1) * p.i_min / (p.n_core * p.f_pim_ghz * 1e9)
+    """C1's lower bound on PIM time: N_total * I_min / (N_core * f_pim), per forward; under
+    ``c1=model`` one instruction handles the target's ``lanes`` elements, as the target
+    charges it."""
+    lanes = p.lanes if p.c1 == "model" else 1.0
+    return n_total * max(invocations, 1) * p.i_min / (lanes * p.n_core * p.f_pim_ghz * 1e9)
 
 
 def c1_threshold_s(n_total: int, invocations: int, n_iter: int, p: RuleParams) -> float:
     """What T_cpu must reach to pass C1. ``paper``: T_ctx + the compute bound. ``model``: the
     compute bound plus the fixed costs of the nest offloaded alone: its region's two switches
-    and, per invocation, the launch and the synchronisation of min(N_core, N_iter) cores,
-    exactly as the target's timing model charges them."""
+    and, per invocation, the launch and the synchronisation of min(N_core, N_iter) cores
+    (every core with ``pim.sync_all``), exactly as the target's timing model charges them."""
     bound = c1_bound_s(n_total, invocations, p)
     if p.c1 == "paper":
         return p.t_ctx_s + bound
-    cores = max(1, min(p.n_core, n_iter))
+    cores = p.n_core if p.sync_all else max(1, min(p.n_core, n_iter))
     per_invocation = p.launch_s + cores * p.sync_s_per_core
     return 2 * p.t_sw_s + max(invocations, 1) * per_invocation + bound
 
