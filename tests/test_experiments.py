@@ -6,6 +6,7 @@ import dataclasses
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 from hydra import compose, initialize_config_module
 
@@ -123,3 +124,43 @@ def test_table4_from_the_command_line(tmp_path) -> None:
         assert row["offloaded"] == len(report["offloaded"])
         assert row["paper"] == paper.TABLE4["relu"][n]
     assert "[2/2] relu_16384" in proc.stdout
+
+
+def test_leave_one_out_chooses_on_the_other_models_only() -> None:
+    from pimbuild.experiments import agreement
+
+    shape = (len(agreement.THETA_RATIOS), len(agreement.SIGMAS), 4)
+    grid = {m: np.zeros(shape, dtype=int) for m in ("a", "b", "c")}
+    for g in grid.values():
+        g[..., 3] = 1  # one true negative everywhere: every pair ties
+    grid["a"][2, 3] = (5, 0, 0, 5)  # a alone prefers (2, 3)
+    grid["b"][7, 1] = (3, 0, 0, 3)
+    grid["c"][7, 1] = (3, 0, 0, 3)  # b and c prefer (7, 1)
+    assert agreement.choose(grid, ["b", "c"], 0.12, 0.4) == (7, 1)
+    assert agreement.choose(grid, ["a"], 0.12, 0.4) == (2, 3)
+    # all tied: the pair nearest the paper's thresholds
+    tied = {"x": np.zeros(shape, dtype=int)}
+    i, j = agreement.choose(tied, ["x"], 0.12, 0.4)
+    assert agreement.SIGMAS[j] == 0.4
+    assert min(agreement.THETA_RATIOS, key=lambda t: abs(np.log(t / 0.12))) == \
+        agreement.THETA_RATIOS[i]
+
+
+def test_agreement_experiment_matches_the_reports(tmp_path, store) -> None:
+    """At one core count the paper-threshold rows are the reports' own agreement (the
+    ground truth and the rule are computed again, from the stage artifacts)."""
+    with initialize_config_module(config_module=CONFIG_MODULE, version_base="1.3"):
+        cfg, over = _compose(store, "+experiment=agreement", "experiment.only=[relu,gemv]",
+                             "sim.cores_sweep=[128]")
+        rows = experiments.run(cfg, over, tmp_path / "run")
+    by = {(r["model"], r["thresholds"]): r for r in rows}
+    for model in ("relu", "gemv"):
+        manifest = json.loads((tmp_path / "run" / model / "manifest.json").read_text())
+        report = json.loads((Path(manifest["stages"]["simulate"]["dir"]) / "report.json")
+                            .read_text())
+        a = report["agreement"]
+        assert (by[model, "paper"]["agree"], by[model, "paper"]["FP"],
+                by[model, "paper"]["FN"]) == (a["agree"], a["false_positives"],
+                                              a["false_negatives"])
+    assert by["all", "held-out"]["agree"] == sum(by[m, "held-out"]["agree"]
+                                                 for m in ("relu", "gemv"))
