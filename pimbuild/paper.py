@@ -79,3 +79,13 @@ TABLE4: dict[str, dict[int, int]] = {
 }
 TABLE4_NESTS = {"mac": 3, "mlp": 7, "attention": 14, "gemv": 2, "relu": 1, "ew_add": 1,
                 "softmax": 8, "depthwise_conv": 3}
+
+# Table 5: cost of a granularity minus loop granularity, in % of the end-to-end time under
+# loop granularity (model -> level -> {quantity: %}); "bb" is the paper's basic-block level.
+TABLE5: dict[str, dict[str, dict[str, float]]] = {
+    "gptj6b": {"operator": {"d_pim": 9.3, "total": 9.8}, "bb": {"d_copy": 4.3, "total": 4.8}},
+    "llama7b": {"operator": {"d_pim": 6.2, "total": 6.5}, "bb": {"d_copy": 3.2, "total": 3.5}},
+    "attention": {"operator": {"d_pim": 77.9, "total": 67.8},
+                  "bb": {"d_copy": 1.6, "total": 2.7}},
+}
+TABLE5_CROSSINGS = {"gptj6b": {"loop": 18, "bb": 372}}  # "crossings rise from 18 to 372"

@@ -164,3 +164,22 @@ def test_agreement_experiment_matches_the_reports(tmp_path, store) -> None:
                                               a["false_negatives"])
     assert by["all", "held-out"]["agree"] == sum(by[m, "held-out"]["agree"]
                                                  for m in ("relu", "gemv"))
+
+
+def test_segment_level_splits_every_region_and_only_adds_copies_and_switches() -> None:
+    from pimbuild.experiments import table5
+    from pimbuild.simulate import evaluate
+    from tests.test_pim_model import MODEL, context
+
+    first = nest(0, reads={"arg0": 4096}, writes={"tmp": 4096})
+    second = nest(1, reads={"tmp": 4096}, writes={"out": 4096})
+    third = nest(2, reads={"out": 4096}, writes={"out2": 4096})
+    ctx = context([first, second, third])
+    merged, split = evaluate(ctx, {0, 1}), table5.unmerged(ctx, {0, 1})
+    assert (merged["n_region"], split["n_region"]) == (2, 4)
+    assert split["t_pim_s"] == merged["t_pim_s"] and split["t_host_s"] == merged["t_host_s"]
+    # merged: fetch arg0, flush tmp and out; split: tmp also flushed then fetched again
+    assert split["t_copy_s"] - merged["t_copy_s"] == pytest.approx(MODEL.copy_time(4096, 0))
+    assert split["t_hybrid_s"] > merged["t_hybrid_s"]
+    alone = table5.unmerged(ctx, {2})
+    assert alone["t_hybrid_s"] == pytest.approx(evaluate(ctx, {2})["t_hybrid_s"])
