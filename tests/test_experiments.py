@@ -129,19 +129,20 @@ def test_table4_from_the_command_line(tmp_path) -> None:
 def test_leave_one_out_chooses_on_the_other_models_only() -> None:
     from pimbuild.experiments import agreement
 
-    shape = (len(agreement.THETA_RATIOS), len(agreement.SIGMAS), 4)
+    shape = (len(agreement.THETA_RATIOS), len(agreement.SIGMAS), len(agreement.I_MINS), 4)
     grid = {m: np.zeros(shape, dtype=int) for m in ("a", "b", "c")}
     for g in grid.values():
-        g[..., 3] = 1  # one true negative everywhere: every pair ties
-    grid["a"][2, 3] = (5, 0, 0, 5)  # a alone prefers (2, 3)
-    grid["b"][7, 1] = (3, 0, 0, 3)
-    grid["c"][7, 1] = (3, 0, 0, 3)  # b and c prefer (7, 1)
-    assert agreement.choose(grid, ["b", "c"], 0.12, 0.4) == (7, 1)
-    assert agreement.choose(grid, ["a"], 0.12, 0.4) == (2, 3)
-    # all tied: the pair nearest the paper's thresholds
+        g[..., 3] = 1  # one true negative everywhere: every point ties
+    grid["a"][2, 3, 0] = (5, 0, 0, 5)  # a alone prefers (2, 3, 0)
+    grid["b"][7, 1, 4] = (3, 0, 0, 3)
+    grid["c"][7, 1, 4] = (3, 0, 0, 3)  # b and c prefer (7, 1, 4)
+    paper_point = (0.12, 0.4, 1.0)
+    assert agreement.choose(grid, ["b", "c"], paper_point) == (7, 1, 4)
+    assert agreement.choose(grid, ["a"], paper_point) == (2, 3, 0)
+    # all tied: the point nearest the paper's thresholds
     tied = {"x": np.zeros(shape, dtype=int)}
-    i, j = agreement.choose(tied, ["x"], 0.12, 0.4)
-    assert agreement.SIGMAS[j] == 0.4
+    i, j, k = agreement.choose(tied, ["x"], paper_point)
+    assert (agreement.SIGMAS[j], agreement.I_MINS[k]) == (0.4, 1.0)
     assert min(agreement.THETA_RATIOS, key=lambda t: abs(np.log(t / 0.12))) == \
         agreement.THETA_RATIOS[i]
 

@@ -6,17 +6,19 @@ nests that gain when offloaded alone under the configured target and copy model 
 report's). Two rows per model:
 
 - ``paper``: the rule with the configured thresholds (θ/B_cpu = 0.12, σ = 0.4 by default);
-- ``held-out``: θ/B_cpu and σ chosen on the *other* models (the pair with the most nests in
-  agreement over them, at every core count; ties go to the pair nearest the paper's), then
-  judged on this one.
+- ``held-out``: θ/B_cpu, σ and C1's I_min chosen on the *other* models (the triple with the
+  most nests in agreement over them, at every core count; ties go to the one nearest the
+  paper's), then judged on this one.
 
 The summary adds totals and the paper's own result (37/44 = 0.84, FP 2, FN 5). The grid is
-small and exhaustive (``THETA_RATIOS`` x ``SIGMAS``), so the choice is exact on it.
+small and exhaustive (``THETA_RATIOS`` x ``SIGMAS`` x ``I_MINS``), so the choice is exact on
+it. C2 (N_iter >= N_core) has no threshold to learn: a nest it rejects stays rejected.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 from pathlib import Path
 from typing import Any
@@ -24,8 +26,9 @@ from typing import Any
 import numpy as np
 from omegaconf import DictConfig
 
-THETA_RATIOS = tuple(float(x) for x in np.round(np.geomspace(0.01, 2.0, 24), 4))
+THETA_RATIOS = tuple(float(x) for x in np.round(np.geomspace(0.001, 2.0, 24), 5))
 SIGMAS = (0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.6, 0.8, 1.01)  # 1.01: C4 never fires
+I_MINS = (0.25, 0.5, 1.0, 2.0, 4.0)  # instructions per element in C1's compute bound
 PAPER = {"agree": 37, "total": 44, "false_positives": 2, "false_negatives": 5}
 
 
@@ -39,7 +42,7 @@ def _confusion(ctx, offloaded: set[int], truth: set[int]) -> np.ndarray:
 def confusions(results: dict[str, dict[str, Any]], cfg: DictConfig
                ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
     """Per model: the paper thresholds' confusion summed over core counts, and the grid's
-    confusions (shape: thetas x sigmas x 4) summed over core counts."""
+    confusions (shape: thetas x sigmas x I_mins x 4) summed over core counts."""
     from pimbuild import decide, fit, hybrid, policies
     from pimbuild.policies import PolicyContext
 
@@ -48,7 +51,7 @@ def confusions(results: dict[str, dict[str, Any]], cfg: DictConfig
     for model, result in results.items():
         case = fit.case_from_stages(model, result["stages"])
         paper[model] = np.zeros(4, dtype=int)
-        grid[model] = np.zeros((len(THETA_RATIOS), len(SIGMAS), 4), dtype=int)
+        grid[model] = np.zeros((len(THETA_RATIOS), len(SIGMAS), len(I_MINS), 4), dtype=int)
         for cores in cfg.sim.cores_sweep:
             ctx = PolicyContext(case.nests, case.forward_s, case.outputs, case.b_cpu_gbps,
                                 p.policy, p.target.with_units(cores), p.copy_model)
@@ -56,25 +59,26 @@ def confusions(results: dict[str, dict[str, Any]], cfg: DictConfig
                 n, ctx.nests, ctx.forward_s, ctx.target, ctx.copy_model, ctx.outputs)}
             paper[model] += _confusion(ctx, policies.place("torchpim", ctx).offloaded(ctx),
                                        truth)
-            for i, theta in enumerate(THETA_RATIOS):
-                for j, sigma in enumerate(SIGMAS):
-                    trial = dataclasses.replace(ctx, policy=dataclasses.replace(
-                        p.policy, theta_ratio=theta, theta_gbps=None, sigma=sigma))
-                    grid[model][i, j] += _confusion(
-                        trial, policies.place("torchpim", trial).offloaded(trial), truth)
+            for (i, theta), (j, sigma), (k, i_min) in itertools.product(
+                    enumerate(THETA_RATIOS), enumerate(SIGMAS), enumerate(I_MINS)):
+                trial = dataclasses.replace(ctx, policy=dataclasses.replace(
+                    p.policy, theta_ratio=theta, theta_gbps=None, sigma=sigma, i_min=i_min))
+                grid[model][i, j, k] += _confusion(
+                    trial, policies.place("torchpim", trial).offloaded(trial), truth)
     return paper, grid
 
 
-def choose(grid: dict[str, np.ndarray], models: list[str], theta0: float, sigma0: float
-           ) -> tuple[int, int]:
-    """The grid pair with the most agreement (TP + TN) over ``models``; ties: nearest the
-    paper's pair (in log θ, then σ)."""
+def choose(grid: dict[str, np.ndarray], models: list[str], paper: tuple[float, float, float]
+           ) -> tuple[int, int, int]:
+    """The grid point (θ, σ, I_min indices) with the most agreement (TP + TN) over
+    ``models``; ties: nearest the paper's (in log θ, then σ, then log I_min)."""
     total = sum(grid[m] for m in models)
     agree = total[..., 0] + total[..., 3]
-    best = agree.max()
-    ties = [(i, j) for i, j in zip(*np.nonzero(agree == best), strict=True)]
-    return min(ties, key=lambda ij: (abs(math.log(THETA_RATIOS[ij[0]] / theta0)),
-                                     abs(SIGMAS[ij[1]] - sigma0)))
+    ties = list(zip(*np.nonzero(agree == agree.max()), strict=True))
+    theta0, sigma0, i_min0 = paper
+    return min(ties, key=lambda t: (abs(math.log(THETA_RATIOS[t[0]] / theta0)),
+                                    abs(SIGMAS[t[1]] - sigma0),
+                                    abs(math.log(I_MINS[t[2]] / i_min0))))
 
 
 def _row(model: str, kind: str, c: np.ndarray, **extra: Any) -> dict[str, Any]:
@@ -85,24 +89,25 @@ def _row(model: str, kind: str, c: np.ndarray, **extra: Any) -> dict[str, Any]:
             **extra}
 
 
+def _chosen(t: tuple[int, int, int]) -> dict[str, float]:
+    return {"theta_ratio": THETA_RATIOS[t[0]], "sigma": SIGMAS[t[1]], "i_min": I_MINS[t[2]]}
+
+
 def rows(results: dict[str, dict[str, Any]], cfg: DictConfig) -> list[dict[str, Any]]:
     paper, grid = confusions(results, cfg)
-    theta0 = cfg.policy.theta_ratio
+    configured = (cfg.policy.theta_ratio, cfg.policy.sigma, cfg.policy.i_min)
+    mine = dict(zip(("theta_ratio", "sigma", "i_min"), configured, strict=True))
     out, held_total = [], np.zeros(4, dtype=int)
     for model in results:
         others = [m for m in results if m != model] or [model]
-        i, j = choose(grid, others, theta0, cfg.policy.sigma)
-        held_total += grid[model][i, j]
-        out.append(_row(model, "paper", paper[model], theta_ratio=theta0,
-                        sigma=cfg.policy.sigma))
-        out.append(_row(model, "held-out", grid[model][i, j], theta_ratio=THETA_RATIOS[i],
-                        sigma=SIGMAS[j]))
-    out.append(_row("all", "paper", sum(paper.values()), theta_ratio=theta0,
-                    sigma=cfg.policy.sigma))
+        t = choose(grid, others, configured)
+        held_total += grid[model][t]
+        out.append(_row(model, "paper", paper[model], **mine))
+        out.append(_row(model, "held-out", grid[model][t], **_chosen(t)))
+    out.append(_row("all", "paper", sum(paper.values()), **mine))
     out.append(_row("all", "held-out", held_total))
-    i, j = choose(grid, list(results), theta0, cfg.policy.sigma)
-    out.append(_row("all", "fitted on all (not held out)", sum(g[i, j] for g in grid.values()),
-                    theta_ratio=THETA_RATIOS[i], sigma=SIGMAS[j]))
+    t = choose(grid, list(results), configured)
+    out.append(_row("all", "fitted on all", sum(g[t] for g in grid.values()), **_chosen(t)))
     return out
 
 
