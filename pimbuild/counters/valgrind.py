@@ -1,10 +1,15 @@
 """Counter backend ``valgrind``: per-nest cache-simulation counts from callgrind.
 
 The instrumented LLVM-dialect module is compiled for ``x86-64-v3`` without AVX-512 (valgrind
-3.19 cannot decode AVX-512), linked with a generated C driver and the callgrind build of the
-marker runtime, and run once under ``valgrind --tool=callgrind --cache-sim=yes`` with the
-platform's cache sizes. The markers zero callgrind's counters at each region entry and dump
-them at each exit, so every dump holds exactly one nest invocation: attribution is exact.
+3.19 cannot decode AVX-512) and without FMA (valgrind runs every FMA instruction through a
+helper call: a LLaMA-7B layer's forward took 10 s under ``--tool=none`` with FMA and 0.3 s
+without; the loads and stores, hence the cache counts, are the same), linked with a
+generated C driver and the callgrind build of the marker runtime, and run once under
+``valgrind --tool=callgrind --cache-sim=yes --instr-atstart=no`` with the platform's cache
+sizes: the driver maps the inputs and switches instrumentation on just before the forward,
+so only the forward is simulated, from cold caches. The markers zero callgrind's counters at
+each region entry and dump them at each exit, so every dump holds exactly one nest
+invocation: attribution is exact.
 
 Roles reported: ``offcore_data_rd`` = last-level data read misses (DLmr), so
 ``n_rd * L`` is the bytes a nest read past the simulated last level: the LLC, or with
@@ -21,9 +26,11 @@ lines to memory would take.
 from __future__ import annotations
 
 import math
+import os
 import re
 import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -40,7 +47,7 @@ if TYPE_CHECKING:
     from pimbuild.profile import Params, Program
 
 TARGET_CPU = "x86-64-v3"
-TARGET_FEATURES = "#llvm.target_features<[\"-avx512f\"]>"
+TARGET_FEATURES = "#llvm.target_features<[\"-avx512f\", \"-fma\"]>"
 DUMP_RE = re.compile(r"^desc: Trigger: Client Request: region (\d+)$", re.M)
 
 
@@ -68,54 +75,91 @@ def _memref_struct(rank: int) -> str:
     return f"typedef struct {{ void *allocated, *aligned; int64_t offset; {dims} }} memref{rank};"
 
 
-def driver_source(signature: dict, evict_bytes: int, warm: bool = False) -> str:
-    """A C ``main`` that reads the arguments from a file, evicts them from the (simulated)
-    caches by writing ``evict_bytes`` of scratch, and calls the lowered function once: the
-    counted forward starts cold, not with the inputs the driver just wrote in cache. ``warm``:
-    it calls the function twice, and the second forward is the one counted (``count``
-    keeps the later half of the dumps), in the cache state one forward leaves."""
-    buffers = [(a["shape"], np.dtype(a["dtype"]).itemsize) for a in signature["args"]]
-    buffers += [(o["shape"], np.dtype(o["dtype"]).itemsize) for o in signature["outputs"]]
-    ranks = sorted({len(shape) for shape, _ in buffers})
-    lines = ["#include <stdint.h>", "#include <stdio.h>", "#include <stdlib.h>",
-             *[_memref_struct(r) for r in ranks]]
-    params = ", ".join(f"memref{len(s)} *" for s, _ in buffers)
+ARG_ALIGN = 64  # each argument starts at a multiple of this in inputs.bin
+
+
+def arg_offsets(signature: dict) -> list[int]:
+    """Byte offset of each argument in ``inputs.bin`` (each padded to ``ARG_ALIGN``)."""
+    offsets, at = [], 0
+    for a in signature["args"]:
+        offsets.append(at)
+        nbytes = math.prod(a["shape"]) * np.dtype(a["dtype"]).itemsize
+        at += -(-nbytes // ARG_ALIGN) * ARG_ALIGN
+    return offsets
+
+
+def driver_source(signature: dict, warm: bool = False) -> str:
+    """A C ``main`` that maps the arguments from a file (no copy: pages arrive as the forward
+    touches them), switches callgrind's instrumentation on, and calls the lowered function
+    once. Valgrind runs with ``--instr-atstart=no``, so nothing before the forward is
+    simulated: the counted forward starts with empty (cold) simulated caches, and setting up
+    its inputs costs native speed. ``warm``: it calls the function twice, and the second
+    forward is the one counted (``count`` keeps the later half of the dumps), in the cache
+    state one forward leaves."""
+    outputs = [(o["shape"], np.dtype(o["dtype"]).itemsize) for o in signature["outputs"]]
+    shapes = [a["shape"] for a in signature["args"]] + [s for s, _ in outputs]
+    ranks = sorted({len(shape) for shape in shapes})
+    lines = ["#include <fcntl.h>", "#include <stdint.h>", "#include <stdio.h>",
+             "#include <stdlib.h>", "#include <sys/mman.h>", "#include <sys/stat.h>",
+             "#include <valgrind/callgrind.h>", *[_memref_struct(r) for r in ranks]]
+    params = ", ".join(f"memref{len(s)} *" for s in shapes)
     lines.append(f"void _mlir_ciface_{signature['function']}({params});")
-    lines += ["static void *load(FILE *f, size_t bytes) {",
-              "  void *p = aligned_alloc(64, (bytes + 63) / 64 * 64);",
-              "  if (!p || (f && fread(p, 1, bytes, f) != bytes)) { perror(\"load\"); exit(2); }",
-              "  return p;", "}",
-              "int main(int argc, char **argv) {",
-              "  FILE *f = argc > 1 ? fopen(argv[1], \"rb\") : NULL;",
-              "  if (!f) { perror(\"inputs\"); return 2; }"]
-    n_args = len(signature["args"])
-    for i, (shape, itemsize) in enumerate(buffers):
-        nbytes = math.prod(shape) * itemsize
-        source = "f" if i < n_args else "NULL"
+    lines += ["int main(int argc, char **argv) {",
+              "  int fd = argc > 1 ? open(argv[1], O_RDONLY) : -1;",
+              "  struct stat st;",
+              "  if (fd < 0 || fstat(fd, &st) != 0) { perror(\"inputs\"); return 2; }",
+              "  char *base = st.st_size ? mmap(NULL, st.st_size, PROT_READ | PROT_WRITE,",
+              "                                 MAP_PRIVATE, fd, 0) : NULL;",
+              "  if (base == MAP_FAILED) { perror(\"mmap\"); return 2; }"]
+    offsets = arg_offsets(signature)
+    for i, shape in enumerate(shapes):
+        if i < len(offsets):
+            lines.append(f"  void *b{i} = base + {offsets[i]};")
+        else:
+            nbytes = math.prod(shape) * outputs[i - len(offsets)][1]
+            lines.append(f"  void *b{i} = aligned_alloc(64, {-(-nbytes // 64) * 64 or 64}u);")
         strides = [math.prod(shape[k + 1:]) for k in range(len(shape))]
         init = ", ".join(map(str, [*shape, *strides]))
-        lines.append(f"  void *b{i} = load({source}, {nbytes}u);")
         lines.append(f"  memref{len(shape)} m{i} = {{b{i}, b{i}, 0{', ' if init else ''}"
                      f"{init}}};")
-    call_args = ", ".join(f"&m{i}" for i in range(len(buffers)))
-    lines += [f"  char *scratch = load(NULL, {evict_bytes}u);",
-              f"  for (size_t i = 0; i < {evict_bytes}u; i += 64) scratch[i] = (char)i;",
+    call_args = ", ".join(f"&m{i}" for i in range(len(shapes)))
+    lines += ["  CALLGRIND_START_INSTRUMENTATION;",
               *[f"  _mlir_ciface_{signature['function']}({call_args});"] * (2 if warm else 1),
               "  return 0;", "}"]
     return "\n".join(lines) + "\n"
 
 
+def inputs_path(work: Path, nbytes: int) -> Path:
+    """Where the driver's inputs go: a file in ``/dev/shm`` (memory) when it has room for
+    twice their size, else beside the driver (a model's weights can be GBs: no disk
+    round trip when memory allows)."""
+    shm = Path("/dev/shm")
+    if shm.is_dir() and os.access(shm, os.W_OK) and shutil.disk_usage(shm).free > 2 * nbytes:
+        fd, name = tempfile.mkstemp(prefix="pimbuild-inputs-", suffix=".bin", dir=shm)
+        os.close(fd)
+        return Path(name)
+    return work / "inputs.bin"
+
+
+def write_inputs(args: list[np.ndarray], path: Path, signature: dict) -> None:
+    """The arguments at ``arg_offsets`` (zero padding between them)."""
+    with path.open("wb") as f:
+        for a, offset in zip(args, arg_offsets(signature), strict=True):
+            f.seek(offset)
+            np.ascontiguousarray(a).tofile(f)
+
+
 def build_driver(inp: Program, p: Params, work: Path) -> Path:
     symbols = Markers(inp.runtime_dir / LIBRARY).symbols([ENTER, EXIT])
     obj = compile_portable_object(inp.llvm_path, symbols, work / "forward_x86-64-v3.o")
-    (work / "driver.c").write_text(driver_source(inp.signature, 2 * p.llc_bytes,
-                                                 p.valgrind_warm))
+    (work / "driver.c").write_text(driver_source(inp.signature, p.valgrind_warm))
     runtime = inp.runtime_dir / CALLGRIND_LIBRARY
     if not runtime.is_file():
         raise StageError("profile", "the marker runtime has no callgrind build "
                                     "(valgrind/callgrind.h was not found when it was built)")
     exe = work / "forward_driver"
-    cmd = ["cc", "-O1", "-march=x86-64-v3", "-mno-avx512f", str(work / "driver.c"), str(obj),
+    cmd = ["cc", "-O1", "-march=x86-64-v3", "-mno-avx512f", "-mno-fma", str(work / "driver.c"),
+           str(obj),
            str(runtime), f"-Wl,-rpath,{inp.runtime_dir}", "-lm", "-o", str(exe)]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
@@ -156,14 +200,15 @@ def count(run: CounterRun) -> list[dict]:
     work = run.out_dir / "valgrind"
     work.mkdir()
     exe = build_driver(inp, p, work)
-    with (work / "inputs.bin").open("wb") as f:
-        for a in args:
-            np.ascontiguousarray(a).tofile(f)
-    cmd = ["valgrind", "--tool=callgrind", "--cache-sim=yes", *cache_options(p),
-           f"--callgrind-out-file={work / 'callgrind.out'}", str(exe),
-           str(work / "inputs.bin")]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    (work / "inputs.bin").unlink()
+    inputs = inputs_path(work, sum(a.nbytes for a in args) + ARG_ALIGN * len(args))
+    try:
+        write_inputs(args, inputs, inp.signature)
+        cmd = ["valgrind", "--tool=callgrind", "--cache-sim=yes", "--instr-atstart=no",
+               *cache_options(p), f"--callgrind-out-file={work / 'callgrind.out'}", str(exe),
+               str(inputs)]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+    finally:
+        inputs.unlink(missing_ok=True)
     (work / "valgrind.log").write_text(proc.stderr)
     if proc.returncode != 0:
         raise StageError("profile", f"valgrind failed (see {work / 'valgrind.log'}): "
