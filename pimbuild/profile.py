@@ -16,6 +16,7 @@ import json
 import logging
 import os
 import platform
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -248,18 +249,29 @@ def profile(program: Program, p: Params, b_cpu_gbps: float, out: Path) -> None:
     from pimbuild.instrument import ENTER, EXIT
     from pimbuild.runtime import LIBRARY, Markers
 
+    seconds, clock = {}, time.perf_counter()
+
+    def lap(name: str) -> None:
+        nonlocal clock
+        seconds[name] = time.perf_counter() - clock
+        clock = time.perf_counter()
+
     markers = Markers(program.runtime_dir / LIBRARY)
     engine = jit.load_llvm(program.llvm_path, markers.symbols([ENTER, EXIT]))
+    lap("compile")
     args, _ = frontend.materialize(program.model, program.signature)
+    lap("arguments")
     rows, summary = timing_run(engine, markers, program, args, p.warmup, p.repetitions,
                                p.estimator, p.min_time_s)
     write_csv(out / "timing.csv", TIMING_COLUMNS, rows)
+    lap("timing")
     counter_run = CounterRun(engine, markers, program, args, p, out)
     backend, why = choose_backend(counter_run)
     log.info("counter backend: %s (%s)", backend, why)
     counter_rows = BACKENDS.get(backend).count(counter_run)
+    lap("counters")
     columns, table = counters_table(counter_rows, rows, p.cache_line, b_cpu_gbps)
     write_csv(out / "counters.csv", columns, table)
     (out / "profile.json").write_text(json.dumps(
         {**summary, "counter_backend": backend, "counter_backend_reason": why,
-         "requested_backend": p.backend}, indent=2) + "\n")
+         "requested_backend": p.backend, "seconds": seconds}, indent=2) + "\n")
