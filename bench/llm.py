@@ -60,17 +60,20 @@ def profile_info(cwd: Path, model: str) -> dict:
     return json.loads((Path(manifest["stages"]["profile"]["dir"]) / "profile.json").read_text())
 
 
-def forward_ratio(model: str, rounds: int = 12) -> dict:
-    """Lowered forward (scf.mlir compiled with the default code generation, no markers) and
-    PyTorch eager on one thread, timed alternately in this process: medians and their ratio."""
+def forward_ratio(model: str, calibrate_dir: Path, rounds: int = 12) -> dict:
+    """Lowered forward (scf.mlir compiled with the default code generation, no markers; the
+    register-blocking factor calibrate chose on this host when the config leaves it to the
+    search) and PyTorch eager on one thread, timed alternately in this process: medians and
+    their ratio."""
     from hydra import compose, initialize_config_module
 
-    from pimbuild import frontend, instrument, jit, lower
+    from pimbuild import calibrate, frontend, instrument, jit, lower
     from pimbuild.cli import CONFIG_MODULE
 
     with initialize_config_module(config_module=CONFIG_MODULE, version_base="1.3"):
         cfg = compose("config", overrides=[f"model={model}"])
-    p, block = lower.params(cfg), instrument.register_block(cfg)
+    p = lower.params(cfg)
+    block = instrument.register_block(cfg) or calibrate.register_block(calibrate_dir)
     torch.set_num_threads(1)
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp)
@@ -124,7 +127,10 @@ def main() -> None:
         out["sweep_over_cold"] = out["sweep_s"] / out["cold_s"]
         out["profile_over_forward"] = (out["cold_stages_s"]["profile"]
                                        / profile_info(cold_dir, "llama7b")["forward_s"])
-        out["forward"] = [forward_ratio("llama7b"), forward_ratio("gptj6b")]
+        calibrated = Path(json.loads((last_run(cold_dir, "llama7b") / "manifest.json")
+                                     .read_text())["stages"]["calibrate"]["dir"])
+        out["forward"] = [forward_ratio("llama7b", calibrated),
+                          forward_ratio("gptj6b", calibrated)]
     out["self_peak_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024
 
     table = Table(title="pimbuild on a LLaMA-7B decode layer (this host)")

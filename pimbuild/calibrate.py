@@ -10,6 +10,13 @@ only when their lower quartile is within ``calibration_max_spread`` of it (else 
 again, and after ``calibration_rounds`` refuses, saying why); the rounds, their spread and the
 load average are recorded. Keyed by the platform's calibration settings (``calibration_tag``
 forces a new measurement) and the host CPU, so every model on a host shares it.
+
+It also settles the host code generation every stage that compiles the model uses:
+``lowering.register_block``, or, when that is null, the fastest of
+``lowering.register_block_candidates`` on this host for a 4096 x 4096 float32 matrix-vector
+product (``recipes.operators:gemv``, a decoder layer's dominant nest), each compiled as the
+candidates are and timed alternately (best of ``SEARCH_REPETITIONS``), so that the lowered
+program is tuned to the host it is measured on (Intel and AMD hosts differ).
 """
 
 from __future__ import annotations
@@ -29,6 +36,9 @@ NAME = "calibrate"
 READS = ("runtime",)
 WRITES = ("calibrate.json",)
 RECIPE = "pimbuild.recipes.calibration:stream_read"
+SEARCH_RECIPE = "pimbuild.recipes.operators:gemv"
+SEARCH_SIZE = {"m": 4096, "n": 4096}
+SEARCH_REPETITIONS = 15
 
 
 @dataclass(frozen=True)
@@ -40,7 +50,8 @@ class Params:
     rounds: int  # measurement rounds before giving up on a stable value
     max_spread: float  # lower quartile vs best, relative
     tag: str  # a new tag measures again
-    register_block: int  # lowering.register_block: compiled as the candidates are
+    register_block: int | None  # lowering.register_block (None: search)
+    candidates: tuple[int, ...]  # lowering.register_block_candidates
     host: str
 
 
@@ -50,7 +61,7 @@ def params(cfg: DictConfig) -> Params:
                   repetitions=pf.calibration_repetitions, warmup=pf.calibration_warmup,
                   rounds=pf.calibration_rounds, max_spread=pf.calibration_max_spread,
                   tag=pf.calibration_tag, register_block=instrument.register_block(cfg),
-                  host=host_cpu())
+                  candidates=tuple(cfg.lowering.register_block_candidates), host=host_cpu())
 
 
 def _kernel(p: Params) -> lower.Params:
@@ -62,7 +73,42 @@ def _kernel(p: Params) -> lower.Params:
                         source_digest="")
 
 
-def measure(p: Params, runtime_dir: Path, work: Path) -> dict:
+def search_register_block(candidates: tuple[int, ...], work: Path) -> dict:
+    """Time the search kernel compiled at each candidate factor, alternately; the fastest
+    (best of its repetitions) wins."""
+    import time
+
+    import numpy as np
+
+    from pimbuild import frontend, jit
+
+    model = lower.ModelParams(name="register_block_search", recipe=SEARCH_RECIPE,
+                              size=SEARCH_SIZE, dtype="float32", seed=0)
+    lower.lower(lower.Params(model=model, fusion="controlled", fastmath=True, weights="args",
+                             source_digest=""), work, work / "failure")
+    signature = json.loads((work / "signature.json").read_text())
+    engines = {b: jit.compile_scf(work / "scf.mlir", work / "failure", b) for b in candidates}
+    args, _ = frontend.materialize(model, signature)
+    outputs = jit.output_buffers(signature["outputs"])
+    times: dict[int, list[float]] = {b: [] for b in candidates}
+    for _ in range(SEARCH_REPETITIONS + 2):  # two warm-up rounds, dropped
+        for b, engine in engines.items():
+            start = time.perf_counter()
+            jit.invoke(engine, signature["function"], args, signature["outputs"], outputs)
+            times[b].append(time.perf_counter() - start)
+    best = {b: float(np.min(t[2:])) for b, t in times.items()}
+    chosen = min(best, key=best.get)
+    return {"value": chosen, "source": "search", "kernel": SEARCH_RECIPE, "size": SEARCH_SIZE,
+            "best_s": {str(b): t for b, t in best.items()}}
+
+
+def register_block(calibrate_dir: Path) -> int:
+    """The register-blocking factor calibrate settled for this host."""
+    return int(json.loads((calibrate_dir / "calibrate.json").read_text())
+               ["register_block"]["value"])
+
+
+def measure(p: Params, block: int, runtime_dir: Path, work: Path) -> dict:
     """Lower, instrument and time the streaming kernel; B_cpu from its reduction nest."""
     from pimbuild import frontend, jit, loops, profile
     from pimbuild.runtime import LIBRARY, Markers
@@ -73,7 +119,7 @@ def measure(p: Params, runtime_dir: Path, work: Path) -> dict:
     (work / "candidates.json").write_text(json.dumps(
         loops.extract(work / "scf.mlir", signature), indent=2) + "\n")
     instrument.instrument(work / "scf.mlir", work / "candidates.json", runtime_dir / LIBRARY,
-                          p.register_block, work, work / "failure")
+                          block, work, work / "failure")
     program = profile.Program.from_artifacts(lp.model, work, work, work, runtime_dir)
     markers = Markers(runtime_dir / LIBRARY)
     engine = jit.load_llvm(program.llvm_path, markers.symbols([instrument.ENTER,
@@ -108,14 +154,22 @@ def measure(p: Params, runtime_dir: Path, work: Path) -> dict:
 
 
 def run(inputs: Inputs, p: Params, out: Path) -> None:
+    if p.register_block is not None:
+        block = {"value": p.register_block, "source": "config (lowering.register_block)"}
+    else:
+        (out / "search").mkdir()
+        block = search_register_block(p.candidates, out / "search")
+        for name in ("torch.mlir", "linalg.mlir", "scf.mlir"):
+            (out / "search" / name).unlink(missing_ok=True)
     if p.b_cpu_gbps is not None:
         result = {"b_cpu_gbps": p.b_cpu_gbps, "source": "config (platform.b_cpu_gbps)"}
     else:
         work = out / "kernel"
         work.mkdir()
-        result = measure(p, inputs["runtime"], work)
+        result = measure(p, block["value"], inputs["runtime"], work)
         for big in ("torch.mlir", "linalg.mlir"):  # keep scf / llvm level for review
             (work / big).unlink(missing_ok=True)
+    result["register_block"] = block
     (out / "calibrate.json").write_text(json.dumps(result, indent=2) + "\n")
 
 

@@ -36,7 +36,8 @@ class LoweringConfig:
     fusion: str = MISSING  # a fusion mode (pimbuild.transforms.FUSIONS)
     fastmath: bool = MISSING
     weights: str = MISSING  # args | constants
-    register_block: int = MISSING
+    register_block: int | None = MISSING  # None: chosen per host by calibrate's search
+    register_block_candidates: list[int] = MISSING  # what the search times
 
 
 @dataclass
@@ -238,6 +239,7 @@ def plain(node: Any) -> Any:
 RANGES: dict[str, tuple[Any, ...]] = {
     "model.seed": (">=", 0),
     "lowering.register_block": (">=", 1),
+    "lowering.register_block_candidates": (">=", 1),
     "platform.cache_line": (">=", 1),
     "platform.l1d_bytes": (">=", 1),
     "platform.l1d_assoc": (">=", 1),

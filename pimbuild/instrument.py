@@ -24,8 +24,8 @@ if TYPE_CHECKING:
     from torch_mlir import ir
 
 NAME = "instrument"
-READS = ("lower", "extract", "runtime")
-WRITES = ("instrumented.mlir", "llvm.mlir", "forward.o")
+READS = ("lower", "extract", "runtime", "calibrate")
+WRITES = ("instrumented.mlir", "llvm.mlir", "forward.o", "codegen.json")
 ENTER, EXIT = "region_enter", "region_exit"
 # The whole function body is a region of its own: the forward time that coverage divides by.
 FORWARD_REGION = 8191  # PIM_MAX_REGIONS - 1 in markers.c
@@ -33,11 +33,19 @@ FORWARD_REGION = 8191  # PIM_MAX_REGIONS - 1 in markers.c
 
 @dataclass(frozen=True)
 class Params:
-    register_block: int  # lowering.register_block: rows per reduction loop (1 = off)
+    register_block: int | None  # lowering.register_block: rows per reduction loop (1 = off;
+    # None: the one calibrate chose on this host)
 
 
-def register_block(cfg: DictConfig) -> int:
+def register_block(cfg: DictConfig) -> int | None:
     return cfg.lowering.register_block
+
+
+def resolved_block(configured: int | None, calibrate_dir: Path) -> int:
+    """The configured factor, or (None) the one calibrate chose on this host."""
+    from pimbuild import calibrate
+
+    return configured or calibrate.register_block(calibrate_dir)
 
 
 def params(cfg: DictConfig) -> Params:
@@ -87,7 +95,9 @@ def instrument(scf_path: Path, candidates_path: Path, runtime_lib: Path, block: 
     module = mlir.parse_file(scf_path)
     insert_markers(module, candidates["function"], len(candidates["candidates"]))
     mlir.write_ir(module, out / "instrumented.mlir")
-    jit.to_llvm(module, block, stage=NAME, failure_dir=failure_dir)
+    blocked = jit.to_llvm(module, block, stage=NAME, failure_dir=failure_dir)
+    (out / "codegen.json").write_text(json.dumps(
+        {"register_block": block, "register_blocked_nests": blocked}, indent=2) + "\n")
     mlir.write_ir(module, out / "llvm.mlir")
     jit.write_object(module, Markers(runtime_lib).symbols([ENTER, EXIT]), out / "forward.o")
 
@@ -96,4 +106,5 @@ def run(inputs: Inputs, p: Params, out: Path) -> None:
     from pimbuild.runtime import LIBRARY
 
     instrument(inputs["lower"] / "scf.mlir", inputs["extract"] / "candidates.json",
-               inputs["runtime"] / LIBRARY, p.register_block, out, inputs.failure_dir)
+               inputs["runtime"] / LIBRARY,
+               resolved_block(p.register_block, inputs["calibrate"]), out, inputs.failure_dir)

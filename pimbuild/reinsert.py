@@ -29,14 +29,14 @@ from pimbuild.stage import Inputs
 from pimbuild.targets import Boundary
 
 NAME = "reinsert"
-READS = ("lower", "runtime", "decide")
+READS = ("lower", "runtime", "calibrate", "decide")
 WRITES = ("hybrid.mlir", "hybrid_llvm.mlir", "hybrid.o", "reinsert.json")
 
 
 @dataclass(frozen=True)
 class Params:
     model: ModelParams  # to rebuild the forward's arguments and eager's outputs
-    register_block: int  # host code generation, as instrument
+    register_block: int | None  # host code generation, as instrument
     boundary: Boundary  # what the target needs at a segment's boundary
 
 
@@ -56,8 +56,8 @@ def check(engine, markers, signature: dict, args: list[np.ndarray],
             "transitions": markers.transitions()}
 
 
-def build(lower_dir: Path, offloaded: set[int], runtime_lib: Path, p: Params, out: Path,
-          failure_dir: Path) -> None:
+def build(lower_dir: Path, offloaded: set[int], runtime_lib: Path, p: Params, block: int,
+          out: Path, failure_dir: Path) -> None:
     from pimbuild import frontend, jit, mlir, outline
     from pimbuild.runtime import Markers
 
@@ -65,7 +65,7 @@ def build(lower_dir: Path, offloaded: set[int], runtime_lib: Path, p: Params, ou
     module = mlir.parse_file(lower_dir / "scf.mlir")
     segments = outline.reinsert(module, signature["function"], offloaded, p.boundary)
     mlir.write_ir(module, out / "hybrid.mlir")
-    jit.to_llvm(module, p.register_block, stage=NAME, failure_dir=failure_dir)
+    jit.to_llvm(module, block, stage=NAME, failure_dir=failure_dir)
     markers = Markers(runtime_lib)
     (out / "hybrid_llvm.mlir").write_text(mlir.asm(module) + "\n")
     symbols = markers.symbols([instrument.ENTER, instrument.EXIT, p.boundary.begin,
@@ -89,9 +89,10 @@ def run(inputs: Inputs, p: Params, out: Path) -> None:
     from pimbuild.runtime import LIBRARY
 
     offloaded = json.loads((inputs["decide"] / "decisions.json").read_text())["offloaded"]
+    block = instrument.resolved_block(p.register_block, inputs["calibrate"])
     content = {"lower": inputs.keys["lower"], "runtime": inputs.keys["runtime"],
-               "register_block": p.register_block, "boundary": asdict(p.boundary),
+               "register_block": block, "boundary": asdict(p.boundary),
                "offloaded": sorted(offloaded)}
     run_cache(inputs.store, NAME, content, out, lambda tmp: build(
-        inputs["lower"], set(offloaded), inputs["runtime"] / LIBRARY, p, tmp,
+        inputs["lower"], set(offloaded), inputs["runtime"] / LIBRARY, p, block, tmp,
         inputs.failure_dir))

@@ -20,6 +20,7 @@ REPO = Path(__file__).resolve().parent.parent
 
 # Small, fast defaults for every test build; a test's own overrides come later and win.
 TEST_DEFAULTS = ["show_candidates=false", "platform.calibration_mib=16",
+                 "lowering.register_block=16",
                  "platform.calibration_max_spread=0.5",
                  "profile.repetitions=3", "profile.warmup=1"]
 

@@ -85,3 +85,21 @@ def test_recipe_size_is_part_of_the_key(run_build) -> None:
     b = run_build([*SMALL[:-1], "model.size.n=512", "targets=[extract]"])
     assert a.manifest["stages"]["lower"]["key"] != b.manifest["stages"]["lower"]["key"]
     assert b.executed == ["lower", "extract"]
+
+
+def test_register_block_null_is_chosen_on_this_host_and_used(run_build) -> None:
+    """lowering.register_block=null: calibrate times the candidates and records the fastest;
+    instrument compiles with it (and says so)."""
+    result = run_build(["model=gemv", "model.size.m=256", "model.size.n=256",
+                        "lowering.register_block=null",
+                        "lowering.register_block_candidates=[1,4]", "targets=[instrument]"])
+    calibrated = json.loads((Path(result.manifest["stages"]["calibrate"]["dir"])
+                             / "calibrate.json").read_text())["register_block"]
+    assert calibrated["source"] == "search"
+    assert set(calibrated["best_s"]) == {"1", "4"}
+    assert calibrated["value"] == min((float(t), int(b)) for b, t in
+                                      calibrated["best_s"].items())[1]
+    codegen = json.loads((Path(result.manifest["stages"]["instrument"]["dir"])
+                          / "codegen.json").read_text())
+    assert codegen["register_block"] == calibrated["value"]
+    assert codegen["register_blocked_nests"] == (1 if calibrated["value"] > 1 else 0)
