@@ -162,7 +162,9 @@ def test_calibrate_measures_b_cpu_through_the_lowered_kernel(run_build) -> None:
 def test_calibrate_uses_configured_b_cpu(run_build) -> None:
     result = run_build(["targets=[calibrate]", "platform.b_cpu_gbps=7.5"])
     cal = json.loads((artifact_dir(result, "calibrate") / "calibrate.json").read_text())
-    assert cal == {"b_cpu_gbps": 7.5, "source": "config (platform.b_cpu_gbps)"}
+    assert cal == {"b_cpu_gbps": 7.5, "source": "config (platform.b_cpu_gbps)",
+                   "register_block": {"value": 16,
+                                      "source": "config (lowering.register_block)"}}
 
 
 def test_calibration_refuses_an_unstable_value(run_build, store: Path) -> None:
