@@ -254,9 +254,27 @@ def materialize(p: ModelParams, sig: dict[str, Any]) -> tuple[list[np.ndarray], 
     return _LAST_MATERIALIZED[key]
 
 
+def keep_recipe(p: ModelParams, recipe: recipes.Recipe) -> None:
+    """Hand a recipe ``lower`` built to the next ``materialize`` of the same model in this
+    process, so a cold build constructs the model (a decoder layer's 200M random weights:
+    1.6 s) once, not twice. Used once, then dropped; at most ``KEEP`` are held (calibrate
+    lowers its own kernels between a model's lower and profile)."""
+    _KEPT_RECIPE[_key(p)] = recipe
+    while len(_KEPT_RECIPE) > KEEP:
+        _KEPT_RECIPE.pop(next(iter(_KEPT_RECIPE)))
+
+
+def _key(p: ModelParams) -> str:
+    return json.dumps(dataclasses.asdict(p), sort_keys=True)
+
+
+KEEP = 3
+_KEPT_RECIPE: dict[str, recipes.Recipe] = {}
+
+
 def _materialize(p: ModelParams, sig: dict[str, Any]
                  ) -> tuple[list[np.ndarray], list[np.ndarray]]:
-    recipe = build_recipe(p)
+    recipe = _KEPT_RECIPE.pop(_key(p), None) or build_recipe(p)
     layout = [None] * len(sig["outputs"])
     for name, i in sig.get("mutations", {}).items():
         layout[i] = name

@@ -122,3 +122,4 @@ def lower(p: Params, out: Path, failure_dir: Path) -> None:
     mlir.write_ir(module, out / "scf.mlir")
     sig = frontend.signature(prog, recipe, outputs, p.weights, layout)
     (out / "signature.json").write_text(json.dumps(sig, indent=2) + "\n")
+    frontend.keep_recipe(p.model, recipe)
