@@ -71,8 +71,8 @@ def test_recipe_nests_and_matches_eager(tmp_path: Path, runtime_dir: Path, model
     pim = [c["id"] for c in found if c["id"] % 2 == 0]
     hybrid = tmp_path / "reinsert"
     hybrid.mkdir()
-    reinsert.build(out, set(pim), runtime_dir / LIBRARY, reinsert.params(cfg), hybrid,
-                   tmp_path / "failure")
+    reinsert.build(out, set(pim), runtime_dir / LIBRARY, reinsert.params(cfg),
+                   cfg.lowering.register_block, hybrid, tmp_path / "failure")
     report = json.loads((hybrid / "reinsert.json").read_text())
     assert report["check"]["transitions"] == report["n_region"] == 2 * len(report["segments"])
     assert report["outlined"] == pim
