@@ -108,6 +108,9 @@ def main() -> None:
     parser.add_argument("--reuse", action="store_true", help="fit from the saved data")
     parser.add_argument("--write-config", action="store_true")
     parser.add_argument("--maxiter", type=int, default=60)
+    parser.add_argument("--fix", action="append", default=[], metavar="NAME=VALUE",
+                        help="pin a free parameter (e.g. lanes=1), a sensitivity check; "
+                             "not with --write-config")
     parser.add_argument("--sync-all", choices=("false", "true", "both"), default="both",
                         help="fit with pim.sync_all false, true, or both and keep the better "
                              "on the fit half")
@@ -142,20 +145,27 @@ def main() -> None:
             for m, c in cases.items()}}) + "\n")
     start = time.perf_counter()
     choices = {"false": (False,), "true": (True,), "both": (False, True)}[args.sync_all]
+    fixed = {k: float(v) for k, v in (item.split("=", 1) for item in args.fix)}
+    unknown = set(fixed) - set(FREE)
+    if unknown or (fixed and args.write_config):
+        parser.error(f"--fix: free parameters are {', '.join(FREE)}; a pinned fit is not "
+                     f"written as the config" if not unknown else f"--fix: unknown {unknown}")
     fits = [fit(cases, policy, dataclasses.replace(base, sync_all=a), points(paper.FIT_HALF),
-                maxiter=args.maxiter) for a in choices]
+                maxiter=args.maxiter, fixed=fixed) for a in choices]
     fitted, loss = min(fits, key=lambda f: f[1])
     seconds = time.perf_counter() - start
     targets = {"default": base, "fitted": fitted}
     errors = {name: {half: summary(log_errors(cases, policy, t, points(models)))
                      for half, models in halves()} for name, t in targets.items()}
     meta = {"cpu": cpu, "date": datetime.date.today().isoformat(), "fit_seconds": seconds,
+            "fixed": fixed,
             "loss": loss, "losses": {str(f[0].sync_all): f[1] for f in fits},
             "free": {n: getattr(fitted, n) for n in (*FREE, "sync_all")}}
     rows = table(cases, policy, targets)
-    (OUT / "fit.json").write_text(json.dumps({"meta": meta, "errors": errors, "rows": rows},
+    name = "fit" + "".join(f"_{k}{v:g}" for k, v in fixed.items())  # fit_lanes1.json, ...
+    (OUT / f"{name}.json").write_text(json.dumps({"meta": meta, "errors": errors, "rows": rows},
                                              indent=2) + "\n")
-    (OUT / "fit.md").write_text(markdown(rows, errors, meta))
+    (OUT / f"{name}.md").write_text(markdown(rows, errors, meta))
     console.print(markdown(rows, errors, meta))
     console.print(f"fitted {meta['free']} in {seconds:.0f} s")
     if args.write_config:

@@ -87,9 +87,9 @@ def quantity(case: Case, policy: PolicyParams, target: PimTarget, name: str, cor
             "pim_over_copy": lambda: here["t_pim_s"] / here["t_copy_s"]}[name]()
 
 
-def with_free(target: PimTarget, x: np.ndarray) -> PimTarget:
-    values = {name: (math.exp(v) if log else float(v))
-              for (name, (_, _, log)), v in zip(FREE.items(), x, strict=True)}
+def with_free(target: PimTarget, x: np.ndarray, names: list[str]) -> PimTarget:
+    values = {name: (math.exp(v) if FREE[name][2] else float(v))
+              for name, v in zip(names, x, strict=True)}
     return dataclasses.replace(target, **values)
 
 
@@ -105,20 +105,24 @@ def log_errors(cases: dict[str, Case], policy: PolicyParams, target: PimTarget,
 
 
 def fit(cases: dict[str, Case], policy: PolicyParams, base: PimTarget,
-        pts: list[tuple[str, str, int, float]], seed: int = 0, maxiter: int = 60
-        ) -> tuple[PimTarget, float]:
-    """The free parameters that minimize the mean squared log error over ``pts``."""
-    bounds = [(math.log(lo), math.log(hi)) if log else (lo, hi)
-              for lo, hi, log in FREE.values()]
+        pts: list[tuple[str, str, int, float]], seed: int = 0, maxiter: int = 60,
+        fixed: dict[str, float] | None = None) -> tuple[PimTarget, float]:
+    """The free parameters that minimize the mean squared log error over ``pts``; ``fixed``
+    pins some of them (a sensitivity check: how well does the fit do without one?)."""
+    base = dataclasses.replace(base, **(fixed or {}))
+    names = [n for n in FREE if n not in (fixed or {})]
+    bounds = [(math.log(FREE[n][0]), math.log(FREE[n][1])) if FREE[n][2]
+              else FREE[n][:2] for n in names]
 
     def loss(x: np.ndarray) -> float:
-        return float(np.mean(np.square(log_errors(cases, policy, with_free(base, x), pts))))
+        target = with_free(base, x, names)
+        return float(np.mean(np.square(log_errors(cases, policy, target, pts))))
 
     from scipy.optimize import differential_evolution
 
     result = differential_evolution(loss, bounds, seed=seed, maxiter=maxiter, popsize=12,
                                     tol=1e-6, polish=True)
-    return with_free(base, result.x), float(result.fun)
+    return with_free(base, result.x, names), float(result.fun)
 
 
 def summary(errors: list[float]) -> dict[str, float]:
