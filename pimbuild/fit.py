@@ -70,21 +70,24 @@ def quantity(case: Case, policy: PolicyParams, target: PimTarget, name: str, cor
              copy_model: str = "upper_bound") -> float:
     """A ``paper.PIM_SIDE`` quantity for the set the rule offloads at 128 cores (NaN when the
     rule offloads nothing there)."""
-    def at(units: int) -> dict[str, Any]:
-        ctx = PolicyContext(case.nests, case.forward_s, case.outputs, case.b_cpu_gbps, policy,
-                            target.with_units(units), copy_model)
-        return simulate.evaluate(ctx, chosen)
+    def context(units: int) -> PolicyContext:
+        return PolicyContext(case.nests, case.forward_s, case.outputs, case.b_cpu_gbps, policy,
+                             target.with_units(units), copy_model)
 
-    ref = PolicyContext(case.nests, case.forward_s, case.outputs, case.b_cpu_gbps, policy,
-                        target.with_units(128), copy_model)
-    chosen = simulate.placement(policy.name, ref)
+    chosen = simulate.placement(policy.name, context(128))
     if not chosen:
         return math.nan
-    here, base = at(cores), at(128)
-    x = lambda b: b["t_pim_s"] + b["t_copy_s"] + b["t_switch_s"]  # noqa: E731
-    return {"x_ratio": lambda: x(here) / x(base),
-            "pim_ratio": lambda: here["t_pim_s"] / base["t_pim_s"],
-            "pim_over_copy": lambda: here["t_pim_s"] / here["t_copy_s"]}[name]()
+    here = simulate.evaluate(context(cores), chosen)
+    base = simulate.evaluate(context(128), chosen)
+    if name == "pim_over_copy":
+        return here["t_pim_s"] / here["t_copy_s"]
+    if name == "pim_ratio":
+        return here["t_pim_s"] / base["t_pim_s"]
+    if name == "x_ratio":  # x = T_pim + T_copy + N_region T_sw, the offloaded set's cost
+        def x(b: dict[str, Any]) -> float:
+            return b["t_pim_s"] + b["t_copy_s"] + b["t_switch_s"]
+        return x(here) / x(base)
+    raise ValueError(f"unknown PIM-side quantity {name}")
 
 
 def with_free(target: PimTarget, x: np.ndarray, names: list[str]) -> PimTarget:
