@@ -161,6 +161,7 @@ class PolicyConfig:
     sigma: float = MISSING
     i_min: float = MISSING
     c1: str = MISSING  # paper: T_ctx + the compute bound; model: the target's fixed costs too
+    c4: str = MISSING  # paper | read_later: C4 only when a later nest reads what it writes
 
 
 @dataclass

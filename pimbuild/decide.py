@@ -37,11 +37,13 @@ class Params:
 
 
 def policy_params(cfg: DictConfig) -> PolicyParams:
-    from pimbuild.policies.torchpim import C1_MODES
+    from pimbuild.policies.torchpim import C1_MODES, C4_MODES
 
     POLICIES.check(cfg.policy.name)
     if cfg.policy.c1 not in C1_MODES:
         raise ConfigError(f"policy.c1={cfg.policy.c1}: choose one of {', '.join(C1_MODES)}")
+    if cfg.policy.c4 not in C4_MODES:
+        raise ConfigError(f"policy.c4={cfg.policy.c4}: choose one of {', '.join(C4_MODES)}")
     return PolicyParams(**plain(cfg.policy))
 
 

@@ -41,8 +41,28 @@ def test_c3_accepts_high_read_bandwidth() -> None:
 
 
 def test_c4_accepts_store_bound_when_c3_fails() -> None:
-    d = _one(nest(bw=0.01, store=RULE.sigma + 0.01))
+    """policy.c4=read_later (the default) when a later nest reads what it writes, and
+    c4=paper whatever reads it."""
+    fill = nest(0, bw=0.01, store=RULE.sigma + 0.01, reads={}, writes={"tmp": 4096})
+    reader = nest(1, bw=0.0, store=0.0, reads={"tmp": 4096}, writes={"out": 4096})
+    d = _place("torchpim", [fill, reader])[0]
     assert (d.target, d.decided_by) == ("pim", "C4")
+    alone = dataclasses.replace(fill, writes={"out": 4096})
+    assert (_one(alone).target, _one(alone).decided_by) == ("host", "C4")
+    assert "no later nest reads what it writes" in _one(alone).reason
+    (paper,) = _place("torchpim", [alone], dataclasses.replace(POLICY, c4="paper"))
+    assert (paper.target, paper.decided_by) == ("pim", "C4")
+
+
+def test_read_later_follows_program_order() -> None:
+    from pimbuild.policies.torchpim import read_later
+
+    a = nest(0, reads={"in": 4}, writes={"x": 4})
+    b = nest(1, reads={"x": 4}, writes={"y": 4})
+    c = nest(2, reads={"in": 4}, writes={"z": 4})  # z: nobody reads it
+    d = nest(3, reads={"y": 4}, writes={"out": 4})
+    assert read_later([a, b, c, d]) == {0, 1}
+    assert read_later([d, b, a, c]) == set()  # readers before writers do not count
 
 
 def test_stage_two_rejects_compute_bound() -> None:
@@ -98,8 +118,12 @@ def test_bandwidth_near_theta_is_borderline_unless_c4_holds_either_way() -> None
     # BW_read = n_rd * L / T_cpu: a slower run reads below theta, and then C4 decides.
     near = dict(bw=RULE.theta_gbps * 1.05, spread=0.1)
     assert _borderline(near["spread"], bw=near["bw"], store=0.0).borderline
-    c4_holds = _borderline(near["spread"], bw=near["bw"], store=RULE.sigma + 0.1)
+    store_bound = dataclasses.replace(nest(bw=near["bw"], store=RULE.sigma + 0.1),
+                                      t_spread=near["spread"])
+    (c4_holds,) = _place("torchpim", [store_bound], dataclasses.replace(POLICY, c4="paper"))
     assert (c4_holds.target, c4_holds.decided_by, c4_holds.borderline) == ("pim", "C3", False)
+    (no_reader,) = _place("torchpim", [store_bound])  # c4=read_later: C4 cannot hold here
+    assert (no_reader.target, no_reader.borderline) == ("pim", True)
     far = _borderline(0.1, bw=RULE.theta_gbps * 2, store=0.0)
     assert not far.borderline
 

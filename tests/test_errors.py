@@ -119,6 +119,7 @@ def test_cli_bad_override_syntax_is_one_line(tmp_path: Path) -> None:
     ("system.name=fpga9", "pim"),
     ("lowering.weights=heap", "args, constants"),
     ("policy.c1=sometimes", "paper, model"),
+    ("policy.c4=always", "paper, read_later"),
 ])
 def test_unknown_plugin_name_lists_the_choices(run_build, store: Path, override: str,
                                                choices: str) -> None:

@@ -36,6 +36,7 @@ class PolicyParams:
     sigma: float
     i_min: float
     c1: str = "model"  # paper | model: C1's fixed costs (pimbuild.policies.torchpim)
+    c4: str = "read_later"  # paper | read_later: C4's condition (pimbuild.policies.torchpim)
 
     def theta(self, b_cpu_gbps: float) -> float:
         """theta, the read-bandwidth threshold of C3 (the one place it is derived)."""

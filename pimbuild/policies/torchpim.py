@@ -12,11 +12,17 @@ with PIM cores (``n_core``, ``f_pim_ghz``, ``t_ctx_us``, ``cache_line``).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pimbuild.policies import Decision, Placement, PolicyContext
 
+if TYPE_CHECKING:
+    from pimbuild.nests import Nest
+
 C1_MODES = ("paper", "model")
+# C4: paper: StoreBound > sigma. read_later: and some buffer the nest writes is read by a later
+# nest of the forward (stores that only leave the program come back to the host anyway).
+C4_MODES = ("paper", "read_later")
 
 
 @dataclass(frozen=True)
@@ -36,6 +42,7 @@ class RuleParams:
     sync_s_per_core: float = 0.0
     sync_all: bool = False  # the sync cost counts every core (pim.sync_all)
     lanes: float = 1.0  # elements per instruction on the target (pim.lanes)
+    c4: str = "paper"  # paper | read_later
 
 
 def rule_params(ctx: PolicyContext) -> RuleParams:
@@ -49,7 +56,8 @@ def rule_params(ctx: PolicyContext) -> RuleParams:
                       sigma=ctx.policy.sigma, cache_line=t.cache_line, c1=c1,
                       t_sw_s=t.switch_time(1), launch_s=getattr(t, "launch_us", 0.0) * 1e-6,
                       sync_s_per_core=getattr(t, "sync_ns_per_core", 0.0) * 1e-9,
-                      sync_all=getattr(t, "sync_all", False), lanes=getattr(t, "lanes", 1.0))
+                      sync_all=getattr(t, "sync_all", False), lanes=getattr(t, "lanes", 1.0),
+                      c4=ctx.policy.c4)
 
 
 def c1_bound_s(n_total: int, invocations: int, p: RuleParams) -> float:
@@ -75,20 +83,22 @@ def c1_threshold_s(n_total: int, invocations: int, n_iter: int, p: RuleParams) -
 
 def borderline(offload: bool, t_cpu_s: float, n_total: int, invocations: int, n_iter: int,
                bw_read_gbps: float | None, store_bound: float | None, p: RuleParams,
-               spread: float) -> bool:
+               spread: float, read_later: bool = True) -> bool:
     """Whether T_cpu moved by its own spread either way (and BW_read = n_rd * L / T_cpu with
     it) would flip the decision: another run on this host may then decide otherwise."""
     for f in (1 + spread, 1 / (1 + spread)):
         bw = None if bw_read_gbps is None else bw_read_gbps / f
-        if rule(t_cpu_s * f, n_total, invocations, n_iter, bw, store_bound, p)[0] != offload:
+        if rule(t_cpu_s * f, n_total, invocations, n_iter, bw, store_bound, p,
+                read_later)[0] != offload:
             return True
     return False
 
 
 def rule(t_cpu_s: float, n_total: int, invocations: int, n_iter: int,
-         bw_read_gbps: float | None, store_bound: float | None, p: RuleParams
-         ) -> tuple[bool, str, str, dict[str, Any]]:
-    """The paper's two-stage rule; returns (offload, deciding condition, reason, numbers)."""
+         bw_read_gbps: float | None, store_bound: float | None, p: RuleParams,
+         read_later: bool = True) -> tuple[bool, str, str, dict[str, Any]]:
+    """The paper's two-stage rule; returns (offload, deciding condition, reason, numbers).
+    ``read_later``: a later nest reads something this one writes (``c4=read_later``)."""
     threshold = c1_threshold_s(n_total, invocations, n_iter, p)
     q = {"t_cpu_s": t_cpu_s, "c1_threshold_s": threshold, "n_iter": n_iter,
          "n_core": p.n_core, "bw_read_gbps": bw_read_gbps, "theta_gbps": p.theta_gbps,
@@ -104,22 +114,40 @@ def rule(t_cpu_s: float, n_total: int, invocations: int, n_iter: int,
     if bw_read_gbps is not None and bw_read_gbps > p.theta_gbps:
         return True, "C3", f"BW_read {bw_read_gbps:.3g} GB/s > theta {p.theta_gbps:.3g}", q
     if store_bound is not None and store_bound > p.sigma:
-        return True, "C4", f"StoreBound {store_bound:.2f} > sigma {p.sigma}", q
+        if p.c4 == "paper" or read_later:
+            return True, "C4", f"StoreBound {store_bound:.2f} > sigma {p.sigma}", q
+        return False, "C4", (f"StoreBound {store_bound:.2f} > sigma {p.sigma}, but no later "
+                             f"nest reads what it writes (c4=read_later)"), q
     bw = "n/a" if bw_read_gbps is None else f"{bw_read_gbps:.3g} GB/s"
     sb = "n/a" if store_bound is None else f"{store_bound:.2f}"
     return False, "C3/C4", (f"BW_read {bw} <= theta {p.theta_gbps:.3g} and StoreBound "
                             f"{sb} <= sigma {p.sigma}"), q
 
 
+def read_later(nests: list[Nest]) -> set[int]:
+    """Ids of the nests that write a buffer some later nest of the forward reads (the MLIR's
+    per-nest buffers, in program order; a later nest that overwrites the buffer first is not
+    told apart)."""
+    read_after: set[str] = set()
+    out = set()
+    for n in reversed(nests):
+        if read_after & set(n.writes):
+            out.add(n.id)
+        read_after |= set(n.reads)
+    return out
+
+
 def place(ctx: PolicyContext) -> Placement:
     p = rule_params(ctx)
     side = {True: ctx.target.device, False: ctx.target.host}
+    feeding = read_later(ctx.nests)
     decisions = []
     for n in ctx.nests:
+        fed = n.id in feeding
         offload, by, why, q = rule(n.t_cpu_s, n.n_total, n.invocations, n.n_iter,
-                                   n.bw_read_gbps, n.store_bound, p)
+                                   n.bw_read_gbps, n.store_bound, p, fed)
         q["t_spread"] = n.t_spread
         shaky = borderline(offload, n.t_cpu_s, n.n_total, n.invocations, n.n_iter,
-                           n.bw_read_gbps, n.store_bound, p, n.t_spread)
+                           n.bw_read_gbps, n.store_bound, p, n.t_spread, fed)
         decisions.append(Decision(n.id, side[offload], by, why, q, shaky))
     return Placement(p.__dict__, decisions)
