@@ -54,6 +54,18 @@ def test_c4_accepts_store_bound_when_c3_fails() -> None:
     assert (paper.target, paper.decided_by) == ("pim", "C4")
 
 
+def test_operator_level_c4_asks_for_a_reader_in_another_operator() -> None:
+    store = RULE.sigma + 0.3
+    first = nest(0, node="norm", bw=0.0, store=store, reads={}, writes={"tmp": 4096})
+    second = nest(1, node="norm", bw=0.0, store=store, reads={"tmp": 4096},
+                  writes={"y": 4096})
+    alone = _place("operator", [first, second])  # tmp is read inside the operator only
+    assert {d.target for d in alone} == {"host"}
+    user = nest(2, node="proj", bw=0.0, store=0.0, reads={"y": 4096}, writes={"out": 4096})
+    fed = _place("operator", [first, second, user])
+    assert [d.target for d in fed[:2]] == ["pim", "pim"]
+
+
 def test_read_later_follows_program_order() -> None:
     from pimbuild.policies.torchpim import read_later
 

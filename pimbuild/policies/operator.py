@@ -21,6 +21,15 @@ def _operator_signals(group: list[Nest]) -> tuple[float | None, float | None]:
     return bw, sb
 
 
+def _read_later(group: list[Nest], nests: list[Nest]) -> bool:
+    """Whether a later nest of another operator reads a buffer the operator writes
+    (``policy.c4=read_later`` at operator granularity)."""
+    written = {b for n in group for b in n.writes}
+    ids = {n.id for n in group}
+    first = nests.index(group[0])
+    return any(written & set(n.reads) for n in nests[first:] if n.id not in ids)
+
+
 def place(ctx: PolicyContext) -> Placement:
     p = rule_params(ctx)
     groups: dict[str, list[Nest]] = {}
@@ -31,7 +40,8 @@ def place(ctx: PolicyContext) -> Placement:
         bw, sb = _operator_signals(group)
         work = sum(n.n_total * max(n.invocations, 1) for n in group)
         verdict[op] = rule(sum(n.t_cpu_s for n in group), work, 1,
-                           max(n.n_iter for n in group), bw, sb, p)
+                           max(n.n_iter for n in group), bw, sb, p,
+                           _read_later(group, ctx.nests))
     side = {True: ctx.target.device, False: ctx.target.host}
     decisions = []
     for n in ctx.nests:
