@@ -44,6 +44,12 @@ class Case:
     outputs: set[str]
     b_cpu_gbps: float
 
+    def context(self, policy: PolicyParams, target: PimTarget,
+                copy_model: str = "upper_bound") -> PolicyContext:
+        """The model's nests as the policy and the simulator see them on ``target``."""
+        return PolicyContext(self.nests, self.forward_s, self.outputs, self.b_cpu_gbps, policy,
+                             target, copy_model)
+
 
 def case_from_stages(model: str, stages: dict[str, Path]) -> Case:
     """A model's Case from its ``extract``, ``profile`` and ``calibrate`` artifacts."""
@@ -57,8 +63,7 @@ def case_from_stages(model: str, stages: dict[str, Path]) -> Case:
 def predict(case: Case, policy: PolicyParams, target: PimTarget, cores: int,
             copy_model: str = "upper_bound") -> float:
     """Speedup over CPU-only of the rule's placement at ``cores`` PIM cores."""
-    ctx = PolicyContext(case.nests, case.forward_s, case.outputs, case.b_cpu_gbps, policy,
-                        target.with_units(cores), copy_model)
+    ctx = case.context(policy, target.with_units(cores), copy_model)
     return simulate.evaluate(ctx, simulate.placement(policy.name, ctx))["speedup"]
 
 
@@ -71,8 +76,7 @@ def quantity(case: Case, policy: PolicyParams, target: PimTarget, name: str, cor
     """A ``paper.PIM_SIDE`` quantity for the set the rule offloads at 128 cores (NaN when the
     rule offloads nothing there)."""
     def context(units: int) -> PolicyContext:
-        return PolicyContext(case.nests, case.forward_s, case.outputs, case.b_cpu_gbps, policy,
-                             target.with_units(units), copy_model)
+        return case.context(policy, target.with_units(units), copy_model)
 
     chosen = simulate.placement(policy.name, context(128))
     if not chosen:

@@ -44,7 +44,6 @@ def confusions(results: dict[str, dict[str, Any]], cfg: DictConfig
     """Per model: the paper thresholds' confusion summed over core counts, and the grid's
     confusions (shape: thetas x sigmas x I_mins x 4) summed over core counts."""
     from pimbuild import decide, fit, hybrid, policies
-    from pimbuild.policies import PolicyContext
 
     p = decide.params(cfg)
     paper, grid = {}, {}
@@ -53,8 +52,7 @@ def confusions(results: dict[str, dict[str, Any]], cfg: DictConfig
         paper[model] = np.zeros(4, dtype=int)
         grid[model] = np.zeros((len(THETA_RATIOS), len(SIGMAS), len(I_MINS), 4), dtype=int)
         for cores in cfg.sim.cores_sweep:
-            ctx = PolicyContext(case.nests, case.forward_s, case.outputs, case.b_cpu_gbps,
-                                p.policy, p.target.with_units(cores), p.copy_model)
+            ctx = case.context(p.policy, p.target.with_units(cores), p.copy_model)
             truth = {n.id for n in ctx.nests if hybrid.beneficial(
                 n, ctx.nests, ctx.forward_s, ctx.target, ctx.copy_model, ctx.outputs)}
             paper[model] += _confusion(ctx, policies.place("torchpim", ctx).offloaded(ctx),

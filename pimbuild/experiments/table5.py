@@ -47,15 +47,13 @@ def unmerged(ctx, offloaded: set[int]) -> dict[str, float]:
 
 def rows(results: dict[str, dict[str, Any]], cfg: DictConfig) -> list[dict[str, Any]]:
     from pimbuild import decide, fit
-    from pimbuild.policies import PolicyContext
     from pimbuild.simulate import evaluate, placement
 
     p = decide.params(cfg)
     out = []
     for model, result in results.items():
         case = fit.case_from_stages(model, result["stages"])
-        ctx = PolicyContext(case.nests, case.forward_s, case.outputs, case.b_cpu_gbps,
-                            p.policy, p.target, p.copy_model)
+        ctx = case.context(p.policy, p.target, p.copy_model)
         loop_set = placement(p.policy.name, ctx)
         sets = {"operator": placement("operator", ctx), "loop": loop_set, "segment": loop_set}
         levels = {"operator": evaluate(ctx, sets["operator"]),
