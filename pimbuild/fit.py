@@ -73,8 +73,12 @@ def points(models: tuple[str, ...]) -> list[tuple[str, str, int, float]]:
 
 def quantity(case: Case, policy: PolicyParams, target: PimTarget, name: str, cores: int,
              copy_model: str = "upper_bound") -> float:
-    """A ``paper.PIM_SIDE`` quantity for the set the rule offloads at 128 cores (NaN when the
-    rule offloads nothing there)."""
+    """A ``paper.PIM_SIDE`` quantity for the set the paper's rule offloads at 128 cores (NaN
+    when it offloads nothing there). The points describe the sets the paper's own rule chose,
+    so the set is taken with the paper's C4 (``policy.c4=paper``) whatever the configured C4:
+    ``read_later`` keeps zeroing's output-only nest on the host, the paper offloads it."""
+    policy = dataclasses.replace(policy, c4="paper")
+
     def context(units: int) -> PolicyContext:
         return case.context(policy, target.with_units(units), copy_model)
 

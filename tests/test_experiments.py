@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from pathlib import Path
 
 import numpy as np
@@ -184,3 +185,20 @@ def test_segment_level_splits_every_region_and_only_adds_copies_and_switches() -
     assert split["t_hybrid_s"] > merged["t_hybrid_s"]
     alone = table5.unmerged(ctx, {2})
     assert alone["t_hybrid_s"] == pytest.approx(evaluate(ctx, {2})["t_hybrid_s"])
+
+
+def test_pim_side_points_take_the_paper_rules_set_whatever_c4() -> None:
+    """zeroing's only nest writes a result nothing reads: c4=read_later keeps it on the host,
+    the paper's rule (and so its PIM-side numbers) offloads it."""
+    base = targets.from_config(make_cfg(Path("unused"), []))
+    fill = nest(0, n_iter=1 << 20, mix=(0, 1, 0, 0), bw=0.0, store=1.0, reads={},
+                writes={"out": 4 << 20}, t_cpu_s=1e-3)
+    case = fit.Case("zeroing", [fill], 1e-3, {"out"}, 16.0)
+    rule = PolicyParams(name="torchpim", theta_ratio=0.12, theta_gbps=None, sigma=0.4,
+                        i_min=1.0)
+    paper_rule = dataclasses.replace(rule, c4="paper")
+    ctx = case.context(rule, base)
+    assert not policies.place("torchpim", ctx).offloaded(ctx)  # read_later: host
+    got = fit.quantity(case, rule, base, "pim_over_copy", 128)
+    assert got == fit.quantity(case, paper_rule, base, "pim_over_copy", 128)
+    assert not math.isnan(got)  # the paper's rule offloads it
