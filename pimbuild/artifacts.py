@@ -36,15 +36,25 @@ COMPLETE = ".complete"  # written last, inside the temporary folder, before the 
 def code_version() -> str:
     """``<version>+<digest>``: the release and a digest of pimbuild's own code (the package,
     its task graph and recipes, the marker runtime), so an artifact is never reused across
-    code edits. The task graph and recipes live in their own folders in the source tree."""
-    roots = {Path(loc) for name in ("pimbuild", "pimbuild.tasks", "pimbuild.recipes")
-             for loc in importlib.util.find_spec(name).submodule_search_locations}
-    files = sorted({f for root in roots for pattern in ("*.py", "*.c")
-                    for f in root.rglob(pattern)})
+    code edits. The task graph and recipes live in their own folders in the source tree.
+    Each file enters under its package-qualified name (``pimbuild.tasks/graph.py``), so the
+    same code gives the same digest installed in place (editable) or copied into
+    site-packages, where those folders sit inside the package's own."""
+    packages = ("pimbuild", "pimbuild.tasks", "pimbuild.recipes", "pimbuild.conf")
+    roots = sorted(((Path(loc), name) for name in packages
+                    for loc in importlib.util.find_spec(name).submodule_search_locations),
+                   key=lambda r: len(r[0].parts), reverse=True)  # innermost root first
+    files: dict[str, Path] = {}
+    for root, name in roots:
+        for pattern in ("*.py", "*.c"):
+            for f in root.rglob(pattern):
+                if not any(f.is_relative_to(inner) for inner, _ in roots
+                           if inner != root and inner.is_relative_to(root)):
+                    files[f"{name}/{f.relative_to(root).as_posix()}"] = f
     h = hashlib.sha256()
-    for f in files:
-        h.update(f.name.encode())
-        h.update(f.read_bytes())
+    for qualified in sorted(files):
+        h.update(qualified.encode())
+        h.update(files[qualified].read_bytes())
     return f"{__version__}+{h.hexdigest()[:12]}"
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -13,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from pimbuild import artifacts
 from tests.conftest import REPO
 
 SMALL = ["profile.repetitions=3", "profile.backend=timer", "platform.calibration_mib=16",
@@ -77,6 +79,15 @@ def test_non_editable_install_runs_from_another_directory(tmp_path: Path) -> Non
                                pythonpath=str(site))
     assert origin.startswith(str(site))
     assert (elsewhere / "outputs" / "artifacts" / "extract").is_dir()
+    # The same code installed or in place has the same version, so artifacts built by one
+    # are reused by the other (the GPU machine reuses a store lowered elsewhere).
+    version = subprocess.run(
+        [sys.executable, "-c", "from pimbuild.artifacts import code_version as v; print(v())"],
+        cwd=elsewhere, env={**os.environ, "PYTHONPATH": str(site)}, capture_output=True,
+        text=True, check=True, timeout=120).stdout.strip()
+    assert version == artifacts.code_version()
+    _, _, out = _pimbuild(["model=softmax", *SMALL, "targets=[extract]"], elsewhere)
+    assert re.search(r"lower:\w+ +✓ up to date", out), out
 
 
 MODEL_YAML = """\
