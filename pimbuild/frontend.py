@@ -4,6 +4,10 @@ name every node's source, import it into MLIR, and rebuild the lowered function'
 ``annotate_sources`` rewrites each FX node's stack trace so that its MLIR location names its
 source: ``File "<module path>|<torch op>#<torch node>|<aten op>", line <i>,`` (the torch op
 the model wrote, before decomposition, and the aten op it decomposed into).
+
+torch-mlir is imported only where it is used (export, import, materialize), so that building
+and running a recipe (``build_recipe``, the GPU target's ``cuda`` backend) works on a machine
+whose Python has torch but no torch-mlir.
 """
 
 from __future__ import annotations
@@ -17,12 +21,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 from torch.export import ExportedProgram
-from torch_mlir.extras.fx_decomp_util import get_decomposition_table
-from torch_mlir.extras.fx_importer import FxImporter
 
-from pimbuild import mlir, recipes
+from pimbuild import recipes
 from pimbuild.errors import ConfigError, RecipeError
-from pimbuild.jit import NP_DTYPES
 
 if TYPE_CHECKING:
     from pimbuild.lower import ModelParams
@@ -70,6 +71,8 @@ def eager(p: ModelParams, recipe: recipes.Recipe, layout: list[str | None] | Non
     the lowered program starts from. ``layout`` (``mutation_layout``): the lowered program's
     results in order, a written buffer's name or None for the next output of the forward;
     its written buffers' new values are returned in their places."""
+    from pimbuild.jit import NP_DTYPES  # the dtypes the lowered program can return
+
     module = recipe.module
     before = {name: (b, b.clone()) for name, b in module.named_buffers()}
     try:
@@ -137,6 +140,8 @@ def mutation_layout(p: ModelParams, prog: ExportedProgram, input_names: list[str
 
 def export(p: ModelParams, recipe: recipes.Recipe) -> ExportedProgram:
     """torch.export at fixed shapes, decomposed with torch-mlir's table; no dynamic dims."""
+    from torch_mlir.extras.fx_decomp_util import get_decomposition_table
+
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -229,6 +234,10 @@ def _shifted(user_index: int, layout: list[str | None]) -> int:
 
 
 def import_program(prog: ExportedProgram, weights: str):
+    from torch_mlir.extras.fx_importer import FxImporter
+
+    from pimbuild import mlir
+
     importer = FxImporter(context=mlir.new_context())
     if weights == "constants":
         importer.import_frozen_program(prog, func_name=FUNC_NAME)
