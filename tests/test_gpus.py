@@ -270,8 +270,9 @@ def test_node_times_and_their_split_over_kernels(tmp_path) -> None:
     from pimbuild.gpus import cuda
     from pimbuild.lower import model_params
 
-    nodes = cuda.node_times(model_params(make_cfg(tmp_path, ["model=mlp"])), "cpu",
-                            repetitions=3, warmup=1)
+    nodes, how = cuda.node_times(model_params(make_cfg(tmp_path, ["model=mlp"])), "cpu",
+                                 repetitions=3, warmup=1, precision="bf16")
+    assert how == {"measured_precision": "bf16", "event_floor_s": 0.0}
     assert nodes and all(t > 0 for t in nodes.values())
     assert any(name.startswith("linear") for name in nodes)
     ks = [Kernel(0, "a", "elementwise", 0, {}, {}, "", "mul"),
@@ -282,6 +283,34 @@ def test_node_times_and_their_split_over_kernels(tmp_path) -> None:
     assert got == pytest.approx([1.0, 0.875, 2.625])
     assert cuda.matches("H100-SXM", "NVIDIA H100 80GB HBM3")
     assert not cuda.matches("A100-80GB-SXM", "NVIDIA H100 80GB HBM3")
+
+
+def test_the_served_precision_falls_back_to_fp32_where_the_graph_refuses_it() -> None:
+    """A graph that fixes a dtype (an fp32 upcast multiplied by a parameter) cannot run with
+    its parameters in bf16: the cuda backend times it in fp32 and says so."""
+    import torch
+
+    from pimbuild.gpus import cuda
+
+    class Upcast(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.randn(4, 4))
+
+        def forward(self, x):
+            return x.to(torch.float32) @ self.w
+
+    class Plain(Upcast):
+        def forward(self, x):
+            return x @ self.w
+
+    x = torch.randn(2, 4)
+    for module, want in ((Upcast(), "fp32"), (Plain(), "bf16")):
+        gm = torch.export.export(module, (x,), strict=False).module()
+        gm, inputs, ran = cuda.served(gm, [x], "bf16")
+        assert ran == want
+        assert inputs[0].dtype == (torch.bfloat16 if want == "bf16" else torch.float32)
+        gm(*inputs)
 
 
 def test_a_failing_worker_is_one_stage_error(run_build, tmp_path) -> None:

@@ -74,7 +74,7 @@ def run(inputs: Inputs, p: Params, out: Path) -> None:
     graph = ddg.build(data, data.get("layers", 1), p.target.float_scale)
     t = [[roofline.kernel_time(k, d, p.target) for d in p.target.devices]
          for k in graph.kernels]
-    measured: list[str] = []
+    measured: dict[str, Any] = {"measured": []}
     if p.backend == "cuda":
         from pimbuild.gpus import cuda
 
@@ -89,5 +89,5 @@ def run(inputs: Inputs, p: Params, out: Path) -> None:
             w.writerow([k.id, k.name, k.kind, k.flops, moved,
                         roofline.engine(k, p.target.precision), *row])
     (out / "profile.json").write_text(json.dumps(
-        {"backend": p.backend, "devices": keys, "measured": measured,
+        {"backend": p.backend, "devices": keys, **measured,
          "fig2": fig2(graph, t)}, indent=2) + "\n")
