@@ -31,17 +31,19 @@ MODELS = ["llama3_8b", "llama3_8b_prefill", "gptj6b", "llama7b", "mamba", "mmdit
 
 
 def overrides(model: str, devices: str, store: Path, backend: str,
-              target: str = "profile") -> list[str]:
+              target: str = "profile", precision: str = "bf16") -> list[str]:
     return ["system=gpus", f"model={model}", f"devices=[{devices}]", f"store={store}",
-            f"targets=[{target}]", f"profile.backend={backend}"]
+            f"targets=[{target}]", f"profile.backend={backend}", f"gpus.precision={precision}"]
 
 
 def prepare(args: argparse.Namespace) -> None:
     for model in args.models:
-        result, seconds = quiet_build(overrides(model, args.devices, args.store, "roofline",
-                                                "decide"), args.store / "runs" / model)
-        print(f"{model}: lower + extract + roofline profile + decide, {seconds:.1f} s "
-              f"(built {result.executed})")
+        for precision in args.precisions:
+            result, seconds = quiet_build(overrides(model, args.devices, args.store, "roofline",
+                                                    "decide", precision),
+                                          args.store / "runs" / model)
+            print(f"{model} ({precision}): lower + extract + roofline profile + decide, "
+                  f"{seconds:.1f} s (built {result.executed})")
 
 
 def events(fn, repetitions: int = 20, warmup: int = 3) -> float:
@@ -75,6 +77,11 @@ def probes(spec: dict) -> list[dict]:
                      "tflops": flops / t / 1e12, "gbps": moved / t / 1e9,
                      "of_bf16_peak": flops / t / 1e12 / spec["bf16_tflops"],
                      "of_mem_bw": moved / t / 1e9 / spec["mem_gbps"]})
+    a = torch.randn(8192, 8192, device="cuda")  # fp32 on CUDA cores (TF32 off: the default)
+    t = events(lambda: a @ a)
+    rows.append({"probe": "fp32 GEMM 8192x8192x8192 (no TF32)", "seconds": t,
+                 "tflops": 2 * 8192**3 / t / 1e12,
+                 "of_fp32_peak": 2 * 8192**3 / t / 1e12 / spec["fp32_tflops"]})
     x = torch.empty(1 << 30, device="cuda", dtype=torch.uint8)
     y = torch.empty_like(x)
     t = events(lambda: y.copy_(x))
@@ -104,22 +111,24 @@ def quartiles(values: list[float]) -> list[float]:
     return [q[0], statistics.median(values), q[2]]
 
 
-def compare(model: str, args: argparse.Namespace, device: str) -> dict:
-    """Build ``profile`` with the cuda backend and set it beside the roofline's."""
+def compare(model: str, args: argparse.Namespace, device: str, precision: str) -> dict:
+    """Build ``profile`` with the cuda backend and set it beside the roofline's; time the
+    nodes twice more for the run-to-run spread."""
     import torch
 
     from pimbuild import frontend
     from pimbuild.gpus import cuda
 
-    result, seconds = quiet_build(overrides(model, args.devices, args.store, "cuda"),
-                                  args.store / "runs" / model)
+    result, seconds = quiet_build(overrides(model, args.devices, args.store, "cuda",
+                                            precision=precision), args.store / "runs" / model)
     folder = Path(result.manifest["stages"]["profile"]["dir"])
     info = json.loads((folder / "profile.json").read_text())
     with (folder / "kernel_times.csv").open() as f:
         rows = list(csv.DictReader(f))
-    shutil.copy(folder / "kernel_times.csv", args.out / f"{model}_kernel_times.csv")
-    roof, _ = quiet_build(overrides(model, args.devices, args.store, "roofline"),
-                          args.store / "runs" / model)
+    shutil.copy(folder / "kernel_times.csv",
+                args.out / f"{model}_{precision}_kernel_times.csv")
+    roof, _ = quiet_build(overrides(model, args.devices, args.store, "roofline",
+                                    precision=precision), args.store / "runs" / model)
     with (Path(roof.manifest["stages"]["profile"]["dir"]) / "kernel_times.csv").open() as f:
         estimate = {r["id"]: float(r[f"t_{device}_s"]) for r in csv.DictReader(f)}
     ratio: dict[str, list[float]] = {}
@@ -136,15 +145,22 @@ def compare(model: str, args: argparse.Namespace, device: str) -> dict:
         forward = events(lambda: gm(*inputs))
     plans = {}
     for backend in ("roofline", "cuda"):  # the throughput planner on each profile
-        built, _ = quiet_build(overrides(model, args.devices, args.store, backend, "decide"),
-                               args.store / "runs" / model)
+        built, _ = quiet_build(overrides(model, args.devices, args.store, backend, "decide",
+                                         precision), args.store / "runs" / model)
         plan = json.loads((Path(built.manifest["stages"]["decide"]["dir"])
                            / "placement.json").read_text())
         plans[backend] = {"objective_s": plan["objective_s"],
                           "on_measured": sum(k["device"] == device for k in plan["kernels"])}
+    # Run-to-run spread: two more timings of every node; |ratio - 1| over nodes above 5 us.
+    first, _ = cuda.node_times(args.model_params(model), "cuda", precision=precision)
+    second, _ = cuda.node_times(args.model_params(model), "cuda", precision=precision)
+    moved = [abs(second[n] / first[n] - 1) for n in first if min(first[n], second[n]) > 5e-6]
     top = sorted(rows, key=lambda r: -float(r[f"t_{device}_s"]))[:5]
     return {
-        "model": model, "build_s": seconds, "executed": result.executed,
+        "model": model, "precision": precision, "build_s": seconds,
+        "spread": {"nodes_above_5us": len(moved),
+                   "median": statistics.median(moved) if moved else None,
+                   "max": max(moved) if moved else None}, "executed": result.executed,
         "plans": plans,
         **{k: info.get(k) for k in ("gpu", "measured", "measured_precision", "event_floor_s",
                                     "nodes_timed",
@@ -167,28 +183,35 @@ def markdown(gpu: dict, probe_rows: list[dict], models: list[dict]) -> str:
              "Event floor subtracted per node: "
              + ", ".join(f"{f * 1e6:.2f} us" for f in sorted(floor)), "",
              "## Spec-sheet probes", "",
-             "| probe | time | TFLOP/s | GB/s | of bf16 peak | of memory bw |",
-             "|---|---:|---:|---:|---:|---:|"]
+             "| probe | time | TFLOP/s | GB/s | of bf16 peak | of fp32 peak | of memory bw |",
+             "|---|---:|---:|---:|---:|---:|---:|"]
     for r in probe_rows:
         cell = [f"{r['seconds'] * 1e6:.1f} us", f"{r.get('tflops', 0):.0f}",
                 f"{r.get('gbps', 0):.0f}", f"{r.get('of_bf16_peak', 0):.2f}",
+                f"{r.get('of_fp32_peak', 0):.2f}",
                 f"{r.get('of_mem_bw', 0):.2f}"]
         lines.append(f"| {r['probe']} | " + " | ".join(cell) + " |")
     lines += ["", "## Kernels: measured / roofline on the GPU's device", "",
-              "| model | precision | kernels (timed node) | layer measured | layer roofline | "
+              "| model | served / measured precision | kernels (timed node) | layer measured | "
+              "layer roofline | "
               "measured / roofline | eager forward | ratio quartiles by engine | "
-              "planner: cycle, kernels on the GPU (roofline / measured) |",
-              "|---|---|---:|---:|---:|---:|---:|---|---|"]
+              "planner: cycle, kernels on the GPU (roofline / measured) | "
+              "run-to-run spread (median, max) |",
+              "|---|---|---:|---:|---:|---:|---:|---|---|---|"]
     for m in models:
         q = "; ".join(f"{e} ({m['kernels_by_engine'][e]}): "
                       + " / ".join(f"{x:.2f}" for x in v)
                       for e, v in m["ratio_quartiles"].items())
-        lines.append(f"| {m['model']} | {m['measured_precision']} | {m['kernels']} "
+        sp = m["spread"]
+        spread = "n/a" if sp["median"] is None else \
+            f"{sp['median']:.1%}, {sp['max']:.1%} ({sp['nodes_above_5us']} nodes)"
+        lines.append(f"| {m['model']} | {m['precision']} / {m['measured_precision']} | "
+                     f"{m['kernels']} "
                      f"({m['kernels_with_timed_node']}) | {m['measured_s'] * 1e6:.0f} us | "
                      f"{m['roofline_s'] * 1e6:.0f} us | {m['measured_s'] / m['roofline_s']:.2f} | "
                      f"{m['eager_forward_s'] * 1e6:.0f} us | {q} | " + " / ".join(
                          f"{p['objective_s'] * 1e6:.0f} us, {p['on_measured']}"
-                         for p in m["plans"].values()) + " |")
+                         for p in m["plans"].values()) + f" | {spread} |")
     return "\n".join(lines) + "\n"
 
 
@@ -198,6 +221,8 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=Path("outputs/bench/cuda_profile"))
     ap.add_argument("--devices", default="h200,h100", help="the first is the GPU measured")
     ap.add_argument("--models", nargs="*", default=MODELS)
+    ap.add_argument("--precisions", nargs="*", default=["bf16", "fp32"],
+                    help="gpus.precision values to measure in")
     ap.add_argument("--prepare", action="store_true",
                     help="lower, extract and roofline-profile into --store (needs torch-mlir)")
     args = ap.parse_args()
@@ -228,12 +253,13 @@ def main() -> None:
     for r in probe_rows:
         print(json.dumps(r), flush=True)
     models = []
-    for model in args.models:
-        try:
-            models.append(compare(model, args, device))
-            print(json.dumps(models[-1]), flush=True)
-        except Exception as e:  # one model's failure is reported, the others still run
-            print(f"{model}: {type(e).__name__}: {e}", flush=True)
+    for precision in args.precisions:
+        for model in args.models:
+            try:
+                models.append(compare(model, args, device, precision))
+                print(json.dumps(models[-1]), flush=True)
+            except Exception as e:  # one model's failure is reported, the others still run
+                print(f"{model} ({precision}): {type(e).__name__}: {e}", flush=True)
     result = {"gpu": gpu, "probes": probe_rows, "models": models}
     (args.out / "cuda_profile.json").write_text(json.dumps(result, indent=2) + "\n")
     (args.out / "cuda_profile.md").write_text(markdown(gpu, probe_rows, models))
