@@ -1,6 +1,7 @@
 """Benchmark of the tool itself on the LLaMA-7B / GPT-J-6B decode layers (not a test).
 
     .venv/bin/python bench/llm.py [--json outputs/bench/llm.json]
+    .venv/bin/python bench/llm.py --forward-only --blocks 1,8,16   # lowered / eager only
 
 Runs the real command line in fresh temporary stores and reports: per-stage wall time and
 peak memory of a cold ``llama7b`` build; a no-op rebuild (median of 3); rebuilds after
@@ -60,11 +61,12 @@ def profile_info(cwd: Path, model: str) -> dict:
     return json.loads((Path(manifest["stages"]["profile"]["dir"]) / "profile.json").read_text())
 
 
-def forward_ratio(model: str, calibrate_dir: Path, rounds: int = 12) -> dict:
+def forward_ratio(model: str, calibrate_dir: Path | None, rounds: int = 12,
+                  block: int | None = None) -> dict:
     """Lowered forward (scf.mlir compiled with the default code generation, no markers; the
-    register-blocking factor calibrate chose on this host when the config leaves it to the
-    search) and PyTorch eager on one thread, timed alternately in this process: medians and
-    their ratio."""
+    register-blocking factor ``block``, else the config's, else the one calibrate chose on
+    this host) and PyTorch eager on one thread, timed alternately in this process: medians
+    and their ratio."""
     from hydra import compose, initialize_config_module
 
     from pimbuild import calibrate, frontend, instrument, jit, lower
@@ -73,7 +75,7 @@ def forward_ratio(model: str, calibrate_dir: Path, rounds: int = 12) -> dict:
     with initialize_config_module(config_module=CONFIG_MODULE, version_base="1.3"):
         cfg = compose("config", overrides=[f"model={model}"])
     p = lower.params(cfg)
-    block = instrument.register_block(cfg) or calibrate.register_block(calibrate_dir)
+    block = block or instrument.register_block(cfg) or calibrate.register_block(calibrate_dir)
     torch.set_num_threads(1)
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp)
@@ -106,7 +108,15 @@ def offloaded(cwd: Path, model: str) -> list[int]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--json", type=Path, default=Path("outputs/bench/llm.json"))
+    parser.add_argument("--forward-only", action="store_true",
+                        help="only the lowered / eager forward ratio of both layers (no "
+                             "valgrind or calibrate needed), at each of --blocks")
+    parser.add_argument("--blocks", default="8",
+                        help="register-blocking factors for --forward-only (comma-separated)")
     args = parser.parse_args()
+    if args.forward_only:
+        forward_only(args)
+        return
     out: dict = {}
     with tempfile.TemporaryDirectory() as a, tempfile.TemporaryDirectory() as b:
         cold_dir, sweep_dir = Path(a), Path(b)
@@ -154,6 +164,25 @@ def main() -> None:
     console.print(table)
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(out, indent=2) + "\n")
+    console.print(f"wrote {args.json}")
+
+
+def forward_only(args: argparse.Namespace) -> None:
+    """Lowered / eager on one thread for both layers at each register-blocking factor, and
+    the CPU it ran on."""
+    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text()
+                .splitlines() if line.startswith("model name")), "unknown")
+    rows = [forward_ratio(model, None, block=int(b))
+            for b in args.blocks.split(",") for model in ("llama7b", "gptj6b")]
+    table = Table(title=f"lowered / eager forward, one thread ({cpu})")
+    for col in ("model", "register block", "lowered ms", "eager ms", "ratio"):
+        table.add_column(col, justify="right")
+    for r in rows:
+        table.add_row(r["model"], str(r["register_block"]), f"{r['lowered_ms']:.1f}",
+                      f"{r['eager_ms']:.1f}", f"{r['ratio']:.2f}")
+    console.print(table)
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps({"cpu": cpu, "forward": rows}, indent=2) + "\n")
     console.print(f"wrote {args.json}")
 
 
