@@ -15,7 +15,7 @@ from pimbuild.gpus.cost import Link
 from pimbuild.gpus.ddg import Graph, Kernel
 from pimbuild.gpus.planners import PlanContext, place
 from pimbuild.targets.gpus import GpuTarget
-from tests.conftest import artifact_dir, make_cfg
+from tests.conftest import REPO, artifact_dir, make_cfg
 
 GPUS = ["system=gpus", "devices=[a100,l40s]"]
 LINK = Link(200, 5.0)
@@ -121,6 +121,22 @@ def test_roofline_engines_and_bounds(tmp_path) -> None:
 def test_unknown_device_lists_the_catalogue(tmp_path) -> None:
     with pytest.raises(ConfigError, match="not in the device catalogue.*a100"):
         _target(tmp_path, "devices=[a100,h200x]")
+
+
+def test_every_device_file_is_catalogued_and_the_cuda_backend_tells_them_apart(tmp_path
+                                                                              ) -> None:
+    """A device is one YAML file plus its catalogue line in conf/config.yaml: every file under
+    conf/device composes into a target, and the GPU names the cuda backend matches pick
+    exactly the device they are (an H200 is not an H100)."""
+    from pimbuild.gpus import cuda
+
+    names = sorted(p.stem for p in (REPO / "conf" / "device").glob("*.yaml"))
+    devices = {d.key: d for d in _target(tmp_path, f"devices=[{','.join(names)}]").devices}
+    assert sorted(devices) == names
+    for gpu, key in (("NVIDIA H200", "h200"), ("NVIDIA H100 80GB HBM3", "h100"),
+                     ("NVIDIA A100-SXM4-80GB", "a100"), ("NVIDIA L40S", "l40s"),
+                     ("NVIDIA L4", "l4")):
+        assert [k for k, d in devices.items() if cuda.matches(d.name, gpu)] == [key]
 
 
 def test_device_numbers_are_validated(run_build) -> None:

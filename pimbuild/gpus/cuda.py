@@ -140,8 +140,10 @@ def split(kernels: list[Any], nodes: dict[str, float], estimate: list[float]) ->
 
 
 def matches(device_name: str, gpu_name: str) -> bool:
-    """Whether a configured device (``H100-SXM``) is this GPU (``NVIDIA H100 80GB HBM3``)."""
-    return device_name.split("-")[0].upper() in gpu_name.upper()
+    """Whether a configured device (``H100-SXM``) is this GPU (``NVIDIA H100 80GB HBM3``): the
+    device name's first part is a whole word of the GPU's name (``L4`` is not ``L40S``)."""
+    words = gpu_name.upper().replace("-", " ").split()
+    return device_name.split("-")[0].upper() in words
 
 
 def kernel_times(graph: Any, target: Any, model: Any, estimate: list[list[float]]
