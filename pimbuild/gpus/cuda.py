@@ -13,8 +13,9 @@ floating inputs cast) where every node accepts it, else in fp32; ``profile.json`
 which (``measured_precision``). A kernel then gets the time of the nodes it came from,
 split between the kernels of one node in proportion to their roofline times; a node no kernel
 names (fusion merged it into a consumer) is charged to the next node that has kernels. Only
-the configured devices this GPU is (its name contains theirs: ``H100`` in ``NVIDIA H100 80GB
-HBM3``) are measured; the others keep their roofline times, and ``profile.json`` says which.
+the configured devices this GPU is (the first part of their name is a word of its name:
+``H100`` in ``NVIDIA H100 80GB HBM3``) are measured; the others keep their roofline times, and
+``profile.json`` says which.
 
 Measured on an NVIDIA H200 with ``bench/cuda_profile.py`` (docs/design.md §10); CI has no GPU,
 so the tests run the node timing and the split on the CPU (``device="cpu"``, wall clock).
