@@ -126,17 +126,19 @@ def test_unknown_device_lists_the_catalogue(tmp_path) -> None:
 def test_every_device_file_is_catalogued_and_the_cuda_backend_tells_them_apart(tmp_path
                                                                               ) -> None:
     """A device is one YAML file plus its catalogue line in conf/config.yaml: every file under
-    conf/device composes into a target, and the GPU names the cuda backend matches pick
-    exactly the device they are (an H200 is not an H100)."""
+    conf/device composes into a target, and a GPU's name picks exactly the device it is (an
+    H200 is not an H100, a 40 GB A100 not the 80 GB one, an RTX 4090 no catalogued device)."""
     from pimbuild.gpus import cuda
 
     names = sorted(p.stem for p in (REPO / "conf" / "device").glob("*.yaml"))
     devices = {d.key: d for d in _target(tmp_path, f"devices=[{','.join(names)}]").devices}
     assert sorted(devices) == names
-    for gpu, key in (("NVIDIA H200", "h200"), ("NVIDIA H100 80GB HBM3", "h100"),
-                     ("NVIDIA A100-SXM4-80GB", "a100"), ("NVIDIA L40S", "l40s"),
-                     ("NVIDIA L4", "l4")):
-        assert [k for k, d in devices.items() if cuda.matches(d.name, gpu)] == [key]
+    for gpu, keys in (("NVIDIA H200", ["h200"]), ("NVIDIA H100 80GB HBM3", ["h100"]),
+                      ("NVIDIA A100-SXM4-80GB", ["a100"]), ("NVIDIA L40S", ["l40s"]),
+                      ("NVIDIA L4", ["l4"]), ("NVIDIA B200", ["b200"]),
+                      ("NVIDIA RTX PRO 6000 Blackwell Server Edition", ["rtxpro6000"]),
+                      ("NVIDIA A100-SXM4-40GB", []), ("NVIDIA GeForce RTX 4090", [])):
+        assert [k for k, d in devices.items() if cuda.matches(d.name, gpu)] == keys, gpu
 
 
 def test_device_numbers_are_validated(run_build) -> None:

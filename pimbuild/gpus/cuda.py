@@ -13,9 +13,8 @@ floating inputs cast) where every node accepts it, else in fp32; ``profile.json`
 which (``measured_precision``). A kernel then gets the time of the nodes it came from,
 split between the kernels of one node in proportion to their roofline times; a node no kernel
 names (fusion merged it into a consumer) is charged to the next node that has kernels. Only
-the configured devices this GPU is (the first part of their name is a word of its name:
-``H100`` in ``NVIDIA H100 80GB HBM3``) are measured; the others keep their roofline times, and
-``profile.json`` says which.
+the configured devices this GPU is (``matches``: ``H100-SXM`` is ``NVIDIA H100 80GB HBM3``)
+are measured; the others keep their roofline times, and ``profile.json`` says which.
 
 Measured on an NVIDIA H200 with ``bench/cuda_profile.py`` (docs/design.md §10); CI has no GPU,
 so the tests run the node timing and the split on the CPU (``device="cpu"``, wall clock).
@@ -141,10 +140,13 @@ def split(kernels: list[Any], nodes: dict[str, float], estimate: list[float]) ->
 
 
 def matches(device_name: str, gpu_name: str) -> bool:
-    """Whether a configured device (``H100-SXM``) is this GPU (``NVIDIA H100 80GB HBM3``): the
-    device name's first part is a whole word of the GPU's name (``L4`` is not ``L40S``)."""
-    words = gpu_name.upper().replace("-", " ").split()
-    return device_name.split("-")[0].upper() in words
+    """Whether a configured device (``A100-80GB-SXM``) is this GPU (``NVIDIA A100-SXM4-80GB``):
+    every part of the device's name that holds a digit is a whole word of the GPU's name. So
+    ``L4`` is not an L40S, ``A100-80GB`` not a 40 GB A100, ``RTX-PRO-6000`` not an RTX 4090;
+    the form factor (``SXM``), which the GPU's name may leave out, does not count."""
+    words = set(gpu_name.upper().replace("-", " ").split())
+    parts = [p for p in device_name.upper().split("-") if any(c.isdigit() for c in p)]
+    return bool(parts) and all(p in words for p in parts)
 
 
 def kernel_times(graph: Any, target: Any, model: Any, estimate: list[list[float]]
