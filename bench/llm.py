@@ -69,13 +69,13 @@ def forward_ratio(model: str, calibrate_dir: Path | None, rounds: int = 12,
     and their ratio."""
     from hydra import compose, initialize_config_module
 
-    from pimbuild import calibrate, frontend, instrument, jit, lower
+    from pimbuild import frontend, instrument, jit, lower
     from pimbuild.cli import CONFIG_MODULE
 
     with initialize_config_module(config_module=CONFIG_MODULE, version_base="1.3"):
         cfg = compose("config", overrides=[f"model={model}"])
     p = lower.params(cfg)
-    block = block or instrument.register_block(cfg) or calibrate.register_block(calibrate_dir)
+    block = block or instrument.resolved_block(instrument.register_block(cfg), calibrate_dir)
     torch.set_num_threads(1)
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp)

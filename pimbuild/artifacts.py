@@ -44,17 +44,15 @@ def code_version() -> str:
     roots = sorted(((Path(loc), name) for name in packages
                     for loc in importlib.util.find_spec(name).submodule_search_locations),
                    key=lambda r: len(r[0].parts), reverse=True)  # innermost root first
-    files: dict[str, Path] = {}
+    names: dict[Path, str] = {}  # a file takes the name of the innermost root holding it
     for root, name in roots:
         for pattern in ("*.py", "*.c"):
             for f in root.rglob(pattern):
-                if not any(f.is_relative_to(inner) for inner, _ in roots
-                           if inner != root and inner.is_relative_to(root)):
-                    files[f"{name}/{f.relative_to(root).as_posix()}"] = f
+                names.setdefault(f, f"{name}/{f.relative_to(root).as_posix()}")
     h = hashlib.sha256()
-    for qualified in sorted(files):
+    for f, qualified in sorted(names.items(), key=lambda item: item[1]):
         h.update(qualified.encode())
-        h.update(files[qualified].read_bytes())
+        h.update(f.read_bytes())
     return f"{__version__}+{h.hexdigest()[:12]}"
 
 

@@ -44,9 +44,8 @@ def served(gm: Any, inputs: list[Any], precision: str) -> tuple[Any, list[Any], 
     cast = [t.to(dtype) if t.is_floating_point() else t for t in inputs]
     try:
         with torch.no_grad():
-            gm_cast = gm.to(dtype)
-            gm_cast(*cast)
-        return gm_cast, cast, precision
+            gm.to(dtype)(*cast)  # Module.to casts in place
+        return gm, cast, precision
     except Exception:  # any op of the user's graph may refuse the dtype
         return gm.to(torch.float32), inputs, "fp32"
 
