@@ -86,23 +86,38 @@ def eager(p: ModelParams, recipe: recipes.Recipe, layout: list[str | None] | Non
             for name, (tensor, saved) in before.items():
                 tensor.copy_(saved)
                 _set_attribute(module, name, tensor)
-    outputs = list(out) if isinstance(out, (tuple, list)) else [out]
-    for i, o in enumerate(outputs):
+    outputs, names = output_leaves(out)
+    for i, (o, name) in enumerate(zip(outputs, names, strict=True)):
         if any(o is earlier for earlier in outputs[:i]):
-            raise RecipeError(f"model '{p.name}': output {i} is the same tensor as an earlier "
-                              f"output; return it once")
+            raise RecipeError(f"model '{p.name}': output {name} is the same tensor as an "
+                              f"earlier output; return it once")
         if not isinstance(o, torch.Tensor):
-            raise RecipeError(f"model '{p.name}': output {i} of the forward is a "
+            raise RecipeError(f"model '{p.name}': output {name} of the forward is a "
                               f"{type(o).__name__}; pimbuild needs every output to be a tensor")
         dtype = str(o.dtype).removeprefix("torch.")
         if dtype not in NP_DTYPES:
-            raise RecipeError(f"model '{p.name}': output {i} has dtype {dtype}, which the "
+            raise RecipeError(f"model '{p.name}': output {name} has dtype {dtype}, which the "
                               f"lowered program cannot return (supported: "
                               f"{', '.join(NP_DTYPES)})")
     if layout is None:
         return outputs
     user = iter(outputs)
     return [after[slot] if slot is not None else next(user) for slot in layout]
+
+
+def output_leaves(out: Any) -> tuple[list[Any], list[str]]:
+    """The forward's results as torch.export flattens them (pytree leaves: a tuple, list or
+    dict of tensors, nested or not, or a registered output class), each with a name for
+    messages: its index, then its path where the results are nested (``3 (['logits'])``).
+    A recipe's ``carry`` and ``state`` count these leaves."""
+    from torch.utils import _pytree as pytree
+
+    leaves = pytree.tree_flatten_with_path(out)[0]
+    flat = all(len(path) == 0 or (len(path) == 1 and isinstance(path[0], pytree.SequenceKey))
+               for path, _ in leaves)
+    names = [str(i) if flat else f"{i} ({pytree.keystr(path)})"
+             for i, (path, _) in enumerate(leaves)]
+    return [leaf for _, leaf in leaves], names
 
 
 def _set_attribute(module: torch.nn.Module, path: str, tensor: torch.Tensor) -> None:
@@ -152,7 +167,23 @@ def export(p: ModelParams, recipe: recipes.Recipe) -> ExportedProgram:
         raise RecipeError(f"model '{p.name}' cannot be exported: {type(e).__name__}: "
                           f"{str(e).splitlines()[0] if str(e) else ''}") from None
     _reject_dynamic_dims(p, prog, list(recipe.inputs))
+    _reject_random_ops(p, prog)
     return prog
+
+
+def _reject_random_ops(p: ModelParams, prog: ExportedProgram) -> None:
+    """A forward that draws random numbers (an op PyTorch tags ``nondeterministic_seeded``:
+    rand, randn, bernoulli, dropout in training mode, ...) is refused before it is lowered:
+    the lowered program has its own generator, so it could never agree with eager."""
+    for node in prog.graph.nodes:
+        tags = getattr(node.target, "tags", ()) if node.op == "call_function" else ()
+        if torch.Tag.nondeterministic_seeded in tags:
+            path = _module_path(node)
+            where = f" in '{path}'" if path else ""
+            raise RecipeError(
+                f"model '{p.name}': the forward draws random numbers ({_torch_op(node)[1]}"
+                f"{where}), so its lowered program cannot match PyTorch eager; pass the "
+                f"random tensor as an input instead")
 
 
 def _reject_dynamic_dims(p: ModelParams, prog: ExportedProgram, names: list[str]) -> None:
@@ -179,6 +210,12 @@ def _torch_op(node: torch.fx.Node) -> tuple[str, str]:
     return src.name, str(src.target)
 
 
+def _module_path(node: torch.fx.Node) -> str:
+    """The path of the submodule whose forward holds ``node`` ('' for the model itself)."""
+    stack = node.meta.get("nn_module_stack") or {}
+    return list(stack.values())[-1][0] if stack else ""
+
+
 def annotate_sources(gm: torch.fx.GraphModule) -> None:
     """Rewrite each node's stack trace so its MLIR location names its source:
     ``File "<module path>|<torch op>#<torch node>|<aten op>", line <i>,`` (the torch op the
@@ -186,8 +223,7 @@ def annotate_sources(gm: torch.fx.GraphModule) -> None:
     for i, node in enumerate(gm.graph.nodes):
         if node.op != "call_function":
             continue
-        stack = node.meta.get("nn_module_stack") or {}
-        path = list(stack.values())[-1][0] if stack else ""
+        path = _module_path(node)
         name, op = _torch_op(node)
         node.meta["stack_trace"] = f'File "{path}|{op}#{name}|{node.target}", line {i}, in x\n'
 

@@ -41,6 +41,8 @@ class Recipe:
     # Prompt tokens one forward takes in (a prefill of one request: its prompt length; 0 for
     # a decode step): the GPU target's serving simulation scales other prompts from it.
     prompt: int = 0
+    # Outputs are counted as torch.export flattens the forward's results: a tensor, or a
+    # (nested) tuple, list or dict of tensors, in order, leaf by leaf.
     # Input name -> index of the output that becomes that input of the next layer (the hidden
     # state of a layer stack), and of the next forward of the same layer (``state``: the new
     # keys and values appended to a KV cache, a recurrent state): the GPU target's

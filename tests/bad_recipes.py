@@ -70,3 +70,24 @@ def writes_its_input(n: int = 8) -> Recipe:
         x.mul_(2)
         return x + 1
     return Recipe(_Fn(fn), {"x": torch.randn(n)})
+
+
+class _Noisy(nn.Module):
+    """Adds noise it draws itself (a submodule, so the message names where)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.noise = _Fn(lambda x: x + torch.randn_like(x))
+
+    def forward(self, x):
+        return self.noise(torch.relu(x))
+
+
+def draws_random_numbers(n: int = 8) -> Recipe:
+    return Recipe(_Noisy(), {"x": torch.randn(n)})
+
+
+def float_in_dict(n: int = 8) -> Recipe:
+    """A dict of results, one of them a Python float."""
+    return Recipe(_Fn(lambda x: {"y": torch.relu(x), "loss": float(x.sum())}),
+                  {"x": torch.randn(n)})

@@ -88,3 +88,9 @@ class _Cache(nn.Module):
 
 def cached_step(n: int = 16, slots: int = 8) -> Recipe:
     return Recipe(_Cache(n, slots), {"x": torch.randn(1, 1, n), "pos": torch.tensor([3])})
+
+
+def nested_outputs(n: int = 64) -> Recipe:
+    """Results as a dict holding a list and a 0-d tensor (torch.export flattens them)."""
+    return Recipe(_Fn(lambda x: {"y": torch.relu(x), "parts": [x * 2, (x - 1).sum()]}),
+                  {"x": torch.randn(n)})

@@ -192,6 +192,9 @@ def test_ctrl_c_is_one_line_and_exit_130(tmp_path: Path) -> None:
     ("tests.broken_module:build", "cannot be loaded: ZeroDivisionError"),
     ("tests.bad_recipes:same_output_twice", "output 1 is the same tensor as an earlier"),
     ("tests.bad_recipes:writes_its_input", "writes its input 'x' in place; clone it first"),
+    ("tests.bad_recipes:draws_random_numbers",
+     r"draws random numbers \(aten.randn_like.default in 'noise'\)"),
+    ("tests.bad_recipes:float_in_dict", r"output 1 \(\['loss'\]\) of the forward is a float"),
 ])
 def test_recipe_that_returns_the_wrong_thing(run_build, store: Path, recipe: str,
                                              message: str) -> None:
