@@ -57,6 +57,11 @@ def build_recipe(p: ModelParams) -> recipes.Recipe:
     if not isinstance(recipe, recipes.Recipe):
         raise RecipeError(f"model '{p.name}': the recipe builder {p.recipe} returned "
                           f"{type(recipe).__name__}, not a pimbuild.recipes.Recipe")
+    for name, value in recipe.inputs.items():
+        if not isinstance(value, torch.Tensor):
+            raise RecipeError(f"model '{p.name}': input '{name}' is a {type(value).__name__}; "
+                              f"pimbuild needs every input to be a tensor (a fixed value can "
+                              f"be a constant of the module instead)")
     dtype = DTYPES[p.dtype]
     recipe.module = recipe.module.to(dtype).eval()
     recipe.inputs = {k: v.to(dtype) if v.is_floating_point() else v
@@ -164,11 +169,31 @@ def export(p: ModelParams, recipe: recipes.Recipe) -> ExportedProgram:
                                        dynamic_shapes=recipe.dynamic_shapes, strict=False)
             prog = prog.run_decompositions(get_decomposition_table())
     except Exception as e:
+        hint = (" (the forward's control flow depends on a tensor's values; pimbuild needs "
+                "one static graph)" if "data-dependent" in str(e) else "")
         raise RecipeError(f"model '{p.name}' cannot be exported: {type(e).__name__}: "
-                          f"{str(e).splitlines()[0] if str(e) else ''}") from None
+                          f"{str(e).splitlines()[0] if str(e) else ''}{hint}") from None
     _reject_dynamic_dims(p, prog, list(recipe.inputs))
+    _reject_data_dependent_shapes(p, prog)
     _reject_random_ops(p, prog)
     return prog
+
+
+def _reject_data_dependent_shapes(p: ModelParams, prog: ExportedProgram) -> None:
+    """An op whose result's extent depends on the values of its input (nonzero, masked
+    select, unique) leaves a loop bound the extract stage cannot know: refused here, by op."""
+    for node in prog.graph.nodes:
+        if node.op != "call_function":
+            continue
+        vals = node.meta.get("val")
+        for val in vals if isinstance(vals, (tuple, list)) else [vals]:
+            if any(not isinstance(size, int) for size in getattr(val, "shape", ())):
+                path = _module_path(node)
+                raise RecipeError(
+                    f"model '{p.name}': the shape of {_torch_op(node)[1]}'s result"
+                    f"{f' in {path!r}' if path else ''} depends on the values of its input "
+                    f"({list(val.shape)}); pimbuild needs every extent to be a compile-time "
+                    f"constant")
 
 
 def _reject_random_ops(p: ModelParams, prog: ExportedProgram) -> None:

@@ -91,3 +91,18 @@ def float_in_dict(n: int = 8) -> Recipe:
     """A dict of results, one of them a Python float."""
     return Recipe(_Fn(lambda x: {"y": torch.relu(x), "loss": float(x.sum())}),
                   {"x": torch.randn(n)})
+
+
+def data_dependent_shape(n: int = 8) -> Recipe:
+    """masked_select: the result's length depends on the values of the input."""
+    return Recipe(_Fn(lambda x: torch.masked_select(x, x > 0) * 2), {"x": torch.randn(n)})
+
+
+def branches_on_values(n: int = 8) -> Recipe:
+    """Python control flow on a tensor's value."""
+    return Recipe(_Fn(lambda x: x * 2 if x.sum() > 0 else x - 1), {"x": torch.randn(n)})
+
+
+def number_input(n: int = 8) -> Recipe:
+    """An input that is a Python number, not a tensor."""
+    return Recipe(_Fn(lambda x, k: x * k), {"x": torch.randn(n), "k": 3})

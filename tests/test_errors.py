@@ -195,6 +195,10 @@ def test_ctrl_c_is_one_line_and_exit_130(tmp_path: Path) -> None:
     ("tests.bad_recipes:draws_random_numbers",
      r"draws random numbers \(aten.randn_like.default in 'noise'\)"),
     ("tests.bad_recipes:float_in_dict", r"output 1 \(\['loss'\]\) of the forward is a float"),
+    ("tests.bad_recipes:data_dependent_shape",
+     r"the shape of aten.masked_select.default's result depends on the values of its input"),
+    ("tests.bad_recipes:branches_on_values", "control flow depends on a tensor's values"),
+    ("tests.bad_recipes:number_input", "input 'k' is a int; pimbuild needs every input to be"),
 ])
 def test_recipe_that_returns_the_wrong_thing(run_build, store: Path, recipe: str,
                                              message: str) -> None:
