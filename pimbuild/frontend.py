@@ -174,26 +174,37 @@ def export(p: ModelParams, recipe: recipes.Recipe) -> ExportedProgram:
         raise RecipeError(f"model '{p.name}' cannot be exported: {type(e).__name__}: "
                           f"{str(e).splitlines()[0] if str(e) else ''}{hint}") from None
     _reject_dynamic_dims(p, prog, list(recipe.inputs))
-    _reject_data_dependent_shapes(p, prog)
+    _reject_unlowerable_values(p, prog)
     _reject_random_ops(p, prog)
     return prog
 
 
-def _reject_data_dependent_shapes(p: ModelParams, prog: ExportedProgram) -> None:
-    """An op whose result's extent depends on the values of its input (nonzero, masked
-    select, unique) leaves a loop bound the extract stage cannot know: refused here, by op."""
+def _reject_unlowerable_values(p: ModelParams, prog: ExportedProgram) -> None:
+    """Refused by op, before lowering: a result whose extent depends on the values of its
+    input (nonzero, masked_select, unique: a loop bound extract cannot know), a complex
+    result (fft: the lowered program has no complex tensors), and an op with side effects
+    (torch.export threads a token through it: a runtime check such as linalg.inv's)."""
     for node in prog.graph.nodes:
         if node.op != "call_function":
             continue
+        path = _module_path(node)
+        where = f" in {path!r}" if path else ""
+        if node.target is torch.ops.higher_order.with_effects:
+            raise RecipeError(f"model '{p.name}': the forward calls {node.args[1]}{where}, an "
+                              f"op with side effects; pimbuild lowers side-effect-free "
+                              f"forwards only")
         vals = node.meta.get("val")
         for val in vals if isinstance(vals, (tuple, list)) else [vals]:
             if any(not isinstance(size, int) for size in getattr(val, "shape", ())):
-                path = _module_path(node)
                 raise RecipeError(
-                    f"model '{p.name}': the shape of {_torch_op(node)[1]}'s result"
-                    f"{f' in {path!r}' if path else ''} depends on the values of its input "
-                    f"({list(val.shape)}); pimbuild needs every extent to be a compile-time "
-                    f"constant")
+                    f"model '{p.name}': the shape of {_torch_op(node)[1]}'s result{where} "
+                    f"depends on the values of its input ({list(val.shape)}); pimbuild needs "
+                    f"every extent to be a compile-time constant")
+            if getattr(val, "dtype", torch.float32).is_complex:
+                raise RecipeError(
+                    f"model '{p.name}': {_torch_op(node)[1]}{where} computes a "
+                    f"{str(val.dtype).removeprefix('torch.')} tensor; the lowered program has "
+                    f"no complex tensors")
 
 
 def _reject_random_ops(p: ModelParams, prog: ExportedProgram) -> None:
@@ -275,6 +286,8 @@ def signature(prog: ExportedProgram, recipe: recipes.Recipe, outputs: list[torch
         val = next(n for n in prog.graph.nodes if n.name == name).meta["val"]
         args.append({"name": name, "kind": kind, "source": source,
                      "shape": list(val.shape), "dtype": str(val.dtype).removeprefix("torch.")})
+        if kind == "constant_tensor" and not _has_attribute(recipe.module, source):
+            args[-1]["value"] = _literal(prog, source)
     outs = [{"shape": list(o.shape), "dtype": str(o.dtype).removeprefix("torch.")}
             for o in outputs]
     return {"function": FUNC_NAME, "args": args, "outputs": outs, "layers": recipe.layers,
@@ -283,6 +296,28 @@ def signature(prog: ExportedProgram, recipe: recipes.Recipe, outputs: list[torch
             "carry": {k: _shifted(v, layout) for k, v in recipe.carry.items()},
             "state": {**{k: _shifted(v, layout) for k, v in recipe.state.items()}, **written},
             "mutations": written}
+
+
+LITERAL_MAX = 4096  # elements of a tensor literal kept in signature.json
+
+
+def _has_attribute(module: torch.nn.Module, path: str) -> bool:
+    try:
+        functools.reduce(getattr, path.split("."), module)
+    except AttributeError:
+        return False
+    return True
+
+
+def _literal(prog: ExportedProgram, name: str) -> list:
+    """A tensor the forward builds from a literal (``torch.tensor([0, 3, 5])``): torch.export
+    lifts it as an argument that no module attribute holds, so its value is kept in the
+    signature for the stages that rebuild the arguments."""
+    value = prog.constants[name]
+    if value.numel() > LITERAL_MAX:
+        raise RecipeError(f"the forward builds a tensor of {value.numel()} elements from a "
+                          f"literal ('{name}'); make it a buffer of the module")
+    return value.tolist()
 
 
 def _shifted(user_index: int, layout: list[str | None]) -> int:
@@ -351,6 +386,10 @@ def _materialize(p: ModelParams, sig: dict[str, Any]
     expected = [o.detach().numpy() for o in eager(p, recipe, layout)]
     values = []
     for arg in sig["args"]:
+        if "value" in arg:  # a literal of the forward (``_literal``)
+            values.append(np.array(arg["value"], dtype=np.dtype(arg["dtype"])
+                                   ).reshape(arg["shape"]))
+            continue
         tensor = (recipe.inputs[arg["source"]] if arg["kind"] == "input"
                   else _attribute(recipe.module, arg["source"]))
         values.append(np.ascontiguousarray(tensor.detach().numpy()))

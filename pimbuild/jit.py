@@ -50,14 +50,23 @@ def to_llvm(module: ir.Module, register_block: int, *, stage: str, failure_dir: 
 def compile_scf(scf_path: Path, failure_dir: Path, register_block: int) -> ExecutionEngine:
     module = mlir.parse_file(scf_path)
     to_llvm(module, register_block, stage="jit", failure_dir=failure_dir)
-    return ExecutionEngine(module, opt_level=3)
+    return engine_of(module)
+
+
+def engine_of(module: ir.Module, opt_level: int = 3) -> ExecutionEngine:
+    """MLIR's ExecutionEngine for an LLVM-dialect module; its failure (a type the LLVM
+    translation refuses) is a StageError, not a traceback."""
+    try:
+        return ExecutionEngine(module, opt_level=opt_level)
+    except RuntimeError as e:
+        raise StageError("jit", f"LLVM could not compile the lowered module: {e}") from None
 
 
 def write_object(module: ir.Module, symbols: dict[str, ctypes.c_void_p],
                  path: Path) -> ExecutionEngine:
     """Compile an LLVM-dialect module to an object file (its external calls stay relocations;
     ``symbols`` binds them in the JIT's own copy). Returns the engine, ready to invoke."""
-    engine = ExecutionEngine(module, opt_level=3)
+    engine = engine_of(module)
     for name, address in symbols.items():
         engine.raw_register_runtime(name, address)
     engine.dump_to_object_file(str(path))
@@ -71,7 +80,7 @@ def load_llvm(llvm_path: Path, symbols: dict[str, ctypes.c_void_p],
     """An ExecutionEngine for an LLVM-dialect module whose external functions ``symbols``
     (name -> address) provides. They are bound before the first lookup compiles the module,
     so two marker runtimes loaded in one process never resolve to each other."""
-    engine = ExecutionEngine(mlir.parse_file(llvm_path), opt_level=opt_level)
+    engine = engine_of(mlir.parse_file(llvm_path), opt_level)
     for name, address in symbols.items():
         engine.raw_register_runtime(name, address)
     return engine

@@ -106,3 +106,14 @@ def branches_on_values(n: int = 8) -> Recipe:
 def number_input(n: int = 8) -> Recipe:
     """An input that is a Python number, not a tensor."""
     return Recipe(_Fn(lambda x, k: x * k), {"x": torch.randn(n), "k": 3})
+
+
+def complex_inside(n: int = 8) -> Recipe:
+    """A complex intermediate (its output is real)."""
+    return Recipe(_Fn(lambda x, y: torch.view_as_real(torch.complex(x, y) ** 2).flatten(-2)),
+                  {"x": torch.randn(n, 4), "y": torch.randn(n, 4)})
+
+
+def side_effects(n: int = 4) -> Recipe:
+    """linalg.inv: torch.export threads a token through its runtime error check."""
+    return Recipe(_Fn(lambda x: torch.linalg.inv(x + n * torch.eye(n))), {"x": torch.randn(n, n)})

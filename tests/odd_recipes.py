@@ -94,3 +94,10 @@ def nested_outputs(n: int = 64) -> Recipe:
     """Results as a dict holding a list and a 0-d tensor (torch.export flattens them)."""
     return Recipe(_Fn(lambda x: {"y": torch.relu(x), "parts": [x * 2, (x - 1).sum()]}),
                   {"x": torch.randn(n)})
+
+
+def tensor_literal(n: int = 64) -> Recipe:
+    """A tensor built from a literal inside forward: torch.export lifts it as an argument no
+    module attribute holds."""
+    return Recipe(_Fn(lambda x: torch.index_select(x, 0, torch.tensor([0, 3, 5])) * 2),
+                  {"x": torch.randn(n, 4)})

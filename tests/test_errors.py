@@ -199,6 +199,8 @@ def test_ctrl_c_is_one_line_and_exit_130(tmp_path: Path) -> None:
      r"the shape of aten.masked_select.default's result depends on the values of its input"),
     ("tests.bad_recipes:branches_on_values", "control flow depends on a tensor's values"),
     ("tests.bad_recipes:number_input", "input 'k' is a int; pimbuild needs every input to be"),
+    ("tests.bad_recipes:complex_inside", "aten.complex.default computes a complex64 tensor"),
+    ("tests.bad_recipes:side_effects", "calls aten._linalg_check_errors.default, an op with side"),
 ])
 def test_recipe_that_returns_the_wrong_thing(run_build, store: Path, recipe: str,
                                              message: str) -> None:
@@ -212,3 +214,14 @@ def test_absurd_size_is_one_line(run_build, store: Path) -> None:
     with pytest.raises(RecipeError) as err:
         run_build(["model=relu", "model.size.n=1000000000000000"])
     assert "\n" not in str(err.value)
+
+
+def test_a_module_llvm_cannot_compile_is_a_stage_error() -> None:
+    from torch_mlir import ir
+
+    from pimbuild import jit, mlir
+
+    with mlir.new_context():
+        module = ir.Module.parse("func.func @f() { return }")  # not in the LLVM dialect
+    with pytest.raises(StageError, match="LLVM could not compile the lowered module"):
+        jit.engine_of(module)
