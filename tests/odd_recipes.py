@@ -101,3 +101,8 @@ def tensor_literal(n: int = 64) -> Recipe:
     module attribute holds."""
     return Recipe(_Fn(lambda x: torch.index_select(x, 0, torch.tensor([0, 3, 5])) * 2),
                   {"x": torch.randn(n, 4)})
+
+
+def returns_input(n: int = 64) -> Recipe:
+    """The forward returns its input: no nest, no kernel."""
+    return Recipe(_Fn(lambda x: x), {"x": torch.randn(n)})

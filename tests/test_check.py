@@ -54,7 +54,7 @@ def test_outputs_of_every_supported_dtype_go_through_every_stage(run_build) -> N
 @pytest.mark.parametrize("recipe", ["tensor_constant", "empty_output", "with_nan",
                                     "only_empty", "running_sum", "scatter_rows",
                                     "sorted_values", "cached_step", "nested_outputs",
-                                    "tensor_literal"])
+                                    "tensor_literal", "returns_input"])
 def test_unusual_models_go_through_every_stage(run_build, recipe: str) -> None:
     result = run_build(["model=relu", f"model.recipe=tests.odd_recipes:{recipe}",
                         "model.size={n:64}", "profile.backend=timer"])

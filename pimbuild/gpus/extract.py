@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from pimbuild.errors import StageError
+
 # The same (empty) Params as the loop-nest extract: no configuration, its key is its input's.
 from pimbuild.extract import Params as Params
 from pimbuild.extract import params as params
@@ -25,6 +27,9 @@ def run(inputs: Inputs, p: Params, out: Path) -> None:
     lower = inputs["lower"]
     signature = json.loads((lower / "signature.json").read_text())
     result = kernels.analyze(lower / "linalg.mlir", signature)
+    if not result["kernels"]:
+        raise StageError("extract", "the forward launches no kernel (it only returns or "
+                                    "reshapes its inputs): nothing to place on the GPUs")
     # the forward's inputs and the buffers it writes in place (state), by source name
     written = signature.get("mutations", {})
     inputs = {a["source"]: f"arg{i}" for i, a in enumerate(signature["args"])
