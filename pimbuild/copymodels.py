@@ -13,6 +13,8 @@ identified by allocation. ``sim.copy_model`` names one in ``COPY_MODELS`` (or
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
+
 from pimbuild.nests import Nest
 from pimbuild.registry import Registry
 
@@ -41,20 +43,34 @@ def upper_bound(nests: list[Nest], offloaded: set[int], outputs: set[str]) -> tu
     """(fetch, flush) bytes per forward under eq. 8."""
     fetch = flush = 0
     for seg in segments(nests, offloaded):
-        written: set[str] = set()
-        fetched: dict[str, int] = {}
-        flushed: dict[str, int] = {}
-        for n in seg:
-            for alloc, size in n.reads.items():
-                if alloc not in written:
-                    fetched[alloc] = size
-            for alloc, size in n.writes.items():
-                written.add(alloc)
-                flushed[alloc] = size
-        executions = max(seg[0].invocations, 1)
-        fetch += executions * sum(fetched.values())
-        flush += executions * sum(flushed.values())
+        *_, (seg_fetch, seg_flush) = segment_bytes(seg)
+        fetch += seg_fetch
+        flush += seg_flush
     return fetch, flush
+
+
+def segment_bytes(seg: Iterable[Nest]) -> Iterator[tuple[int, int]]:
+    """Eq. 8's (fetch, flush) bytes per forward of one segment, after each of its nests in
+    turn: for the segment ``nests[k:l + 1]``, the values for l = k, k + 1, ... (the segment
+    fetches every buffer it reads before writing it and flushes every buffer it writes, as
+    often as its first nest runs). ``policy=joint`` extends segments one nest at a time."""
+    written: set[str] = set()
+    fetched: dict[str, int] = {}
+    flushed: dict[str, int] = {}
+    fetch = flush = 0
+    executions = 1
+    for i, n in enumerate(seg):
+        if i == 0:
+            executions = max(n.invocations, 1)
+        for alloc, size in n.reads.items():
+            if alloc not in written:
+                fetch += size - fetched.get(alloc, 0)
+                fetched[alloc] = size
+        for alloc, size in n.writes.items():
+            written.add(alloc)
+            flush += size - flushed.get(alloc, 0)
+            flushed[alloc] = size
+        yield executions * fetch, executions * flush
 
 
 def resident(nests: list[Nest], offloaded: set[int], outputs: set[str]) -> tuple[int, int]:

@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from pimbuild import hybrid
+from pimbuild import copymodels, hybrid
 from pimbuild.errors import ConfigError
 from pimbuild.nests import Nest
 from pimbuild.policies import joint
@@ -42,6 +42,30 @@ def brute_force(ctx) -> float:
     return min(hybrid.hybrid(ctx.nests, {i for i, on in zip(ids, pick, strict=True) if on},
                              ctx.forward_s, ctx.target, ctx.copy_model, ctx.outputs).t_hybrid_s
                for pick in itertools.product((0, 1), repeat=len(ids)))
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_segment_bytes_extends_upper_bound_nest_by_nest(seed: int) -> None:
+    """The DP's incremental segment copies equal eq. 8 on every segment (sizes of one
+    allocation differ between nests here, so a re-read replaces, not adds)."""
+    nests = random_nests(random.Random(seed), 30)
+    for k in range(len(nests)):
+        for last, got in enumerate(copymodels.segment_bytes(nests[k:]), start=k):
+            assert got == eq8(nests[k:last + 1])
+
+
+def eq8(seg: list[Nest]) -> tuple[int, int]:
+    """Eq. 8 for one segment, stated directly: what it reads before writing, what it writes,
+    each allocation once at the size its last access gives, times its executions."""
+    written: set[str] = set()
+    fetched: dict[str, int] = {}
+    flushed: dict[str, int] = {}
+    for n in seg:
+        fetched |= {a: size for a, size in n.reads.items() if a not in written}
+        written |= set(n.writes)
+        flushed |= n.writes
+    times = max(seg[0].invocations, 1)
+    return times * sum(fetched.values()), times * sum(flushed.values())
 
 
 @pytest.mark.parametrize("copy_model", ["upper_bound", "resident"])

@@ -7,7 +7,9 @@ per segment (maximal run of consecutive offloaded nests), its device time, its c
 function of that segment alone) and two switches. So the optimum is a shortest path over
 segment boundaries: node ``k`` = "nest ``k`` runs on the host", an arc ``k -> k+1`` keeps nest
 ``k+1`` on the host, an arc ``k -> l+1`` offloads nests ``k+1..l`` as one segment and keeps
-nest ``l+1`` on the host. An exact dynamic program, O(n^2) segments.
+nest ``l+1`` on the host. An exact dynamic program over O(n^2) segments, each costed in
+O(1) amortised: a segment's copies are extended nest by nest (``copymodels.segment_bytes``,
+the function ``upper_bound`` itself sums).
 
 ``sim.copy_model=resident``: a buffer moves when a nest reads it on the side that does not
 hold its latest version; the cost is not a sum over segments, so the optimum is a MILP
@@ -27,7 +29,7 @@ force in the tests. Other copy models are refused.
 
 from __future__ import annotations
 
-from pimbuild.copymodels import upper_bound
+from pimbuild.copymodels import segment_bytes
 from pimbuild.errors import ConfigError
 from pimbuild.milp import US, Model
 from pimbuild.nests import Nest
@@ -76,10 +78,9 @@ def by_segments(ctx: PolicyContext) -> set[int]:
         if best[k] + host[k] < best[k + 1]:
             best[k + 1], came[k + 1] = best[k] + host[k], (k, None)
         run = 0.0
-        for last in range(k, n):  # ... or nests k..last offloaded as one segment
+        # ... or nests k..last offloaded as one segment (its copies extended nest by nest)
+        for last, (fetch, flush) in enumerate(segment_bytes(nests[k:]), start=k):
             run += device[last]
-            seg = nests[k:last + 1]
-            fetch, flush = upper_bound(seg, {x.id for x in seg}, ctx.outputs)
             cost = best[k] + run + t.copy_time(fetch, flush) + t.switch_time(2)
             if last + 1 == n:
                 if cost < finish:
