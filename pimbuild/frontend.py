@@ -169,8 +169,10 @@ def export(p: ModelParams, recipe: recipes.Recipe) -> ExportedProgram:
                                        dynamic_shapes=recipe.dynamic_shapes, strict=False)
             prog = prog.run_decompositions(get_decomposition_table())
     except Exception as e:
+        from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode
+
         hint = (" (the forward's control flow depends on a tensor's values; pimbuild needs "
-                "one static graph)" if "data-dependent" in str(e) else "")
+                "one static graph)" if isinstance(e, GuardOnDataDependentSymNode) else "")
         raise RecipeError(f"model '{p.name}' cannot be exported: {type(e).__name__}: "
                           f"{str(e).splitlines()[0] if str(e) else ''}{hint}") from None
     _reject_dynamic_dims(p, prog, list(recipe.inputs))
@@ -187,8 +189,7 @@ def _reject_unlowerable_values(p: ModelParams, prog: ExportedProgram) -> None:
     for node in prog.graph.nodes:
         if node.op != "call_function":
             continue
-        path = _module_path(node)
-        where = f" in {path!r}" if path else ""
+        where = _where(node)
         if node.target is torch.ops.higher_order.with_effects:
             raise RecipeError(f"model '{p.name}': the forward calls {node.args[1]}{where}, an "
                               f"op with side effects; pimbuild lowers side-effect-free "
@@ -214,11 +215,9 @@ def _reject_random_ops(p: ModelParams, prog: ExportedProgram) -> None:
     for node in prog.graph.nodes:
         tags = getattr(node.target, "tags", ()) if node.op == "call_function" else ()
         if torch.Tag.nondeterministic_seeded in tags:
-            path = _module_path(node)
-            where = f" in '{path}'" if path else ""
             raise RecipeError(
                 f"model '{p.name}': the forward draws random numbers ({_torch_op(node)[1]}"
-                f"{where}), so its lowered program cannot match PyTorch eager; pass the "
+                f"{_where(node)}), so its lowered program cannot match PyTorch eager; pass the "
                 f"random tensor as an input instead")
 
 
@@ -250,6 +249,12 @@ def _module_path(node: torch.fx.Node) -> str:
     """The path of the submodule whose forward holds ``node`` ('' for the model itself)."""
     stack = node.meta.get("nn_module_stack") or {}
     return list(stack.values())[-1][0] if stack else ""
+
+
+def _where(node: torch.fx.Node) -> str:
+    """`` in '<submodule>'`` for messages, or nothing for the model's own forward."""
+    path = _module_path(node)
+    return f" in '{path}'" if path else ""
 
 
 def annotate_sources(gm: torch.fx.GraphModule) -> None:

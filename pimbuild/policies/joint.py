@@ -7,9 +7,9 @@ per segment (maximal run of consecutive offloaded nests), its device time, its c
 function of that segment alone) and two switches. So the optimum is a shortest path over
 segment boundaries: node ``k`` = "nest ``k`` runs on the host", an arc ``k -> k+1`` keeps nest
 ``k+1`` on the host, an arc ``k -> l+1`` offloads nests ``k+1..l`` as one segment and keeps
-nest ``l+1`` on the host. An exact dynamic program over O(n^2) segments, each costed in
-O(1) amortised: a segment's copies are extended nest by nest (``copymodels.segment_bytes``,
-the function ``upper_bound`` itself sums).
+nest ``l+1`` on the host. An exact dynamic program over O(n^2) segments; a segment's copies
+are extended nest by nest (``copymodels.segment_bytes``, the function ``upper_bound`` itself
+sums), so each costs only its last nest's buffers.
 
 ``sim.copy_model=resident``: a buffer moves when a nest reads it on the side that does not
 hold its latest version; the cost is not a sum over segments, so the optimum is a MILP
