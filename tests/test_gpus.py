@@ -253,11 +253,11 @@ def test_odd_models_run_partitioned(run_build, alternate: str, recipe: str) -> N
         assert check["transfers"] > 0
 
 
-
 def test_a_forward_without_kernels_is_refused(run_build) -> None:
     with pytest.raises(StageError, match="launches no kernel"):
         run_build([*GPUS, "model=relu", "model.recipe=tests.odd_recipes:returns_input",
                    "model.size={n:64}"])
+
 
 def test_serving_formulas_by_hand() -> None:
     from pimbuild.gpus import workload
