@@ -291,7 +291,7 @@ def signature(prog: ExportedProgram, recipe: recipes.Recipe, outputs: list[torch
         val = next(n for n in prog.graph.nodes if n.name == name).meta["val"]
         args.append({"name": name, "kind": kind, "source": source,
                      "shape": list(val.shape), "dtype": str(val.dtype).removeprefix("torch.")})
-        if kind == "constant_tensor" and not _has_attribute(recipe.module, source):
+        if kind == "constant_tensor" and _lookup(recipe.module, source) is None:
             args[-1]["value"] = _literal(prog, source)
     outs = [{"shape": list(o.shape), "dtype": str(o.dtype).removeprefix("torch.")}
             for o in outputs]
@@ -304,14 +304,6 @@ def signature(prog: ExportedProgram, recipe: recipes.Recipe, outputs: list[torch
 
 
 LITERAL_MAX = 4096  # elements of a tensor literal kept in signature.json
-
-
-def _has_attribute(module: torch.nn.Module, path: str) -> bool:
-    try:
-        functools.reduce(getattr, path.split("."), module)
-    except AttributeError:
-        return False
-    return True
 
 
 def _literal(prog: ExportedProgram, name: str) -> list:
@@ -401,11 +393,19 @@ def _materialize(p: ModelParams, sig: dict[str, Any]
     return values, expected
 
 
-def _attribute(module: torch.nn.Module, path: str) -> torch.Tensor:
-    """A parameter, buffer or tensor attribute the export lifted, by its dotted path."""
+def _lookup(module: torch.nn.Module, path: str) -> Any:
+    """The module's attribute at a dotted path, or None where it has none."""
     try:
         return functools.reduce(getattr, path.split("."), module)
     except AttributeError:
+        return None
+
+
+def _attribute(module: torch.nn.Module, path: str) -> torch.Tensor:
+    """A parameter, buffer or tensor attribute the export lifted, by its dotted path."""
+    tensor = _lookup(module, path)
+    if tensor is None:
         raise RecipeError(f"the exported program takes '{path}' as an argument, but the "
                           f"module has no such attribute (a tensor created inside forward? "
-                          f"make it a buffer)") from None
+                          f"make it a buffer)")
+    return tensor
