@@ -1,11 +1,21 @@
 """Comparing a lowered program's results with PyTorch eager's: every target's reinsert stage
-fails unless its program's outputs are within ``RTOL`` of eager's by ``difference``."""
+fails unless its program's outputs are within ``tolerance`` of eager's by ``difference``."""
 
 from __future__ import annotations
 
 import numpy as np
 
 RTOL = 1e-5
+# A program that computes in a narrower float type is held to that type's tolerance
+# (torch.testing's rtol for it): its ops round where eager's fused kernels may not (a bf16
+# softmax rounds its exp, sum and quotient; eager rounds once).
+FLOAT_TYPES = {"f64": RTOL, "f32": RTOL, "f16": 1e-3, "bf16": 1.6e-2}
+
+
+def tolerance(signature: dict) -> float:
+    """The check's tolerance for a lowered program: its narrowest float type's
+    (``signature.json`` ``float_types``, which ``lower`` records)."""
+    return max([RTOL] + [FLOAT_TYPES[t] for t in signature.get("float_types", ())])
 
 
 def difference(got: np.ndarray, want: np.ndarray) -> float:

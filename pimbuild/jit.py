@@ -40,9 +40,15 @@ def prepare_for_llvm(module: ir.Module) -> None:
 
 def to_llvm(module: ir.Module, register_block: int, *, stage: str, failure_dir: Path) -> int:
     """Host code generation in place: register blocking (``pimbuild.codegen``), C interfaces,
-    then the LLVM dialect. Returns how many nests were register-blocked."""
+    bf16 arithmetic as f32 (``mlir.EMULATE_BF16``), then the LLVM dialect. Returns how many
+    nests were register-blocked."""
     blocked = codegen.register_block(module, register_block)
     prepare_for_llvm(module)
+    if "bf16" in mlir.element_types(module):
+        from pimbuild.transforms import truncate_through_f32
+
+        truncate_through_f32(module)
+        mlir.run_pipeline(module, mlir.EMULATE_BF16, stage=stage, failure_dir=failure_dir)
     mlir.run_pipeline(module, SCF_TO_LLVM, stage=stage, failure_dir=failure_dir)
     return blocked
 

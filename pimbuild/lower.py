@@ -94,7 +94,7 @@ def run(inputs: Inputs, p: Params, out: Path) -> None:
 
 
 def lower(p: Params, out: Path, failure_dir: Path) -> None:
-    from pimbuild import frontend, mlir
+    from pimbuild import check, frontend, mlir
 
     recipe = frontend.build_recipe(p.model)
     outputs = frontend.eager(p.model, recipe)
@@ -121,5 +121,6 @@ def lower(p: Params, out: Path, failure_dir: Path) -> None:
     mlir.run_pipeline(module, to_scf, stage=NAME, failure_dir=failure_dir)
     mlir.write_ir(module, out / "scf.mlir")
     sig = frontend.signature(prog, recipe, outputs, p.weights, layout)
+    sig["float_types"] = sorted(mlir.element_types(module) & set(check.FLOAT_TYPES))
     (out / "signature.json").write_text(json.dumps(sig, indent=2) + "\n")
     frontend.keep_recipe(p.model, recipe)

@@ -46,6 +46,15 @@ TM_TENSOR_TO_SCF = (
     " func.func(tm-tensor-to-loops),"
     " cse)"
 )
+# bf16 arithmetic as f32 arithmetic with explicit rounding (round to nearest even, as
+# PyTorch's CPU kernels round each op's result): LLVM would otherwise call compiler-rt's
+# __truncsfbf2, which neither libgcc 12 nor valgrind's build target (no AVX512-BF16) has.
+# Only for a module that has bf16 (``jit.to_llvm``): arith-expand also expands ops
+# LLVM lowers natively in f32 programs.
+EMULATE_BF16 = ("builtin.module(func.func("
+                "math-extend-to-supported-types{target-type=f32},"
+                " arith-emulate-unsupported-floats{source-types=bf16 target-type=f32},"
+                " arith-expand{include-bf16=true}))")
 ELEMENTWISE_FUSION = "builtin.module(func.func(linalg-fuse-elementwise-ops))"
 GENERALIZE = "builtin.module(func.func(linalg-generalize-named-ops))"
 
@@ -164,6 +173,16 @@ def function(module: ir.Module, name: str) -> ir.Operation:
     """The ``func.func`` called ``name``."""
     return next(op.operation for op in module.body.operations
                 if ir.StringAttr(op.operation.attributes["sym_name"]).value == name)
+
+
+def element_types(module: ir.Module) -> set[str]:
+    """The element types of the values ``module``'s ops produce (``f32``, ``bf16``, ...)."""
+    def element(t: ir.Type) -> str:
+        try:
+            return str(ir.ShapedType(t).element_type)
+        except ValueError:  # not a tensor or memref
+            return str(t)
+    return {element(r.type) for op in walk(module.operation) for r in op.results}
 
 
 def has_dialect(module: ir.Module, dialect: str) -> bool:

@@ -8,6 +8,7 @@
   reads a transposed weight in place instead of after a copy nest. MLIR's pass fuses a
   producer only when it has a single use, so each protected producer gets a temporary second
   use (an unregistered, side-effecting ``pimbuild.keep`` op) for the duration of the pass.
+- ``truncate_through_f32``: an f64 -> bf16 truncation becomes f64 -> f32 -> bf16.
 """
 
 from __future__ import annotations
@@ -104,3 +105,21 @@ def no_fusion(module: ir.Module) -> None:
 def full_fusion(module: ir.Module) -> None:
     with module.context:
         PassManager.parse(ELEMENTWISE_FUSION).run(module.operation)
+
+
+def truncate_through_f32(module: ir.Module) -> int:
+    """Rewrite every ``arith.truncf`` from f64 to bf16 as f64 -> f32 -> bf16; returns how many.
+    PyTorch converts so (``c10::BFloat16`` is built from a float), and LLVM's direct
+    conversion calls compiler-rt's ``__truncdfbf2``, which libgcc 12 lacks."""
+    count = 0
+    with module.context:
+        f32 = ir.F32Type.get()
+        for op in list(walk(module.operation)):
+            if (op.name == "arith.truncf" and str(op.operands[0].type) == "f64"
+                    and str(op.results[0].type) == "bf16"):
+                with ir.InsertionPoint(op), op.location:
+                    narrowed = ir.Operation.create("arith.truncf", results=[f32],
+                                                   operands=[op.operands[0]])
+                op.operands[0] = narrowed.result
+                count += 1
+    return count

@@ -106,3 +106,35 @@ def tensor_literal(n: int = 64) -> Recipe:
 def returns_input(n: int = 64) -> Recipe:
     """The forward returns its input: no nest, no kernel."""
     return Recipe(_Fn(lambda x: x), {"x": torch.randn(n)})
+
+
+class _Bfloat16Inside(nn.Module):
+    """A float32 model that computes in bfloat16: a linear under autocast, a tanh and a
+    softmax of a bfloat16 tensor, and a float64 -> bfloat16 conversion."""
+
+    def __init__(self, n: int) -> None:
+        super().__init__()
+        self.lin = nn.Linear(n, n)
+
+    def forward(self, x):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            y = self.lin(x)
+        return ((y * 3).tanh().softmax(-1) + (x.double() * 3).to(torch.bfloat16)).float()
+
+
+def bfloat16_inside(n: int = 64) -> Recipe:
+    return Recipe(_Bfloat16Inside(n), {"x": torch.randn(4, n)})
+
+
+class _GeluTanhMlp(nn.Module):
+    def __init__(self, n: int) -> None:
+        super().__init__()
+        self.fc1, self.fc2 = nn.Linear(n, 4 * n), nn.Linear(4 * n, n)
+
+    def forward(self, x):
+        return self.fc2(torch.nn.functional.gelu(self.fc1(x), approximate="tanh"))
+
+
+def gelu_tanh_mlp(n: int = 64) -> Recipe:
+    """GPT-2's MLP: torch-mlir's own GELU-tanh lowering is 8e-5 from eager here."""
+    return Recipe(_GeluTanhMlp(n), {"x": torch.randn(8, n)})

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pytest
 
-from pimbuild.check import RTOL, difference
+from pimbuild.check import FLOAT_TYPES, RTOL, difference
+from pimbuild.errors import StageError
 from tests.conftest import artifact_dir
 
 NAN, INF = float("nan"), float("inf")
@@ -54,7 +56,7 @@ def test_outputs_of_every_supported_dtype_go_through_every_stage(run_build) -> N
 @pytest.mark.parametrize("recipe", ["tensor_constant", "empty_output", "with_nan",
                                     "only_empty", "running_sum", "scatter_rows",
                                     "sorted_values", "cached_step", "nested_outputs",
-                                    "tensor_literal", "returns_input"])
+                                    "tensor_literal", "returns_input", "gelu_tanh_mlp"])
 def test_unusual_models_go_through_every_stage(run_build, recipe: str) -> None:
     result = run_build(["model=relu", f"model.recipe=tests.odd_recipes:{recipe}",
                         "model.size={n:64}", "profile.backend=timer"])
@@ -72,3 +74,36 @@ def test_tm_tensor_ir_parses_again(run_build) -> None:
     linalg = artifact_dir(result, "lower") / "linalg.mlir"
     assert "tm_tensor.scan" in linalg.read_text()
     assert "tm_tensor.scan" in mlir.asm(mlir.parse_file(linalg))
+
+
+def test_bfloat16_arithmetic_is_emulated_in_float32(run_build) -> None:
+    """No bf16 arithmetic or truncation to bf16 reaches LLVM, which would call compiler-rt's
+    __truncsfbf2 / __truncdfbf2 on a host without AVX512-BF16 (and always in valgrind's
+    build); the check holds such a program to bf16's tolerance."""
+    result = run_build(["model=relu", "model.recipe=tests.odd_recipes:bfloat16_inside",
+                        "model.size={n:64}", "profile.backend=timer", "policy=oracle"])
+    sig = json.loads((artifact_dir(result, "lower") / "signature.json").read_text())
+    assert sig["float_types"] == ["bf16", "f32", "f64"]
+    scf = (artifact_dir(result, "lower") / "scf.mlir").read_text()
+    assert re.search(r"arith\.truncf [^\n]*f64 to bf16", scf)  # what LLVM would call out for
+    assert re.search(r"arith\.addf [^\n]*: bf16", scf)
+    llvm = (artifact_dir(result, "reinsert") / "hybrid_llvm.mlir").read_text()
+    assert not re.search(r"llvm\.(fptrunc|fpext|fadd|fmul|fsub|fdiv|intr\.\w+)\b[^\n]*bf16",
+                         llvm)
+    check = json.loads((artifact_dir(result, "reinsert") / "reinsert.json").read_text())
+    assert check["check"]["rtol"] == FLOAT_TYPES["bf16"]
+
+
+def test_a_lowering_that_differs_from_eager_is_told_from_the_partition(
+        run_build, monkeypatch) -> None:
+    """With torch-mlir's own GELU-tanh (sqrt(2/pi) taken as 0.797724), the program differs
+    from eager before any nest is offloaded, and the failure says so."""
+    from torch_mlir.extras.fx_decomp_util import get_decomposition_table
+
+    from pimbuild import frontend
+
+    monkeypatch.setattr(frontend, "decompositions", get_decomposition_table)
+    with pytest.raises(StageError, match=r"before partitioning already differs by .*, so the "
+                                         r"lowering \(torch-mlir, LLVM\), not the partition"):
+        run_build(["model=relu", "model.recipe=tests.odd_recipes:gelu_tanh_mlp",
+                   "model.size={n:64}", "profile.backend=timer"])

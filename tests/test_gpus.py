@@ -207,7 +207,7 @@ def _partitioned(run_build, tmp_path, model: str):
                           workers.buffer_table(specs, signature),
                           {f"arg{i}": a for i, a in enumerate(args)}, set(graph.inputs),
                           data["outputs"], 2)
-        return reinsert.check(got, expected, signature["outputs"])["max_rel_error"]
+        return reinsert.check(got, expected, signature)["max_rel_error"]
     return data, run
 
 

@@ -4,7 +4,7 @@ Every kernel becomes a function (``pimbuild.gpus.partition``: ``partition.mlir``
 ``partition_llvm.mlir``); ``pimbuild.gpus.workers`` runs one process per device, each
 executing the kernels decide placed on it and exchanging exactly the transfers of the
 dependency graph (one forward: inputs enter at home, results return there). The stage fails
-unless the results match PyTorch eager within ``pimbuild.check.RTOL``. Writes
+unless the results match PyTorch eager within ``pimbuild.check.tolerance``. Writes
 ``partition.json`` (each kernel's function, buffers and device, and the transfer list) and
 ``reinsert.json`` (the check).
 """
@@ -17,7 +17,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
-from pimbuild.check import RTOL, difference
+from pimbuild.check import difference, tolerance
 from pimbuild.errors import StageError
 from pimbuild.lower import ModelParams, model_params
 from pimbuild.stage import Inputs
@@ -51,14 +51,14 @@ def compile_partition(lower: Path, out: Path, failure_dir: Path) -> list[dict]:
     return specs
 
 
-def check(results, expected, outputs: list[dict]) -> dict:
+def check(results, expected, signature: dict) -> dict:
     errors = []
     for got, want in zip(results, expected, strict=True):
         if got.size == want.size:  # a result that is a reshaping view of a kernel's buffer
             got = got.reshape(want.shape)
         errors.append(difference(got, want))
-    return {"max_rel_error": max(errors, default=0.0), "rtol": RTOL,
-            "errors": errors, "outputs": len(outputs)}
+    return {"max_rel_error": max(errors, default=0.0), "rtol": tolerance(signature),
+            "errors": errors, "outputs": len(signature["outputs"])}
 
 
 def run(inputs: Inputs, p: Params, out: Path) -> None:
@@ -82,10 +82,11 @@ def run(inputs: Inputs, p: Params, out: Path) -> None:
         indent=2) + "\n")
     results = workers.run(out / "partition_llvm.mlir", specs, place, moves, buffers, named,
                           set(graph.inputs), list(data["outputs"]), n_dev)
-    result = check(results, expected, signature["outputs"]) | {
+    result = check(results, expected, signature) | {
         "transfers": len(moves), "transfer_bytes": sum(m[3] for m in moves),
         "processes": n_dev}
     (out / "reinsert.json").write_text(json.dumps(result, indent=2) + "\n")
-    if result["max_rel_error"] > RTOL:
+    if result["max_rel_error"] > result["rtol"]:
         raise StageError(NAME, f"the partitioned program differs from PyTorch eager: max "
-                               f"relative error {result['max_rel_error']:.3g} > {RTOL}")
+                               f"relative error {result['max_rel_error']:.3g} > "
+                               f"{result['rtol']:.3g}")
