@@ -12,6 +12,7 @@ and outputs, so any later stage can rebuild the same arguments from the recipe a
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,6 +25,10 @@ from pimbuild.registry import Registry
 from pimbuild.stage import Inputs
 
 NAME = "lower"
+EIGHT_BIT_TENSOR = re.compile(r"!torch\.vtensor<\[[^\]]*\],[su]i8>")
+EIGHT_BIT_CRASH = ("torch-mlir's TorchToLinalg crashes on some arithmetic on int8 / uint8 "
+                   "tensors (e.g. mul or sub by a scalar, floor division, a full max, matmul: "
+                   "llvm/torch-mlir#4725); compute in int32 or a float type")
 READS: tuple[str, ...] = ()
 WRITES = ("torch.mlir", "linalg.mlir", "scf.mlir", "signature.json")
 DTYPES = ("float32",)
@@ -94,7 +99,7 @@ def run(inputs: Inputs, p: Params, out: Path) -> None:
 
 
 def lower(p: Params, out: Path, failure_dir: Path) -> None:
-    from pimbuild import check, frontend, mlir
+    from pimbuild import check, frontend, mlir, transforms
 
     recipe = frontend.build_recipe(p.model)
     outputs = frontend.eager(p.model, recipe)
@@ -110,17 +115,21 @@ def lower(p: Params, out: Path, failure_dir: Path) -> None:
                           f"{frontend.first_line(e)}") from None
     mlir.run_pipeline(module, mlir.TORCH_BACKEND, stage=NAME, failure_dir=failure_dir)
     mlir.write_ir(module, out / "torch.mlir")
-    mlir.run_pipeline(module, mlir.TORCH_TO_LINALG, stage=NAME, failure_dir=failure_dir)
+    # torch-mlir's TorchToLinalg segfaults on some 8-bit integer arithmetic, so a module with
+    # 8-bit integer tensors is lowered in a child process first.
+    eight_bit = EIGHT_BIT_TENSOR.search((out / "torch.mlir").read_text()) is not None
+    mlir.run_pipeline(module, mlir.TORCH_TO_LINALG, stage=NAME, failure_dir=failure_dir,
+                      isolate=EIGHT_BIT_CRASH if eight_bit else None)
+    dropped = transforms.drop_asserts(module)
     FUSIONS.get(p.fusion)(module)
     if p.fastmath:
-        from pimbuild.transforms import add_fastmath
-
-        add_fastmath(module)
+        transforms.add_fastmath(module)
     mlir.write_ir(module, out / "linalg.mlir")
     to_scf = mlir.TM_TENSOR_TO_SCF if mlir.has_dialect(module, "tm_tensor") else mlir.LINALG_TO_SCF
     mlir.run_pipeline(module, to_scf, stage=NAME, failure_dir=failure_dir)
     mlir.write_ir(module, out / "scf.mlir")
     sig = frontend.signature(prog, recipe, outputs, p.weights, layout)
     sig["float_types"] = sorted(mlir.element_types(module) & set(check.FLOAT_TYPES))
+    sig["dropped_asserts"] = dropped
     (out / "signature.json").write_text(json.dumps(sig, indent=2) + "\n")
     frontend.keep_recipe(p.model, recipe)

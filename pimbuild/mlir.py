@@ -6,6 +6,9 @@ Everything here uses the MLIR Python bindings that ship inside the torch-mlir wh
 from __future__ import annotations
 
 import shlex
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 from torch_mlir import ir
@@ -87,20 +90,39 @@ def write_ir(module: ir.Module, path: Path) -> Path:
     return path
 
 
-def run_pipeline(module: ir.Module, pipeline: str, *, stage: str, failure_dir: Path) -> None:
+def run_pipeline(module: ir.Module, pipeline: str, *, stage: str, failure_dir: Path,
+                 isolate: str | None = None) -> None:
     """Run ``pipeline`` in place; on failure save the input IR and raise a StageError with a
-    one-line repro command (``pimbuild-opt`` runs the same Python pass manager)."""
+    one-line repro command (``pimbuild-opt`` runs the same Python pass manager). With
+    ``isolate`` (why a crash is expected, said with it), a child process runs it first, so
+    that a pass that crashes (a segfault in C++ the bindings cannot catch) is an error, not
+    the end of pimbuild."""
     saved = asm(module)
+
+    def fail(summary: str) -> StageError:
+        failure_dir.mkdir(parents=True, exist_ok=True)
+        path = failure_dir / "input.mlir"
+        path.write_text(saved + "\n")
+        repro = f"pimbuild-opt --pass-pipeline={shlex.quote(pipeline)} {shlex.quote(str(path))}"
+        return StageError(stage, summary, saved_input=path, repro=repro)
+
+    if isolate is not None:
+        killed = crash_signal(pipeline, saved)
+        if killed is not None:
+            raise fail(f"the pass pipeline crashed ({killed}) on this module: {isolate}")
     try:
         with module.context:
             PassManager.parse(pipeline).run(module.operation)
     except ir.MLIRError as e:
-        failure_dir.mkdir(parents=True, exist_ok=True)
-        path = failure_dir / "input.mlir"
-        path.write_text(saved + "\n")
-        summary = diagnostic_summary(e)
-        repro = f"pimbuild-opt --pass-pipeline={shlex.quote(pipeline)} {shlex.quote(str(path))}"
-        raise StageError(stage, summary, saved_input=path, repro=repro) from None
+        raise fail(diagnostic_summary(e)) from None
+
+
+def crash_signal(pipeline: str, text: str) -> str | None:
+    """Run ``pipeline`` on the IR ``text`` in a child ``pimbuild-opt``: the name of the signal
+    that killed it, or None (it finished, or failed with an ordinary error)."""
+    proc = subprocess.run([sys.executable, "-m", "pimbuild.opt", f"--pass-pipeline={pipeline}",
+                           "/dev/stdin"], input=text, capture_output=True, text=True)
+    return signal.Signals(-proc.returncode).name if proc.returncode < 0 else None
 
 
 def diagnostic_summary(e: ir.MLIRError) -> str:

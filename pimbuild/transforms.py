@@ -9,6 +9,7 @@
   producer only when it has a single use, so each protected producer gets a temporary second
   use (an unregistered, side-effecting ``pimbuild.keep`` op) for the duration of the pass.
 - ``truncate_through_f32``: an f64 -> bf16 truncation becomes f64 -> f32 -> bf16.
+- ``drop_asserts``: torch-mlir's run-time ``cf.assert`` checks are removed.
 """
 
 from __future__ import annotations
@@ -123,3 +124,18 @@ def truncate_through_f32(module: ir.Module) -> int:
                 op.operands[0] = narrowed.result
                 count += 1
     return count
+
+
+def drop_asserts(module: ir.Module) -> dict[str, int]:
+    """Remove every ``cf.assert``; returns their messages with counts. A failed one aborts
+    the whole process (no error a user can read), and some are stricter than PyTorch:
+    ``reciprocal`` asserts that no element is zero where eager returns inf. The lowered
+    program only ever runs on the inputs eager already ran, and its results are checked
+    against eager's, so the checks guard nothing eager has not."""
+    dropped: dict[str, int] = {}
+    for op in list(walk(module.operation)):
+        if op.name == "cf.assert":
+            message = ir.StringAttr(op.attributes["msg"]).value
+            dropped[message] = dropped.get(message, 0) + 1
+            op.erase()
+    return dropped

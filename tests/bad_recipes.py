@@ -117,3 +117,8 @@ def complex_inside(n: int = 8) -> Recipe:
 def side_effects(n: int = 4) -> Recipe:
     """linalg.inv: torch.export threads a token through its runtime error check."""
     return Recipe(_Fn(lambda x: torch.linalg.inv(x + n * torch.eye(n))), {"x": torch.randn(n, n)})
+
+
+def int8_scaled(n: int = 8) -> Recipe:
+    """uint8 times a scalar: torch-mlir's TorchToLinalg segfaults (llvm/torch-mlir#4725)."""
+    return Recipe(_Fn(lambda x: x * 3), {"x": torch.arange(n, dtype=torch.uint8)})

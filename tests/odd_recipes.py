@@ -138,3 +138,18 @@ class _GeluTanhMlp(nn.Module):
 def gelu_tanh_mlp(n: int = 64) -> Recipe:
     """GPT-2's MLP: torch-mlir's own GELU-tanh lowering is 8e-5 from eager here."""
     return Recipe(_GeluTanhMlp(n), {"x": torch.randn(8, n)})
+
+
+def reciprocal_of_zero(n: int = 64) -> Recipe:
+    """1/x with zeros in x: eager gives inf; torch-mlir's lowering asserts at run time that
+    no element is zero (an abort, unless pimbuild drops the assertion)."""
+    x = torch.randn(n)
+    x[::4] = 0.0
+    return Recipe(_Fn(lambda x: torch.reciprocal(x) + 1), {"x": x})
+
+
+def uint8_arithmetic(n: int = 64) -> Recipe:
+    """uint8 ops torch-mlir lowers (wrapping add, unsigned compare, max, shift): the module
+    is lowered in a child process first, then as usual."""
+    x = torch.arange(n, dtype=torch.uint8) * 4
+    return Recipe(_Fn(lambda x: (x + 200, x > 100, x.max(0).values, x >> 2)), {"x": x})

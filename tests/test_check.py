@@ -56,7 +56,8 @@ def test_outputs_of_every_supported_dtype_go_through_every_stage(run_build) -> N
 @pytest.mark.parametrize("recipe", ["tensor_constant", "empty_output", "with_nan",
                                     "only_empty", "running_sum", "scatter_rows",
                                     "sorted_values", "cached_step", "nested_outputs",
-                                    "tensor_literal", "returns_input", "gelu_tanh_mlp"])
+                                    "tensor_literal", "returns_input", "gelu_tanh_mlp",
+                                    "reciprocal_of_zero", "uint8_arithmetic"])
 def test_unusual_models_go_through_every_stage(run_build, recipe: str) -> None:
     result = run_build(["model=relu", f"model.recipe=tests.odd_recipes:{recipe}",
                         "model.size={n:64}", "profile.backend=timer"])
@@ -107,3 +108,12 @@ def test_a_lowering_that_differs_from_eager_is_told_from_the_partition(
                                          r"lowering \(torch-mlir, LLVM\), not the partition"):
         run_build(["model=relu", "model.recipe=tests.odd_recipes:gelu_tanh_mlp",
                    "model.size={n:64}", "profile.backend=timer"])
+
+
+def test_run_time_assertions_are_dropped_and_recorded(run_build) -> None:
+    result = run_build(["model=relu", "model.recipe=tests.odd_recipes:reciprocal_of_zero",
+                        "model.size={n:64}", "targets=[lower]"])
+    lower = artifact_dir(result, "lower")
+    sig = json.loads((lower / "signature.json").read_text())
+    assert sig["dropped_asserts"] == {"unimplemented: tensor with zero element": 1}
+    assert "cf.assert" not in (lower / "scf.mlir").read_text()

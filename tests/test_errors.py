@@ -67,6 +67,16 @@ def test_unlowerable_operator_saves_input_and_repro(run_build, store: Path) -> N
     assert "aten.linalg_qr" in repro.stderr
 
 
+def test_a_pass_that_crashes_is_an_error_not_a_dead_process(run_build, store: Path) -> None:
+    """torch-mlir segfaults lowering uint8 x scalar; pimbuild lowers an 8-bit integer module
+    in a child process first and reports the crash with the saved IR."""
+    with pytest.raises(StageError, match=r"crashed \(SIGSEGV\).*llvm/torch-mlir#4725") as err:
+        run_build(["model=relu", "model.recipe=tests.bad_recipes:int8_scaled"])
+    assert err.value.stage == "lower"
+    assert "ui8" in err.value.saved_input.read_text()
+    _assert_store_clean(store)
+
+
 def test_unknown_target(run_build, store: Path) -> None:
     with pytest.raises(ConfigError, match="unknown target"):
         run_build(["model=relu", "targets=[simulate9]"])
