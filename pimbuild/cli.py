@@ -10,12 +10,14 @@ from pathlib import Path
 import hydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.errors import HydraException
+from hydra.types import RunMode
 from omegaconf import DictConfig
 from rich.markup import escape
 
 from pimbuild.config import register_configs
 from pimbuild.console import error
 from pimbuild.errors import PimbuildError
+from pimbuild.sweep import FAILED
 
 CONFIG_MODULE = "pimbuild.conf"  # the config tree ships with the package (conf/ in the repo)
 register_configs()
@@ -35,6 +37,10 @@ def app(cfg: DictConfig) -> None:
             build(cfg, out_dir)
     except PimbuildError as e:
         error(escape(str(e)))
+        if HydraConfig.get().mode == RunMode.MULTIRUN:
+            # The sweep goes on; its summary lists this job, and the command exits 1.
+            (out_dir / FAILED).write_text(str(e) + "\n")
+            return
         sys.exit(1)
     except KeyboardInterrupt:
         error("interrupted: artifacts published so far are kept, nothing half-written is")

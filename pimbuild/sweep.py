@@ -1,18 +1,25 @@
-"""A Hydra callback that closes a multirun with one table and one plot across its jobs."""
+"""A Hydra callback that closes a multirun with one table and one plot across its jobs.
+
+A job that fails writes its error to ``error.txt`` in its directory and the sweep goes on
+(``pimbuild.cli``); the summary lists it, and the command exits 1 after the summary.
+"""
 
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
+from rich.markup import escape
 from rich.table import Table
 
 from pimbuild.console import console
 
 SUMMARY = "sweep_summary"
+FAILED = "error.txt"
 
 
 def pim_columns(report: dict[str, Any]) -> dict[str, str]:
@@ -37,7 +44,7 @@ def collect(sweep_dir: Path) -> list[dict[str, Any]]:
                                 key=lambda p: int(p.parent.name.split("_")[0])):
         job = manifest_path.parent
         stages = json.loads(manifest_path.read_text())["stages"]
-        if "simulate" not in stages:
+        if "simulate" not in stages or (job / FAILED).exists():
             continue
         report = json.loads((Path(stages["simulate"]["dir"]) / "report.json").read_text())
         overrides = OmegaConf.load(job / ".hydra" / "overrides.yaml")
@@ -47,6 +54,13 @@ def collect(sweep_dir: Path) -> list[dict[str, Any]]:
                      "headline": report.get("headline") or pim_headline(report),
                      "executed": build["executed"]})
     return rows
+
+
+def failures(sweep_dir: Path) -> list[tuple[str, str]]:
+    """(job, first line of its error) for every job of the sweep that failed, in job order."""
+    return [(p.parent.name, p.read_text().partition("\n")[0])
+            for p in sorted(sweep_dir.glob(f"*/{FAILED}"),
+                            key=lambda p: int(p.parent.name.split("_")[0]))]
 
 
 def write(rows: list[dict[str, Any]], sweep_dir: Path) -> Table:
@@ -93,3 +107,13 @@ class SweepSummary(Callback):
         if rows:
             console.print(write(rows, sweep_dir))
             console.print(f"sweep summary: {sweep_dir / (SUMMARY + '.md')}")
+        failed = failures(sweep_dir)
+        if not failed:
+            return
+        for job, line in failed:
+            console.print(f"[red]job {job} failed[/red]: {escape(line)}", soft_wrap=True)
+        md = sweep_dir / f"{SUMMARY}.md"
+        with md.open("a") as f:
+            f.write("\n## Failed jobs\n\n" + "".join(f"- {job}: {line}\n" for job, line in failed))
+        console.print(f"{len(failed)} of the sweep's jobs failed (their error.txt; {md})")
+        sys.exit(1)

@@ -78,3 +78,21 @@ def test_a_monitor_sweep_is_one_table_and_rebuilds_only_simulate(tmp_path: Path)
     assert second["executed"] == ["simulate"]
     table = (tmp_path / "s" / "sweep_summary.md").read_text()
     assert "switches" in table and "serve.beta=1000" in table
+
+
+@pytest.mark.slow
+def test_a_failing_job_does_not_stop_the_sweep(tmp_path: Path) -> None:
+    """The failing job's error goes to its error.txt and the summary, the other job is built
+    and summarized, and the command exits 1."""
+    sweep = tmp_path / "sweep"
+    done = run_cli(["-m", "model=relu", "model.size={n:4096}", "profile.backend=timer",
+                    "model.recipe=tests.bad_recipes:raising,pimbuild.recipes.operators:relu",
+                    "show_candidates=false", f"hydra.sweep.dir={sweep}"], cwd=tmp_path)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "broken on purpose" in (sweep / "0_relu" / "error.txt").read_text()
+    assert (sweep / "1_relu" / "manifest.json").is_file()
+    summary = json.loads((sweep / "sweep_summary.json").read_text())
+    assert [r["job"] for r in summary] == ["1_relu"]
+    md = (sweep / "sweep_summary.md").read_text()
+    assert "## Failed jobs" in md and "- 0_relu: " in md
+    assert "1 of the sweep's jobs failed" in done.stdout
