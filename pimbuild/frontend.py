@@ -178,7 +178,6 @@ def decompositions() -> dict:
 
 def export(p: ModelParams, recipe: recipes.Recipe) -> ExportedProgram:
     """torch.export at fixed shapes, decomposed with ``decompositions()``; no dynamic dims."""
-
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
