@@ -194,7 +194,22 @@ def export(p: ModelParams, recipe: recipes.Recipe) -> ExportedProgram:
     _reject_dynamic_dims(p, prog, list(recipe.inputs))
     _reject_unlowerable_values(p, prog)
     _reject_random_ops(p, prog)
+    _reject_large_literals(p, prog, recipe.module)
     return prog
+
+
+def _reject_large_literals(p: ModelParams, prog: ExportedProgram,
+                           module: torch.nn.Module) -> None:
+    """A tensor literal inside forward is kept in signature.json (``_literal``) only up to
+    ``LITERAL_MAX`` elements; a larger one is refused before any IR exists."""
+    for spec in prog.graph_signature.input_specs:
+        if spec.kind.name != "CONSTANT_TENSOR" or _lookup(module, spec.target) is not None:
+            continue
+        n = prog.constants[spec.target].numel()
+        if n > LITERAL_MAX:
+            raise RecipeError(f"model '{p.name}': the forward builds a tensor of {n} elements "
+                              f"from a literal ('{spec.target}'); make it a buffer of the "
+                              f"module (pimbuild keeps literals of up to {LITERAL_MAX})")
 
 
 def _reject_unlowerable_values(p: ModelParams, prog: ExportedProgram) -> None:
@@ -327,9 +342,6 @@ def _literal(prog: ExportedProgram, name: str) -> list:
     lifts it as an argument that no module attribute holds, so its value is kept in the
     signature for the stages that rebuild the arguments."""
     value = prog.constants[name]
-    if value.numel() > LITERAL_MAX:
-        raise RecipeError(f"the forward builds a tensor of {value.numel()} elements from a "
-                          f"literal ('{name}'); make it a buffer of the module")
     return value.tolist()
 
 

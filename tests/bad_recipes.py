@@ -122,3 +122,10 @@ def side_effects(n: int = 4) -> Recipe:
 def int8_scaled(n: int = 8) -> Recipe:
     """uint8 times a scalar: torch-mlir's TorchToLinalg segfaults (llvm/torch-mlir#4725)."""
     return Recipe(_Fn(lambda x: x * 3), {"x": torch.arange(n, dtype=torch.uint8)})
+
+
+def large_literal(n: int = 8) -> Recipe:
+    """A 5000-element tensor built from a literal inside forward (more than signature.json
+    keeps)."""
+    return Recipe(_Fn(lambda x: x + torch.tensor([float(i) for i in range(5000)])[:n]),
+                  {"x": torch.randn(n)})

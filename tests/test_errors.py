@@ -67,6 +67,15 @@ def test_unlowerable_operator_saves_input_and_repro(run_build, store: Path) -> N
     assert "aten.linalg_qr" in repro.stderr
 
 
+def test_a_large_tensor_literal_is_refused_at_export(run_build, store: Path) -> None:
+    with pytest.raises(RecipeError, match=r"model 'relu': the forward builds a tensor of 5000 "
+                                          r"elements from a literal .*make it a buffer"):
+        run_build(["model=relu", "model.recipe=tests.bad_recipes:large_literal",
+                   "model.size={n:8}"])
+    _assert_store_clean(store)
+    assert not any((store / "lower").iterdir())
+
+
 def test_a_pass_that_crashes_is_an_error_not_a_dead_process(run_build, store: Path) -> None:
     """torch-mlir segfaults lowering uint8 x scalar; pimbuild lowers an 8-bit integer module
     in a child process first and reports the crash with the saved IR."""
