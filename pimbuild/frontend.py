@@ -341,8 +341,7 @@ def _literal(prog: ExportedProgram, name: str) -> list:
     """A tensor the forward builds from a literal (``torch.tensor([0, 3, 5])``): torch.export
     lifts it as an argument that no module attribute holds, so its value is kept in the
     signature for the stages that rebuild the arguments."""
-    value = prog.constants[name]
-    return value.tolist()
+    return prog.constants[name].tolist()
 
 
 def _shifted(user_index: int, layout: list[str | None]) -> int:

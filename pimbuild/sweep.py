@@ -35,13 +35,17 @@ def pim_headline(report: dict[str, Any]) -> dict[str, Any]:
             "reference": report["baselines"]["oracle"], "reference_label": "oracle"}
 
 
+def job_files(sweep_dir: Path, name: str) -> list[Path]:
+    """The file ``name`` of every job of the sweep that has one, in job order (``<n>_...``)."""
+    return sorted(sweep_dir.glob(f"*/{name}"), key=lambda p: int(p.parent.name.split("_")[0]))
+
+
 def collect(sweep_dir: Path) -> list[dict[str, Any]]:
     """One row per job of the sweep that reached simulate, in job order. A report names its
     own columns (``sweep_columns``) and plotted number (``headline``); a PIM report's are
     derived here."""
     rows = []
-    for manifest_path in sorted(sweep_dir.glob("*/manifest.json"),
-                                key=lambda p: int(p.parent.name.split("_")[0])):
+    for manifest_path in job_files(sweep_dir, "manifest.json"):
         job = manifest_path.parent
         stages = json.loads(manifest_path.read_text())["stages"]
         if "simulate" not in stages or (job / FAILED).exists():
@@ -59,8 +63,7 @@ def collect(sweep_dir: Path) -> list[dict[str, Any]]:
 def failures(sweep_dir: Path) -> list[tuple[str, str]]:
     """(job, first line of its error) for every job of the sweep that failed, in job order."""
     return [(p.parent.name, p.read_text().partition("\n")[0])
-            for p in sorted(sweep_dir.glob(f"*/{FAILED}"),
-                            key=lambda p: int(p.parent.name.split("_")[0]))]
+            for p in job_files(sweep_dir, FAILED)]
 
 
 def write(rows: list[dict[str, Any]], sweep_dir: Path) -> Table:
