@@ -13,7 +13,7 @@ from hydra.utils import to_absolute_path
 from omegaconf import DictConfig
 
 from pimbuild.artifacts import Store, write_manifest
-from pimbuild.console import candidates_table, console, report_lines, summary_table
+from pimbuild.console import candidates_table, cast_line, console, report_lines, summary_table
 from pimbuild.decide import policy_params
 from pimbuild.tasks import plan
 from pimbuild.tasks.runner import execute
@@ -95,6 +95,11 @@ def _summarize(cfg: DictConfig, stage_tasks: list, result: BuildResult, run_dir:
         theta = policy_params(cfg).theta(cal["b_cpu_gbps"])
         console.print(f"B_cpu {cal['b_cpu_gbps']:.3g} GB/s ({cal['source']}); "
                       f"theta {theta:.3g} GB/s")
+    if has("lower", "signature.json"):
+        sig = json.loads((Path(stages["lower"]["dir"]) / "signature.json").read_text())
+        if sig.get("cast"):
+            console.print(cast_line(cfg.model.name, sig["cast"], cfg.model.dtype),
+                          soft_wrap=True, markup=False)
     if "simulate" in stages:
         report = json.loads((Path(stages["simulate"]["dir"]) / "report.json").read_text())
         for line in report.get("summary") or report_lines(report):

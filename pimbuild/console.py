@@ -68,6 +68,15 @@ def summary_table(rows: list[tuple[str, str, str, str]], title: str) -> Table:
     return table
 
 
+def cast_line(model: str, cast: dict, dtype: str) -> str:
+    """The note that the recipe's own floating-point dtypes were cast to ``model.dtype``
+    (``signature.json``'s ``cast``)."""
+    parts = [f"{n} {t} parameter(s)/buffer(s)" for t, n in cast.get("parameters", {}).items()]
+    parts += [f"input '{k}' in {t}" for k, t in cast.get("inputs", {}).items()]
+    return (f"note: model '{model}' has {', '.join(parts)}; pimbuild builds, runs and checks "
+            f"it in {dtype} (model.dtype), so its numbers are those of the {dtype} model")
+
+
 def error(message: str) -> None:
     errors.print(f"[bold red]error:[/] {message}", soft_wrap=True, markup=True)
 

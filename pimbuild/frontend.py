@@ -63,10 +63,25 @@ def build_recipe(p: ModelParams) -> recipes.Recipe:
                               f"pimbuild needs every input to be a tensor (a fixed value can "
                               f"be a constant of the module instead)")
     dtype = DTYPES[p.dtype]
+    recipe.cast = foreign_floats(recipe, dtype)
     recipe.module = recipe.module.to(dtype).eval()
     recipe.inputs = {k: v.to(dtype) if v.is_floating_point() else v
                      for k, v in recipe.inputs.items()}
     return recipe
+
+
+def foreign_floats(recipe: recipes.Recipe, dtype: torch.dtype) -> dict[str, dict[str, Any]]:
+    """The floating-point dtypes other than ``dtype`` of the module's parameters and buffers
+    (dtype -> count) and of the inputs (name -> dtype): what casting to ``dtype`` changes.
+    Empty dicts are left out."""
+    params: dict[str, int] = {}
+    for t in [*recipe.module.parameters(), *recipe.module.buffers()]:
+        if t.is_floating_point() and t.dtype != dtype:
+            name = str(t.dtype).removeprefix("torch.")
+            params[name] = params.get(name, 0) + 1
+    inputs = {k: str(v.dtype).removeprefix("torch.") for k, v in recipe.inputs.items()
+              if v.is_floating_point() and v.dtype != dtype}
+    return {k: v for k, v in (("parameters", params), ("inputs", inputs)) if v}
 
 
 def eager(p: ModelParams, recipe: recipes.Recipe, layout: list[str | None] | None = None
@@ -97,8 +112,12 @@ def eager(p: ModelParams, recipe: recipes.Recipe, layout: list[str | None] | Non
             raise RecipeError(f"model '{p.name}': output {name} is the same tensor as an "
                               f"earlier output; return it once")
         if not isinstance(o, torch.Tensor):
-            raise RecipeError(f"model '{p.name}': output {name} of the forward is a "
-                              f"{type(o).__name__}; pimbuild needs every output to be a tensor")
+            kind = type(o).__name__
+            hint = (" (a HuggingFace model returns its key-value cache unless use_cache=False)"
+                    if "cache" in kind.lower() else "")
+            raise RecipeError(f"model '{p.name}': output {name} of the forward is a {kind}; "
+                              f"pimbuild needs every output to be a tensor: return only the "
+                              f"tensors to check, from a wrapper module if need be{hint}")
         dtype = str(o.dtype).removeprefix("torch.")
         if dtype not in NP_DTYPES:
             raise RecipeError(f"model '{p.name}': output {name} has dtype {dtype}, which the "
@@ -331,6 +350,7 @@ def signature(prog: ExportedProgram, recipe: recipes.Recipe, outputs: list[torch
             "forwards_per_request": recipe.forwards_per_request, "prompt": recipe.prompt,
             "carry": {k: _shifted(v, layout) for k, v in recipe.carry.items()},
             "state": {**{k: _shifted(v, layout) for k, v in recipe.state.items()}, **written},
+            "cast": recipe.cast,
             "mutations": written}
 
 

@@ -49,6 +49,10 @@ class Recipe:
     # cross-layer and cross-iteration dependencies.
     carry: dict[str, int] = field(default_factory=dict)
     state: dict[str, int] = field(default_factory=dict)
+    # Set by pimbuild, not by a builder: the floating-point dtypes other than ``model.dtype``
+    # that the module's parameters and buffers ("parameters": dtype -> how many) and the
+    # inputs ("inputs": name -> dtype) had before pimbuild cast them to it.
+    cast: dict[str, dict[str, Any]] = field(default_factory=dict, init=False)
 
 
 def split(path: str) -> tuple[str, str]:

@@ -51,6 +51,18 @@ def int_in_tuple(n: int = 8) -> Recipe:
     return Recipe(_Fn(lambda x: (torch.relu(x), 3)), {"x": torch.randn(n)})
 
 
+class KeyValueCache:
+    """An object of the model's own, as a HuggingFace model's DynamicCache."""
+
+    def __init__(self, keys: torch.Tensor) -> None:
+        self.keys = keys
+
+
+def returns_a_cache(n: int = 8) -> Recipe:
+    """The forward returns its logits and a cache object, as a HuggingFace causal LM does."""
+    return Recipe(_Fn(lambda x: (torch.relu(x), KeyValueCache(x * 2))), {"x": torch.randn(n)})
+
+
 def complex_output(n: int = 8) -> Recipe:
     """A complex output: the ExecutionEngine has no complex memrefs."""
     return Recipe(_Fn(lambda x: torch.polar(x.abs(), x)), {"x": torch.randn(n)})

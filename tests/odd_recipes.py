@@ -153,3 +153,18 @@ def uint8_arithmetic(n: int = 64) -> Recipe:
     is lowered in a child process first, then as usual."""
     x = torch.arange(n, dtype=torch.uint8) * 4
     return Recipe(_Fn(lambda x: (x + 200, x > 100, x.max(0).values, x >> 2)), {"x": x})
+
+
+class _HalfPrecisionParts(nn.Module):
+    def __init__(self, n: int) -> None:
+        super().__init__()
+        self.fc = nn.Linear(n, n).to(torch.bfloat16)
+        self.scale = nn.Parameter(torch.ones(n))
+
+    def forward(self, x):
+        return self.fc(x.to(self.fc.weight.dtype)).float() * self.scale
+
+
+def half_precision_parts(n: int = 16) -> Recipe:
+    """bfloat16 weights and a float16 input in a float32 model: built in float32, and said."""
+    return Recipe(_HalfPrecisionParts(n), {"x": torch.randn(4, n).half()})

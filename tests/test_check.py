@@ -117,3 +117,18 @@ def test_run_time_assertions_are_dropped_and_recorded(run_build) -> None:
     sig = json.loads((lower / "signature.json").read_text())
     assert sig["dropped_asserts"] == {"unimplemented: tensor with zero element": 1}
     assert "cf.assert" not in (lower / "scf.mlir").read_text()
+
+
+def test_float_types_cast_to_model_dtype_are_recorded_and_said(run_build, capsys) -> None:
+    """pimbuild builds the model in model.dtype; a recipe's bfloat16 weights or float16
+    inputs are cast to it, and the build says so instead of checking a changed model
+    silently."""
+    result = run_build(["model=relu", "model.recipe=tests.odd_recipes:half_precision_parts",
+                        "model.size={n:16}", "targets=[lower]"])
+    sig = json.loads((artifact_dir(result, "lower") / "signature.json").read_text())
+    assert sig["cast"] == {"parameters": {"bfloat16": 2}, "inputs": {"x": "float16"}}
+    assert sig["args"][0]["dtype"] == "float32"
+    out = capsys.readouterr().out
+    assert "2 bfloat16 parameter(s)/buffer(s), input 'x' in float16" in " ".join(out.split())
+    run_build(["model=relu", "model.size={n:16}", "targets=[lower]"])
+    assert "note: model" not in capsys.readouterr().out

@@ -207,6 +207,8 @@ def test_ctrl_c_is_one_line_and_exit_130(tmp_path: Path) -> None:
     ("tests.bad_recipes:scalar_output", "output 0 of the forward is a float"),
     ("tests.bad_recipes:int_in_tuple", "output 1 of the forward is a int"),
     ("tests.bad_recipes:complex_output", "output 0 has dtype complex64"),
+    ("tests.bad_recipes:returns_a_cache",
+     "output 1 of the forward is a KeyValueCache; .* unless use_cache=False"),
     ("tests.bad_recipes:no_such_builder", "cannot be loaded: AttributeError"),
     ("tests.broken_module:build", "cannot be loaded: ZeroDivisionError"),
     ("tests.bad_recipes:same_output_twice", "output 1 is the same tensor as an earlier"),
