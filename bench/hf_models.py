@@ -31,26 +31,16 @@ def _ids(n: int, vocab: int = 128) -> torch.Tensor:
     return torch.randint(0, vocab, (1, n), generator=torch.Generator().manual_seed(0))
 
 
-class _Field(torch.nn.Module):
-    """A transformers model called with keyword inputs, returning one field of its output."""
+class _Call(torch.nn.Module):
+    """A transformers model called with its keyword inputs (pimbuild passes them
+    positionally, in the recipe's order), returning one field of its output."""
 
-    def __init__(self, model: torch.nn.Module, field: str) -> None:
+    def __init__(self, model: torch.nn.Module, field: str, names: list[str]) -> None:
         super().__init__()
-        self.model, self.field = model, field
-
-    def forward(self, **inputs):
-        return getattr(self.model(**inputs), self.field)
-
-
-class _Positional(torch.nn.Module):
-    """pimbuild passes inputs positionally, in the recipe's order."""
-
-    def __init__(self, inner: _Field, names: list[str]) -> None:
-        super().__init__()
-        self.inner, self.names = inner, names
+        self.model, self.field, self.names = model, field, names
 
     def forward(self, *args):
-        return self.inner(**dict(zip(self.names, args, strict=True)))
+        return getattr(self.model(**dict(zip(self.names, args, strict=True))), self.field)
 
 
 def _recipe(config: str, model: str, field: str, inputs: dict[str, torch.Tensor],
@@ -60,7 +50,7 @@ def _recipe(config: str, model: str, field: str, inputs: dict[str, torch.Tensor]
     torch.manual_seed(0)
     cfg = getattr(transformers, config)(**kw)
     m = getattr(transformers, model)(cfg).eval()
-    return Recipe(_Positional(_Field(m, field), list(inputs)), inputs)
+    return Recipe(_Call(m, field, list(inputs)), inputs)
 
 
 LM = dict(vocab_size=128)

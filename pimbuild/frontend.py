@@ -16,6 +16,7 @@ import dataclasses
 import functools
 import json
 import warnings
+from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -74,11 +75,9 @@ def foreign_floats(recipe: recipes.Recipe, dtype: torch.dtype) -> dict[str, dict
     """The floating-point dtypes other than ``dtype`` of the module's parameters and buffers
     (dtype -> count) and of the inputs (name -> dtype): what casting to ``dtype`` changes.
     Empty dicts are left out."""
-    params: dict[str, int] = {}
-    for t in [*recipe.module.parameters(), *recipe.module.buffers()]:
-        if t.is_floating_point() and t.dtype != dtype:
-            name = str(t.dtype).removeprefix("torch.")
-            params[name] = params.get(name, 0) + 1
+    params = dict(Counter(str(t.dtype).removeprefix("torch.")
+                          for t in [*recipe.module.parameters(), *recipe.module.buffers()]
+                          if t.is_floating_point() and t.dtype != dtype))
     inputs = {k: str(v.dtype).removeprefix("torch.") for k, v in recipe.inputs.items()
               if v.is_floating_point() and v.dtype != dtype}
     return {k: v for k, v in (("parameters", params), ("inputs", inputs)) if v}
