@@ -385,6 +385,25 @@ def import_program(prog: ExportedProgram, weights: str):
     return importer.module
 
 
+def import_error(p: ModelParams, prog: ExportedProgram, e: Exception) -> RecipeError:
+    """torch-mlir's importer failed on the exported program. When the graph holds a
+    higher-order operator (torch.cond, while_loop, scan, map: control flow as subgraphs),
+    say so: the importer has no lowering for most of them, and its message for one may be a
+    bare KeyError."""
+    from torch._ops import HigherOrderOperator
+
+    hops = [n for n in prog.graph.nodes
+            if n.op == "call_function" and isinstance(n.target, HigherOrderOperator)]
+    hint = ""
+    if hops:
+        hint = (f"; the forward uses torch.ops.higher_order.{hops[0].target.name()}"
+                f"{_where(hops[0])}, control flow pimbuild cannot lower: compute both "
+                f"branches and select with torch.where, or unroll a loop of fixed trip count "
+                f"in Python")
+    return RecipeError(f"model '{p.name}' cannot be imported by torch-mlir: {first_line(e)}"
+                       f"{hint}")
+
+
 _LAST_MATERIALIZED: dict[str, tuple[list[np.ndarray], list[np.ndarray]]] = {}
 
 

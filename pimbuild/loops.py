@@ -10,7 +10,6 @@ and written in place is one entry of ``moved_bytes``), and the op mix of one par
 from __future__ import annotations
 
 import math
-import re
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -24,7 +23,6 @@ VIEW_OPS = frozenset({"memref.expand_shape", "memref.collapse_shape", "memref.su
                       "memref.transpose"})
 ELEMENT_BYTES = {"f64": 8, "f32": 4, "f16": 2, "bf16": 2, "i64": 8, "i32": 4, "i16": 2,
                  "i8": 1, "i1": 1, "index": 8}
-SOURCE_LOC = re.compile(r'"([^"|]*)\|([^"#]*)#([^"|]*)\|([^"]*)":(\d+)')
 
 
 def owner(value: ir.Value) -> ir.Operation | ir.Block:
@@ -144,7 +142,7 @@ def _body_stats(block: ir.Block, weight: int, mix: Counter, accesses: list) -> i
 
 def source_of(op: ir.Operation) -> dict[str, str]:
     """The torch operator (and module) a nest came from, and the aten op it lowered from."""
-    m = SOURCE_LOC.search(str(op.location))
+    m = mlir.SOURCE_LOC.search(str(op.location))
     if not m:
         return {"source_op": "<unknown>", "source_module": "", "source_node": "",
                 "lowered_op": ""}

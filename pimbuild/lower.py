@@ -20,7 +20,7 @@ from omegaconf import DictConfig
 
 from pimbuild import recipes
 from pimbuild.config import plain
-from pimbuild.errors import ConfigError, RecipeError
+from pimbuild.errors import ConfigError
 from pimbuild.registry import Registry
 from pimbuild.stage import Inputs
 
@@ -111,8 +111,7 @@ def lower(p: Params, out: Path, failure_dir: Path) -> None:
     try:
         module = frontend.import_program(prog, p.weights)
     except Exception as e:
-        raise RecipeError(f"model '{p.model.name}' cannot be imported by torch-mlir: "
-                          f"{frontend.first_line(e)}") from None
+        raise frontend.import_error(p.model, prog, e) from None
     mlir.run_pipeline(module, mlir.TORCH_BACKEND, stage=NAME, failure_dir=failure_dir)
     mlir.write_ir(module, out / "torch.mlir")
     # torch-mlir's TorchToLinalg segfaults on some 8-bit integer arithmetic, so a module with

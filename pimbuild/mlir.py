@@ -5,6 +5,7 @@ Everything here uses the MLIR Python bindings that ship inside the torch-mlir wh
 
 from __future__ import annotations
 
+import re
 import shlex
 import signal
 import subprocess
@@ -16,6 +17,12 @@ from torch_mlir.dialects import torch as torch_d
 from torch_mlir.passmanager import PassManager
 
 from pimbuild.errors import StageError
+
+# The location frontend.annotate_sources gives every op lowered from a torch node:
+# "<module path>|<torch op written>#<torch node>|<aten op>":<node index>.
+SOURCE_LOC = re.compile(r'"([^"|]*)\|([^"#]*)#([^"|]*)\|([^"]*)":(\d+)')
+ILLEGAL = re.compile(r"failed to legalize operation '([^']+)'")
+OPERATOR_NAME = re.compile(r'name = "([^"]+)"')
 
 # torch backend contract -> linalg on tensors (what torch_mlir.fx runs for OutputType.LINALG).
 TORCH_BACKEND = ("builtin.module(func.func(torch-match-quantized-custom-ops),"
@@ -131,9 +138,29 @@ def diagnostic_summary(e: ir.MLIRError) -> str:
         return e.message
     d = e.error_diagnostics[0]
     message = " ".join(d.message.split())
+    unsupported = unsupported_operator(str(d.location), message)
+    if unsupported:
+        return unsupported
     if len(message) > 300:
         message = message[:300] + " ..."
     return f"{d.location}: {message}"
+
+
+def unsupported_operator(location: str, message: str) -> str | None:
+    """A dialect conversion that found no lowering for an op lowered from a torch node, said
+    as that node's operator: "torch-mlir cannot lower aten.roll.default (in 'blocks.0'):
+    failed to legalize operation 'torch.constant.int'". None for any other failure."""
+    illegal, source = ILLEGAL.search(message), SOURCE_LOC.search(location)
+    if illegal is None or source is None:
+        return None
+    module, written, node, aten = source.group(1, 2, 3, 4)
+    named = OPERATOR_NAME.search(message) if illegal.group(1) == "torch.operator" else None
+    why = (f"it has no definition of {named.group(1)}" if named  # an op torch-mlir lacks
+           else f"failed to legalize operation '{illegal.group(1)}'")
+    origin = f"from {written}, " if written and written != aten else ""
+    where = f"in '{module}'" if module else "in the model's forward"
+    return (f"torch-mlir cannot lower {aten} ({origin}node '{node}' {where}): {why}; replace "
+            f"it with operators torch-mlir lowers, or leave it out of the model")
 
 
 def walk(op: ir.Operation):

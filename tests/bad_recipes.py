@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import collections
+
 import torch
 from torch import nn
 
@@ -34,6 +36,16 @@ def raising(n: int = 8) -> Recipe:
 def unlowerable(n: int = 4) -> Recipe:
     """QR decomposition: torch-mlir has no linalg lowering for aten.linalg_qr."""
     return Recipe(_Fn(lambda x: torch.linalg.qr(x).Q), {"x": torch.randn(n, n)})
+
+
+class _Median(nn.Module):
+    def forward(self, x):
+        return x.view(2, -1).median(1).values
+
+
+def undefined_operator(n: int = 8) -> Recipe:
+    """median along a dim, in a submodule: an aten op torch-mlir has no definition of."""
+    return Recipe(nn.Sequential(collections.OrderedDict(inner=_Median())), {"x": torch.randn(n)})
 
 
 def not_a_recipe(n: int = 8) -> tuple:
@@ -113,6 +125,17 @@ def data_dependent_shape(n: int = 8) -> Recipe:
 def branches_on_values(n: int = 8) -> Recipe:
     """Python control flow on a tensor's value."""
     return Recipe(_Fn(lambda x: x * 2 if x.sum() > 0 else x - 1), {"x": torch.randn(n)})
+
+
+class _Branch(nn.Module):
+    def forward(self, x):
+        return torch.cond(x.sum() > 0, lambda t: t * 2, lambda t: t - 1, (x,))
+
+
+def uses_cond(n: int = 8) -> Recipe:
+    """torch.cond in a submodule: control flow as a higher-order operator, which exports but
+    which torch-mlir's importer does not take."""
+    return Recipe(nn.Sequential(collections.OrderedDict(branch=_Branch())), {"x": torch.randn(n)})
 
 
 def number_input(n: int = 8) -> Recipe:

@@ -54,7 +54,9 @@ def test_unlowerable_operator_saves_input_and_repro(run_build, store: Path) -> N
                    "model.size={n:4}"])
     e = err.value
     assert e.stage == "lower"
-    assert "aten.linalg_qr" in str(e)
+    # Said as the model's operator, with the node it came from (a conversion failure's class).
+    assert ("torch-mlir cannot lower aten.linalg_qr.default (node 'linalg_qr' in the model's "
+            "forward): failed to legalize operation 'torch.aten.linalg_qr'") in str(e)
     assert e.saved_input is not None and e.saved_input.is_file()
     assert "torch.aten.linalg_qr" in e.saved_input.read_text()
     assert not str(e.saved_input).startswith(str(store))  # saved in the run dir, not the store
@@ -65,6 +67,17 @@ def test_unlowerable_operator_saves_input_and_repro(run_build, store: Path) -> N
                            env={"PATH": str(Path(__import__("sys").executable).parent)})
     assert repro.returncode == 1
     assert "aten.linalg_qr" in repro.stderr
+
+
+def test_an_operator_torch_mlir_does_not_define_is_named(run_build, store: Path) -> None:
+    """torch-mlir imports an aten op it has no definition of as a generic ``torch.operator``;
+    the error names the op and the submodule, not the generic op's IR."""
+    with pytest.raises(StageError, match=r"torch-mlir cannot lower aten.median.dim \(node "
+                                          r"'median' in 'inner'\): it has no definition of "
+                                          r"torch.aten.median.dim; replace it"):
+        run_build(["model=relu", "model.recipe=tests.bad_recipes:undefined_operator",
+                   "model.size={n:8}"])
+    _assert_store_clean(store)
 
 
 def test_a_large_tensor_literal_is_refused_at_export(run_build, store: Path) -> None:
@@ -219,6 +232,8 @@ def test_ctrl_c_is_one_line_and_exit_130(tmp_path: Path) -> None:
     ("tests.bad_recipes:data_dependent_shape",
      r"the shape of aten.masked_select.default's result depends on the values of its input"),
     ("tests.bad_recipes:branches_on_values", "control flow depends on a tensor's values"),
+    ("tests.bad_recipes:uses_cond", r"torch-mlir: .*; the forward uses "
+                                    r"torch.ops.higher_order.cond in 'branch', control flow"),
     ("tests.bad_recipes:number_input", "input 'k' is a int; pimbuild needs every input to be"),
     ("tests.bad_recipes:complex_inside", "aten.complex.default computes a complex64 tensor"),
     ("tests.bad_recipes:side_effects", "calls aten._linalg_check_errors.default, an op with side"),
