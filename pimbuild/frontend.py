@@ -196,6 +196,7 @@ def decompositions() -> dict:
 
 def export(p: ModelParams, recipe: recipes.Recipe) -> ExportedProgram:
     """torch.export at fixed shapes, decomposed with ``decompositions()``; no dynamic dims."""
+    _reject_script_objects(p, recipe.module)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -214,6 +215,21 @@ def export(p: ModelParams, recipe: recipes.Recipe) -> ExportedProgram:
     _reject_random_ops(p, prog)
     _reject_large_literals(p, prog, recipe.module)
     return prog
+
+
+def _reject_script_objects(p: ModelParams, module: torch.nn.Module) -> None:
+    """A submodule holding a TorchScript object (``torch.ScriptObject``: torch.ao
+    quantization's packed weights, a custom C++ class) is refused before export, whose own
+    error for one is an AttributeError about ``__obj_flatten__``."""
+    for path, sub in module.named_modules():
+        for name, value in vars(sub).items():
+            if isinstance(value, torch.ScriptObject):
+                where = f"'{path}.{name}'" if path else f"'{name}'"
+                raise RecipeError(
+                    f"model '{p.name}': {where} is a TorchScript object "
+                    f"({value._type().qualified_name()}), as torch.ao quantization's packed "
+                    f"weights are; pimbuild lowers modules whose state is tensors: keep the "
+                    f"float model, or quantize with plain tensors (int8 weights and a scale)")
 
 
 def _reject_large_literals(p: ModelParams, prog: ExportedProgram,

@@ -159,6 +159,17 @@ def int8_scaled(n: int = 8) -> Recipe:
     return Recipe(_Fn(lambda x: x * 3), {"x": torch.arange(n, dtype=torch.uint8)})
 
 
+def dynamically_quantized(n: int = 8) -> Recipe:
+    """torch.ao dynamic quantization: the Linear's weights become a TorchScript object."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch.ao.quantization's deprecation notices
+        module = torch.ao.quantization.quantize_dynamic(nn.Sequential(nn.Linear(n, n)),
+                                                        {nn.Linear}, dtype=torch.qint8)
+    return Recipe(module, {"x": torch.randn(2, n)})
+
+
 def large_literal(n: int = 8) -> Recipe:
     """A 5000-element tensor built from a literal inside forward (more than signature.json
     keeps)."""

@@ -232,6 +232,9 @@ def test_ctrl_c_is_one_line_and_exit_130(tmp_path: Path) -> None:
     ("tests.bad_recipes:data_dependent_shape",
      r"the shape of aten.masked_select.default's result depends on the values of its input"),
     ("tests.bad_recipes:branches_on_values", "control flow depends on a tensor's values"),
+    ("tests.bad_recipes:dynamically_quantized",
+     r"'0._packed_params._packed_params' is a TorchScript object \(__torch__.torch.classes."
+     r"quantized.LinearPackedParamsBase\)"),
     ("tests.bad_recipes:uses_cond", r"torch-mlir: .*; the forward uses "
                                     r"torch.ops.higher_order.cond in 'branch', control flow"),
     ("tests.bad_recipes:number_input", "input 'k' is a int; pimbuild needs every input to be"),
