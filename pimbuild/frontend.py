@@ -40,6 +40,11 @@ def first_line(e: BaseException) -> str:
     return f"{type(e).__name__}: {text[0]}" if text else type(e).__name__
 
 
+def dtype_name(dtype: torch.dtype) -> str:
+    """``float32`` for ``torch.float32``: how messages and signature.json name a dtype."""
+    return str(dtype).removeprefix("torch.")
+
+
 def build_recipe(p: ModelParams) -> recipes.Recipe:
     """Call the recipe builder under the config's seed, in the config's dtype."""
     torch.manual_seed(p.seed)
@@ -75,10 +80,10 @@ def foreign_floats(recipe: recipes.Recipe, dtype: torch.dtype) -> dict[str, dict
     """The floating-point dtypes other than ``dtype`` of the module's parameters and buffers
     (dtype -> count) and of the inputs (name -> dtype): what casting to ``dtype`` changes.
     Empty dicts are left out."""
-    params = dict(Counter(str(t.dtype).removeprefix("torch.")
+    params = dict(Counter(dtype_name(t.dtype)
                           for t in [*recipe.module.parameters(), *recipe.module.buffers()]
                           if t.is_floating_point() and t.dtype != dtype))
-    inputs = {k: str(v.dtype).removeprefix("torch.") for k, v in recipe.inputs.items()
+    inputs = {k: dtype_name(v.dtype) for k, v in recipe.inputs.items()
               if v.is_floating_point() and v.dtype != dtype}
     return {k: v for k, v in (("parameters", params), ("inputs", inputs)) if v}
 
@@ -117,7 +122,7 @@ def eager(p: ModelParams, recipe: recipes.Recipe, layout: list[str | None] | Non
             raise RecipeError(f"model '{p.name}': output {name} of the forward is a {kind}; "
                               f"pimbuild needs every output to be a tensor: return only the "
                               f"tensors to check, from a wrapper module if need be{hint}")
-        dtype = str(o.dtype).removeprefix("torch.")
+        dtype = dtype_name(o.dtype)
         if dtype not in NP_DTYPES:
             raise RecipeError(f"model '{p.name}': output {name} has dtype {dtype}, which the "
                               f"lowered program cannot return (supported: "
@@ -269,8 +274,8 @@ def _reject_unlowerable_values(p: ModelParams, prog: ExportedProgram) -> None:
             if getattr(val, "dtype", torch.float32).is_complex:
                 raise RecipeError(
                     f"model '{p.name}': {_torch_op(node)[1]}{where} computes a "
-                    f"{str(val.dtype).removeprefix('torch.')} tensor; the lowered program has "
-                    f"no complex tensors")
+                    f"{dtype_name(val.dtype)} tensor; the lowered program has no complex "
+                    f"tensors")
 
 
 def _reject_random_ops(p: ModelParams, prog: ExportedProgram) -> None:
@@ -355,10 +360,10 @@ def signature(prog: ExportedProgram, recipe: recipes.Recipe, outputs: list[torch
             kind, source = spec.kind.name.lower(), spec.target
         val = next(n for n in prog.graph.nodes if n.name == name).meta["val"]
         args.append({"name": name, "kind": kind, "source": source,
-                     "shape": list(val.shape), "dtype": str(val.dtype).removeprefix("torch.")})
+                     "shape": list(val.shape), "dtype": dtype_name(val.dtype)})
         if kind == "constant_tensor" and _lookup(recipe.module, source) is None:
             args[-1]["value"] = _literal(prog, source)
-    outs = [{"shape": list(o.shape), "dtype": str(o.dtype).removeprefix("torch.")}
+    outs = [{"shape": list(o.shape), "dtype": dtype_name(o.dtype)}
             for o in outputs]
     return {"function": FUNC_NAME, "args": args, "outputs": outs, "layers": recipe.layers,
             "tokens": recipe.tokens, "unit": recipe.unit,
