@@ -7,24 +7,37 @@ stage's seconds (doit's, around its action) are divided by the forward's median 
 same run's timing. A backend this host cannot use is reported with its reason. The stage's
 own split (``profile.json`` ``seconds``: compile, arguments, timing, counters) is listed as
 multiples of the forward too.
+
+Then, per model, whether the ``footprint`` backend's counts lead to the decisions
+``valgrind``'s do: one build up to ``decide`` with valgrind, and the same run's timing with
+counters.csv derived from footprint's counts instead; the policy decides on each, so only
+the counts differ. Reported: nests decided differently (and by which condition), and the
+read misses of the two backends over the nests that reach stage 2.
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
 import json
+import shutil
 import tempfile
 from pathlib import Path
 
 from common import quiet_build
+from hydra import compose, initialize_config_module
 from rich.table import Table
 
+from pimbuild import decide, policies, profile
+from pimbuild.calibrate import b_cpu
+from pimbuild.cli import CONFIG_MODULE
 from pimbuild.config import register_configs
 from pimbuild.console import console
+from pimbuild.counters.footprint import footprint_counts
 from pimbuild.errors import PimbuildError
 
-BACKENDS = ("timer", "valgrind", "papi")
-DEFAULT_MODELS = ["softmax", "gemv", "mlp", "attention", "llama7b", "gptj6b"]
+BACKENDS = ("timer", "footprint", "valgrind", "papi")
+DEFAULT_MODELS = ["softmax", "gemv", "mlp", "attention", "llama7b", "gptj6b", "mamba"]
 
 
 def bench(model: str, backend: str) -> dict:
@@ -43,6 +56,51 @@ def bench(model: str, backend: str) -> dict:
             "profile_s": seconds["profile"], "ratio": seconds["profile"] / forward,
             "split": {k: v / forward for k, v in info.get("seconds", {}).items()},
             "build_s": total, "counter_backend": info["counter_backend"]}
+
+
+def footprint_decisions(model: str) -> dict:
+    """valgrind's and footprint's counts on one run's timing: the decisions each leads to."""
+    with tempfile.TemporaryDirectory() as tmp:
+        over = [f"model={model}", f"store={tmp}/store", "targets=[decide]",
+                "profile.backend=valgrind"]
+        result, _ = quiet_build(over, Path(tmp) / "run")
+        with initialize_config_module(config_module=CONFIG_MODULE, version_base="1.3"):
+            cfg = compose("config", overrides=over)
+        dirs = {s: Path(v["dir"]) for s, v in result.manifest["stages"].items()}
+        modelled = Path(tmp) / "footprint"
+        shutil.copytree(dirs["profile"], modelled)
+        rewrite_counters(modelled, dirs["extract"], profile.params(cfg), b_cpu(dirs["calibrate"]))
+        p = decide.params(cfg)
+        placed = {}
+        for name, profile_dir in (("valgrind", dirs["profile"]), ("footprint", modelled)):
+            ctx = decide.context({**dirs, "profile": profile_dir}, p)
+            placed[name] = {d.id: d for d in policies.place(p.policy.name, ctx).decisions}
+            counts = {int(r["id"]): r for r in csv.DictReader(
+                (profile_dir / "counters.csv").open())}
+            placed[name + "_rd"] = {k: float(r["event:offcore_data_rd"])
+                                    for k, r in counts.items()}
+    v, f = placed["valgrind"], placed["footprint"]
+    stage2 = [k for k, d in v.items() if d.decided_by not in ("C1", "C2")]
+    return {"model": model, "nests": len(v), "stage2": len(stage2),
+            "differ": [{"id": k, "valgrind": f"{v[k].target} ({v[k].decided_by})",
+                        "footprint": f"{f[k].target} ({f[k].decided_by})"}
+                       for k in v if v[k].target != f[k].target],
+            "rd_valgrind": sum(placed["valgrind_rd"][k] for k in stage2),
+            "rd_footprint": sum(placed["footprint_rd"][k] for k in stage2)}
+
+
+def rewrite_counters(profile_dir: Path, extract_dir: Path, p: profile.Params,
+                     b_cpu_gbps: float) -> None:
+    """counters.csv from footprint's counts and the timing already in ``profile_dir``."""
+    candidates = json.loads((extract_dir / "candidates.json").read_text())["candidates"]
+    capacity = p.l2_bytes if p.valgrind_last_level == "l2" else p.llc_bytes
+    counts = footprint_counts(candidates, capacity, p.cache_line, p.valgrind_warm)
+    rows = [{"id": c["id"], "source_op": c["source_op"], "counter_source": "footprint",
+             "counts": counts[c["id"]]} for c in candidates]
+    timing = [{"id": int(r["id"]), "t_cpu_s": float(r["t_cpu_s"])}
+              for r in csv.DictReader((profile_dir / "timing.csv").open())]
+    columns, table = profile.counters_table(rows, timing, p.cache_line, b_cpu_gbps)
+    profile.write_csv(profile_dir / "counters.csv", columns, table)
 
 
 def main() -> None:
@@ -70,8 +128,20 @@ def main() -> None:
     console.print(table)
     for backend, error in errors.items():
         console.print(f"{backend} n/a: {error}", soft_wrap=True)
+    same = [footprint_decisions(m) for m in args.models]
+    table = Table(title="footprint vs valgrind counts, one run's timing: the policy's decisions")
+    for col in ("model", "nests", "reach stage 2", "decided differently",
+                "read misses at stage 2, footprint / valgrind"):
+        table.add_column(col, justify="left" if col == "model" else "right")
+    for r in same:
+        table.add_row(r["model"], str(r["nests"]), str(r["stage2"]),
+                      ", ".join(f"{d['id']}: {d['valgrind']} -> {d['footprint']}"
+                                for d in r["differ"]) or "none",
+                      f"{r['rd_footprint'] / r['rd_valgrind']:.3f}" if r["rd_valgrind"]
+                      else "-")
+    console.print(table)
     args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps(rows, indent=2) + "\n")
+    args.json.write_text(json.dumps({"cost": rows, "decisions": same}, indent=2) + "\n")
     console.print(f"wrote {args.json}")
 
 

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from pimbuild import frontend, jit, lower
+from pimbuild.counters.footprint import footprint_counts
 from pimbuild.errors import StageError
 from pimbuild.instrument import ENTER, EXIT, FORWARD_REGION
 from pimbuild.runtime import LIBRARY, Markers
@@ -203,3 +204,48 @@ def test_valgrind_warm_counts_and_the_l2_as_last_level(run_build) -> None:
     assert missed("profile.valgrind_warm=true") < 0.1 * read_bytes
     l2 = missed("profile.valgrind_warm=true", "profile.valgrind_last_level=l2")
     assert abs(l2 - read_bytes) <= 0.2 * read_bytes
+
+
+def _nest(ident: int, reads: dict[str, int], writes: dict[str, int]) -> dict:
+    return {"id": ident, "source_op": "op", "reads": reads, "writes": writes}
+
+
+def test_footprint_counts_compulsory_and_capacity_misses() -> None:
+    """An LRU of whole buffers: a first read misses every line, a resident buffer none; the
+    least recent buffer goes when the cache is full; a buffer as large as the cache streams
+    through and evicts what its nest does not touch; warm counts the second forward."""
+    kib = 1024
+    nests = [_nest(0, {"x": 4 * kib}, {"y": 4 * kib}),         # x, y cold
+             _nest(1, {"y": 4 * kib}, {"z": 4 * kib}),         # y resident; x evicted
+             _nest(2, {"x": 4 * kib}, {"y": 4 * kib}),         # x missed again; z evicted
+             _nest(3, {"big": 16 * kib, "x": 4 * kib}, {"w": 64}),  # y streamed out
+             _nest(4, {"x": 4 * kib, "y": 4 * kib}, {})]
+    cold = footprint_counts(nests, capacity=8 * kib, line=64)
+    assert [c["offcore_data_rd"] for c in cold.values()] == [64, 0, 64, 256, 64]
+    assert [c["ll_write_misses"] for c in cold.values()] == [64, 64, 0, 1, 0]
+    warm = footprint_counts(nests, capacity=8 * kib, line=64, warm=True)
+    assert warm[0] == {"offcore_data_rd": 0, "ll_write_misses": 0}  # left by the first
+    assert warm[3]["offcore_data_rd"] == 256  # streams in every forward
+    assert sum(c["offcore_data_rd"] for c in
+               footprint_counts(nests, capacity=1 << 20, line=64, warm=True).values()) == 0
+
+
+@pytest.mark.parametrize("overrides", [["model=rmsnorm"], ["model=mlp"]])
+def test_footprint_counts_follow_valgrind(run_build, overrides: list[str]) -> None:
+    """On one build, per nest, the modelled read and write misses are valgrind's within 10%
+    (and a few lines), and the profile stage takes footprint when asked."""
+    result = run_build([*overrides, "profile.backend=valgrind", "profile.repetitions=3",
+                        "profile.warmup=1", "targets=[profile]", "platform=icelake_sp"])
+    measured = {int(r["id"]): r for r in _csv(result, "profile", "counters.csv")}
+    modelled = footprint_counts(candidates(result), capacity=44040192, line=64)
+    for ident, row in measured.items():
+        for role in ("offcore_data_rd", "ll_write_misses"):
+            got, want = modelled[ident][role], int(row[f"event:{role}"])
+            assert abs(got - want) <= 0.1 * want + 32, (ident, role, got, want)
+    again = run_build([*overrides, "profile.backend=footprint", "profile.repetitions=3",
+                       "profile.warmup=1", "targets=[profile]", "platform=icelake_sp"])
+    rows = _csv(again, "profile", "counters.csv")
+    assert {r["counter_source"] for r in rows} == {"footprint"}
+    assert [int(r["event:offcore_data_rd"]) for r in rows] == [
+        modelled[int(r["id"])]["offcore_data_rd"] for r in rows]
+    assert _profile_json(again)["counter_backend"] == "footprint"

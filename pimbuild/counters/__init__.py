@@ -5,7 +5,8 @@ row per candidate: ``{"id", "source_op", "counter_source", "counts": {role: coun
 counts per forward. ``profile.backend`` names one in ``BACKENDS`` (a module
 ``pimbuild/counters/<name>.py``, or ``package.module``); ``auto`` tries ``profile.auto`` in
 order. Built in: ``papi`` (the platform's PAPI events, read in the C markers), ``valgrind``
-(callgrind's cache simulation), ``timer`` (no counts).
+(callgrind's cache simulation), ``footprint`` (valgrind's counts modelled from each nest's
+buffers, no run), ``timer`` (no counts).
 """
 
 from __future__ import annotations
