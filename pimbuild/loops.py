@@ -150,6 +150,51 @@ def source_of(op: ir.Operation) -> dict[str, str]:
             "lowered_op": m.group(4)}
 
 
+def depends_on(value: ir.Value, iv: ir.Value, memo: dict) -> bool:
+    """Is ``value`` computed from the induction variable ``iv`` (through any ops)?"""
+    if value == iv:
+        return True
+    if value not in memo:
+        defining = owner(value)
+        memo[value] = not isinstance(defining, ir.Block) and any(
+            depends_on(v, iv, memo) for v in defining.operands)
+    return memo[value]
+
+
+def outer_invariant_reads(op: ir.Operation, dims: list[int], allocs: Allocations) -> list[str]:
+    """The buffers that no load of the nest addresses with its outermost parallel dimension
+    of more than one trip (in the loop order the host code keeps): every iteration of that
+    loop reads the same part of them (a GEMM's weight, for each row of activations)."""
+    outer = next((i for i, trips in enumerate(dims) if trips > 1), None)
+    if outer is None:
+        return []
+    iv, memo = op.regions[0].blocks[0].arguments[outer], {}
+    varying, invariant = set(), set()
+    for load in mlir.walk(op):
+        if load.name == "memref.load":
+            indexed = any(depends_on(v, iv, memo) for v in load.operands)
+            (varying if indexed else invariant).add(allocs.resolve(load.operands[0]))
+    return sorted(invariant - varying)
+
+
+def read_extents(op: ir.Operation, accesses: list, reads: dict[str, int],
+                 allocs: Allocations) -> dict[str, int]:
+    """Bytes of each buffer the nest can read: a buffer read only through views made outside
+    the nest (the half of a tensor a rotary embedding negates) counts the bytes of those
+    views; any other access counts the whole buffer."""
+    views: dict[str, dict] = {}
+    for kind, value in accesses:
+        if kind != "read":
+            continue
+        name = allocs.resolve(value)
+        shape = ir.MemRefType(value.type).shape
+        whole = (mlir.defined_inside(value, op)
+                 or any(d == ir.ShapedType.get_dynamic_size() for d in shape))
+        views.setdefault(name, {})[value] = (reads[name] if whole
+                                             else _memref_bytes(value.type)[2])
+    return {name: min(reads[name], sum(seen.values())) for name, seen in views.items()}
+
+
 def analyze(op: ir.Operation, ident: int, enclosing: int, allocs: Allocations) -> dict:
     dims = trip_counts(op)
     mix: Counter = Counter()
@@ -170,6 +215,8 @@ def analyze(op: ir.Operation, ident: int, enclosing: int, allocs: Allocations) -
         "enclosing_trips": enclosing,
         "reads": reads,
         "writes": writes,
+        "read_extents": read_extents(op, accesses, reads, allocs),
+        "outer_invariant_reads": outer_invariant_reads(op, dims, allocs),
         "moved_bytes": sum(moved.values()),
         "op_mix": {k: mix.get(k, 0) for k in ("loads", "stores", "arith", "math", "calls")},
     }

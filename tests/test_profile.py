@@ -213,35 +213,56 @@ def _nest(ident: int, reads: dict[str, int], writes: dict[str, int]) -> dict:
 def test_footprint_counts_compulsory_and_capacity_misses() -> None:
     """An LRU of whole buffers: a first read misses every line, a resident buffer none; the
     least recent buffer goes when the cache is full; a buffer as large as the cache streams
-    through and evicts what its nest does not touch; warm counts the second forward."""
+    through, and of the rest only what its nest reads in every outer iteration stays; warm
+    counts the second forward."""
     kib = 1024
+    stream = {**_nest(3, {"big": 16 * kib, "x": 4 * kib}, {"w": 64}),
+              "outer_invariant_reads": ["x"]}  # as a matrix-vector product's vector
     nests = [_nest(0, {"x": 4 * kib}, {"y": 4 * kib}),         # x, y cold
              _nest(1, {"y": 4 * kib}, {"z": 4 * kib}),         # y resident; x evicted
              _nest(2, {"x": 4 * kib}, {"y": 4 * kib}),         # x missed again; z evicted
-             _nest(3, {"big": 16 * kib, "x": 4 * kib}, {"w": 64}),  # y streamed out
-             _nest(4, {"x": 4 * kib, "y": 4 * kib}, {})]
+             stream,                                           # keeps x only
+             _nest(4, {"x": 4 * kib, "y": 4 * kib, "w": 64}, {})]
     cold = footprint_counts(nests, capacity=8 * kib, line=64)
-    assert [c["offcore_data_rd"] for c in cold.values()] == [64, 0, 64, 256, 64]
+    assert [c["offcore_data_rd"] for c in cold.values()] == [64, 0, 64, 256, 65]
     assert [c["ll_write_misses"] for c in cold.values()] == [64, 64, 0, 1, 0]
     warm = footprint_counts(nests, capacity=8 * kib, line=64, warm=True)
-    assert warm[0] == {"offcore_data_rd": 0, "ll_write_misses": 0}  # left by the first
+    assert warm[0] == {"offcore_data_rd": 64,  # x went when nest 4 filled the cache
+                       "ll_write_misses": 0}  # y is left by the first forward
     assert warm[3]["offcore_data_rd"] == 256  # streams in every forward
     assert sum(c["offcore_data_rd"] for c in
                footprint_counts(nests, capacity=1 << 20, line=64, warm=True).values()) == 0
 
 
-@pytest.mark.parametrize("overrides", [["model=rmsnorm"], ["model=mlp"]])
-def test_footprint_counts_follow_valgrind(run_build, overrides: list[str]) -> None:
+def test_footprint_rereads_what_the_outer_loop_does_not_address() -> None:
+    """Four rows against a 16 KiB weight: with an 8 KiB cache each row streams the weight
+    again; with 32 KiB it is read once."""
+    kib = 1024
+    gemm = {**_nest(0, {"w": 16 * kib, "x": kib}, {"y": kib}), "parallel_dims": [1, 4, 8],
+            "outer_invariant_reads": ["w"]}
+    small = footprint_counts([gemm], capacity=8 * kib, line=64)[0]["offcore_data_rd"]
+    assert small == 4 * 256 + 16
+    assert footprint_counts([gemm], capacity=32 * kib, line=64)[0]["offcore_data_rd"] == 272
+
+
+@pytest.mark.parametrize(("overrides", "capacity"), [
+    (["model=rmsnorm"], 44040192),  # icelake_sp's LLC
+    (["model=mlp"], 44040192),
+    # Four rows against 16 MB weights with the 1.25 MB L2 as the last level: re-read per row.
+    (["model=mlp", "model.size.batch=4", "profile.valgrind_last_level=l2"], 1310720),
+])
+def test_footprint_counts_follow_valgrind(run_build, overrides: list[str],
+                                          capacity: int) -> None:
     """On one build, per nest, the modelled read and write misses are valgrind's within 10%
     (and a few lines), and the profile stage takes footprint when asked."""
     result = run_build([*overrides, "profile.backend=valgrind", "profile.repetitions=3",
                         "profile.warmup=1", "targets=[profile]", "platform=icelake_sp"])
     measured = {int(r["id"]): r for r in _csv(result, "profile", "counters.csv")}
-    modelled = footprint_counts(candidates(result), capacity=44040192, line=64)
+    modelled = footprint_counts(candidates(result), capacity=capacity, line=64)
     for ident, row in measured.items():
         for role in ("offcore_data_rd", "ll_write_misses"):
             got, want = modelled[ident][role], int(row[f"event:{role}"])
-            assert abs(got - want) <= 0.1 * want + 32, (ident, role, got, want)
+            assert abs(got - want) <= 0.1 * want + 64, (ident, role, got, want)
     again = run_build([*overrides, "profile.backend=footprint", "profile.repetitions=3",
                        "profile.warmup=1", "targets=[profile]", "platform=icelake_sp"])
     rows = _csv(again, "profile", "counters.csv")

@@ -2,7 +2,8 @@
 buffers each nest reads and writes, with no run under a simulator.
 
 Extract lists, per nest, the buffers it reads and writes (``reads`` / ``writes``: allocation ->
-bytes). The cache is the platform's last level as the valgrind backend configures it
+bytes; ``read_extents``: the bytes of the views a buffer is read through, when they are made
+outside the nest). The cache is the platform's last level as the valgrind backend configures it
 (``profile.valgrind_last_level``: the LLC, or the core's L2), held as a least-recently-used
 list of whole buffers, walked in program order: a nest's ``offcore_data_rd`` is the lines of
 the buffers it reads that are not resident when it starts, its ``ll_write_misses`` the lines
@@ -10,11 +11,16 @@ of those it writes that are not; then all of them are the most recent, and the l
 are evicted past the capacity. The walk starts from an empty cache (one forward after a
 flush) or, with ``profile.valgrind_warm``, counts the second of two forwards.
 
-It models compulsory and capacity misses at the grain of whole buffers. Not in it: reuse
-within one nest whose buffers exceed the cache (a large GEMM re-reading a panel), conflict
-misses, a nest reading only part of a buffer through a view (it is charged the whole buffer),
-hardware prefetching, and every access outside the candidate nests. docs/design.md §8 gives
-its agreement with valgrind's counts and decisions (``bench/profile_cost.py``).
+Inside a nest, one reuse is modelled (``rereads``): a buffer that the outermost parallel
+loop does not address is read again by each of its iterations, from memory when one
+iteration's data does not fit in the cache (a GEMM of several rows streaming a weight larger
+than the cache once per row). It models compulsory and capacity misses at the grain of
+whole buffers (a buffer read in part is resident up to the bytes read, not which ones).
+Not in it: other reuse inside a nest (a tiled loop order, a panel of a large GEMM),
+streaming that evicts only part of a buffer, conflict misses, hardware prefetching, and
+every access outside the candidate nests.
+docs/design.md §8 gives its agreement with valgrind's counts and decisions
+(``bench/profile_cost.py``).
 
 Why: on a host without hardware counters (a VM), valgrind is the only measurement, and
 running one forward under it costs about 38 forwards before it counts anything; this backend
@@ -50,34 +56,60 @@ def footprint_counts(candidates: list[dict], capacity: int, line: int, warm: boo
     counts = {}
     for _ in range(2 if warm else 1):
         for c in candidates:
-            counts[c["id"]] = dict(zip((N_RD, WRITE_MISSES),
-                                       cache.nest(c["reads"], c["writes"], line), strict=True))
+            read, written = cache.nest(extents(c), c["writes"], line,
+                                       c.get("outer_invariant_reads", []))
+            counts[c["id"]] = {N_RD: read + rereads(c, capacity, line), WRITE_MISSES: written}
     return counts
+
+
+def extents(c: dict) -> dict[str, int]:
+    """Bytes the nest reads of each buffer: extract's ``read_extents`` (a view's bytes when
+    the nest reads a buffer only through views), else the whole buffers."""
+    return c.get("read_extents", c["reads"])
+
+
+def rereads(c: dict, capacity: int, line: int) -> int:
+    """Lines a nest reads again inside itself: the buffers its outermost parallel loop does
+    not address (extract's ``outer_invariant_reads``) are read once per iteration of that
+    loop, and come from memory again each time when one iteration's data does not fit in
+    the cache (a GEMM of several rows whose weight is larger than the cache)."""
+    invariant = c.get("outer_invariant_reads", [])
+    rows = next((trips for trips in c.get("parallel_dims", []) if trips > 1), 1)
+    if rows == 1 or not invariant:
+        return 0
+    read = extents(c)
+    fixed = sum(read[b] for b in invariant)
+    varying = sum(size for b, size in {**read, **c["writes"]}.items() if b not in invariant)
+    if fixed + varying / rows <= capacity:
+        return 0
+    return (rows - 1) * sum(-(-read[b] // line) for b in invariant)
 
 
 class _Lru:
     """Whole buffers, least recently used first, holding at most ``capacity`` bytes. A
-    buffer of ``capacity`` bytes or more streams through: it is not held, and it evicts
-    everything the nest streaming it does not touch."""
+    buffer of ``capacity`` bytes or more streams through: it is not held, and of everything
+    else only what the streaming nest reads in every iteration of its outer loop (``kept``:
+    a matrix-vector product's vector) stays; the rest was touched once, early, and is
+    evicted by the stream."""
 
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
         self.held: OrderedDict[str, int] = OrderedDict()
 
-    def nest(self, reads: dict[str, int], writes: dict[str, int], line: int
-             ) -> tuple[int, int]:
-        """One nest: the lines it reads, then writes, that were not resident."""
+    def nest(self, reads: dict[str, int], writes: dict[str, int], line: int,
+             kept: list[str]) -> tuple[int, int]:
+        """One nest: the lines it reads, then writes, that were not resident (of a buffer
+        partly resident, the bytes past what is)."""
         missed = []
         for buffers in (reads, writes):
-            missed.append(sum(-(-size // line) for name, size in buffers.items()
-                              if name not in self.held))
+            missed.append(sum(-(-max(0, size - self.held.get(name, 0)) // line)
+                              for name, size in buffers.items()))
             for name, size in buffers.items():
-                self.held.pop(name, None)
+                size = max(size, self.held.pop(name, 0))
                 if size < self.capacity:
                     self.held[name] = size
-        touched = {**reads, **writes}
-        if any(size >= self.capacity for size in touched.values()):
-            self.held = OrderedDict((k, v) for k, v in self.held.items() if k in touched)
+        if any(size >= self.capacity for size in {**reads, **writes}.values()):
+            self.held = OrderedDict((k, v) for k, v in self.held.items() if k in kept)
         while sum(self.held.values()) > self.capacity:
             self.held.popitem(last=False)
         return missed[0], missed[1]
