@@ -150,14 +150,15 @@ def source_of(op: ir.Operation) -> dict[str, str]:
             "lowered_op": m.group(4)}
 
 
-def depends_on(value: ir.Value, iv: ir.Value, memo: dict) -> bool:
-    """Is ``value`` computed from the induction variable ``iv`` (through any ops)?"""
+def depends_on(value: ir.Value, iv: ir.Value, nest: ir.Operation, memo: dict) -> bool:
+    """Is ``value`` computed from ``iv``, an induction variable of ``nest`` (through any ops
+    inside it; a value made outside the nest cannot be)?"""
     if value == iv:
         return True
     if value not in memo:
         defining = owner(value)
-        memo[value] = not isinstance(defining, ir.Block) and any(
-            depends_on(v, iv, memo) for v in defining.operands)
+        memo[value] = (not isinstance(defining, ir.Block) and mlir.defined_inside(value, nest)
+                       and any(depends_on(v, iv, nest, memo) for v in defining.operands))
     return memo[value]
 
 
@@ -172,7 +173,7 @@ def outer_invariant_reads(op: ir.Operation, dims: list[int], allocs: Allocations
     varying, invariant = set(), set()
     for load in mlir.walk(op):
         if load.name == "memref.load":
-            indexed = any(depends_on(v, iv, memo) for v in load.operands)
+            indexed = any(depends_on(v, iv, op, memo) for v in load.operands)
             (varying if indexed else invariant).add(allocs.resolve(load.operands[0]))
     return sorted(invariant - varying)
 
@@ -187,9 +188,8 @@ def read_extents(op: ir.Operation, accesses: list, reads: dict[str, int],
         if kind != "read":
             continue
         name = allocs.resolve(value)
-        shape = ir.MemRefType(value.type).shape
-        whole = (mlir.defined_inside(value, op)
-                 or any(d == ir.ShapedType.get_dynamic_size() for d in shape))
+        whole = (mlir.defined_inside(value, op) or value.type.typeid != ir.MemRefType.static_typeid
+                 or not ir.MemRefType(value.type).has_static_shape)
         views.setdefault(name, {})[value] = (reads[name] if whole
                                              else _memref_bytes(value.type)[2])
     return {name: min(reads[name], sum(seen.values())) for name, seen in views.items()}

@@ -81,6 +81,7 @@ def test_registries_list_names_without_importing() -> None:
             "print(sorted(m for m in heavy if m in sys.modules))\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout.splitlines()
-    assert out[0] == ("['papi', 'timer', 'valgrind'] ['cpu', 'joint', 'operator', 'oracle', "
+    assert out[0] == ("['footprint', 'papi', 'timer', 'valgrind'] ['cpu', 'joint', 'operator', "
+                      "'oracle', "
                       "'torchpim'] ['gpus', 'pim'] ['controlled', 'full', 'none']")
     assert out[1] == "[]"
