@@ -5,6 +5,9 @@ For each nest (Torch-PIM §4.2): its source torch operator (from the MLIR locati
 iteration including inner sequential loops), the trip count of enclosing loops, the buffers it
 reads and writes identified by allocation (``bytes`` of the whole allocation, so a buffer read
 and written in place is one entry of ``moved_bytes``), and the op mix of one parallel iteration.
+For the ``footprint`` counter backend's cache model: ``read_extents`` (the bytes of the views a
+buffer is read through) and ``outer_invariant_reads`` (the buffers the outermost parallel loop
+does not address).
 """
 
 from __future__ import annotations
