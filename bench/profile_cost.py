@@ -33,7 +33,7 @@ from pimbuild.calibrate import b_cpu
 from pimbuild.cli import CONFIG_MODULE
 from pimbuild.config import register_configs
 from pimbuild.console import console
-from pimbuild.counters.footprint import footprint_counts
+from pimbuild.counters import footprint
 from pimbuild.errors import PimbuildError
 
 BACKENDS = ("timer", "footprint", "valgrind", "papi")
@@ -71,32 +71,27 @@ def footprint_decisions(model: str) -> dict:
         shutil.copytree(dirs["profile"], modelled)
         rewrite_counters(modelled, dirs["extract"], profile.params(cfg), b_cpu(dirs["calibrate"]))
         p = decide.params(cfg)
-        placed = {}
+        decided, n_rd = {}, {}
         for name, profile_dir in (("valgrind", dirs["profile"]), ("footprint", modelled)):
             ctx = decide.context({**dirs, "profile": profile_dir}, p)
-            placed[name] = {d.id: d for d in policies.place(p.policy.name, ctx).decisions}
-            counts = {int(r["id"]): r for r in csv.DictReader(
-                (profile_dir / "counters.csv").open())}
-            placed[name + "_rd"] = {k: float(r["event:offcore_data_rd"])
-                                    for k, r in counts.items()}
-    v, f = placed["valgrind"], placed["footprint"]
+            decided[name] = {d.id: d for d in policies.place(p.policy.name, ctx).decisions}
+            with (profile_dir / "counters.csv").open() as counters:
+                n_rd[name] = {int(r["id"]): float(r["event:offcore_data_rd"])
+                              for r in csv.DictReader(counters)}
+    v, f = decided["valgrind"], decided["footprint"]
     stage2 = [k for k, d in v.items() if d.decided_by not in ("C1", "C2")]
     return {"model": model, "nests": len(v), "stage2": len(stage2),
             "differ": [{"id": k, "valgrind": f"{v[k].target} ({v[k].decided_by})",
                         "footprint": f"{f[k].target} ({f[k].decided_by})"}
                        for k in v if v[k].target != f[k].target],
-            "rd_valgrind": sum(placed["valgrind_rd"][k] for k in stage2),
-            "rd_footprint": sum(placed["footprint_rd"][k] for k in stage2)}
+            **{f"rd_{name}": sum(n_rd[name][k] for k in stage2) for name in n_rd}}
 
 
 def rewrite_counters(profile_dir: Path, extract_dir: Path, p: profile.Params,
                      b_cpu_gbps: float) -> None:
     """counters.csv from footprint's counts and the timing already in ``profile_dir``."""
     candidates = json.loads((extract_dir / "candidates.json").read_text())["candidates"]
-    capacity = p.l2_bytes if p.valgrind_last_level == "l2" else p.llc_bytes
-    counts = footprint_counts(candidates, capacity, p.cache_line, p.valgrind_warm)
-    rows = [{"id": c["id"], "source_op": c["source_op"], "counter_source": "footprint",
-             "counts": counts[c["id"]]} for c in candidates]
+    rows = footprint.rows(candidates, p)
     timing = [{"id": int(r["id"]), "t_cpu_s": float(r["t_cpu_s"])}
               for r in csv.DictReader((profile_dir / "timing.csv").open())]
     columns, table = profile.counters_table(rows, timing, p.cache_line, b_cpu_gbps)

@@ -30,8 +30,12 @@ costs nothing beyond the timing run.
 from __future__ import annotations
 
 from collections import OrderedDict
+from typing import TYPE_CHECKING
 
 from pimbuild.counters import CounterRun
+
+if TYPE_CHECKING:
+    from pimbuild.profile import Params
 
 N_RD, WRITE_MISSES = "offcore_data_rd", "ll_write_misses"
 
@@ -41,11 +45,15 @@ def available(run: CounterRun | None = None) -> tuple[bool, str]:
 
 
 def count(run: CounterRun) -> list[dict]:
-    p = run.params
+    return rows(run.program.candidates, run.params)
+
+
+def rows(candidates: list[dict], p: Params) -> list[dict]:
+    """The backend's rows for extract's ``candidates`` under the profile params' cache."""
     capacity = p.l2_bytes if p.valgrind_last_level == "l2" else p.llc_bytes
-    counts = footprint_counts(run.program.candidates, capacity, p.cache_line, p.valgrind_warm)
+    counts = footprint_counts(candidates, capacity, p.cache_line, p.valgrind_warm)
     return [{"id": c["id"], "source_op": c["source_op"], "counter_source": "footprint",
-             "counts": counts[c["id"]]} for c in run.program.candidates]
+             "counts": counts[c["id"]]} for c in candidates]
 
 
 def footprint_counts(candidates: list[dict], capacity: int, line: int, warm: bool = False
