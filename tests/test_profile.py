@@ -113,6 +113,23 @@ def test_auto_falls_back_with_papi_reason(run_build, markers: Markers) -> None:
     assert reason in info["counter_backend_reason"]
 
 
+def test_auto_without_valgrind_takes_footprint(run_build, markers: Markers,
+                                              monkeypatch) -> None:
+    """A host with neither the PMU events nor valgrind gets the modelled counts, and says why."""
+    if _papi_counts_paper_events(markers)[0]:
+        pytest.skip("this host's PMU counts the paper's events: auto chooses papi")
+    from pimbuild.counters import valgrind
+
+    monkeypatch.setattr(valgrind, "available", lambda run=None: (False, "valgrind not found"))
+    result = run_build(["model=relu", "model.size.n=4096", "profile.repetitions=3",
+                        "targets=[profile]"])
+    info = _profile_json(result)
+    assert info["counter_backend"] == "footprint"
+    assert "valgrind not found" in info["counter_backend_reason"]
+    (row,) = _csv(result, "profile", "counters.csv")
+    assert int(row["event:offcore_data_rd"]) == 4096 * 4 // 64
+
+
 def test_papi_hardware_event_fails_with_papi_reason(run_build, markers: Markers) -> None:
     counts, reason = _papi_counts_paper_events(markers)
     if counts:
