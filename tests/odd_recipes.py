@@ -168,3 +168,9 @@ class _HalfPrecisionParts(nn.Module):
 def half_precision_parts(n: int = 16) -> Recipe:
     """bfloat16 weights and a float16 input in a float32 model: built in float32, and said."""
     return Recipe(_HalfPrecisionParts(n), {"x": torch.randn(4, n).half()})
+
+
+def rotate_half(n: int = 64) -> Recipe:
+    """A rotary embedding's rotate_half: each half of ``x`` is read through a view."""
+    return Recipe(_Fn(lambda x: torch.cat([-x[..., n // 2:], x[..., :n // 2]], -1) * 2),
+                  {"x": torch.randn(4, n)})

@@ -127,3 +127,25 @@ def test_top_level_loop_with_iter_args(tmp_path: Path) -> None:
     sig = {"function": "forward", "args": [{"name": "x", "source": "x"}], "outputs": [{}]}
     (nest,) = loops.extract(path, sig)["candidates"]
     assert nest["enclosing_trips"] == 3 and nest["n_iter"] == 16
+
+
+def test_read_extents_and_outer_invariant_reads(run_build) -> None:
+    """What the footprint counter model reads: a buffer read only through a view made outside
+    the nest counts the view's bytes; the buffers a GEMM's row loop does not address (its
+    weight and bias) are the outer-invariant reads, the activations are not."""
+    nests = candidates(run_build(["targets=[extract]", "model=relu",
+                                  "model.recipe=tests.odd_recipes:rotate_half",
+                                  "model.size={n:64}", "lowering.fusion=none"]))
+    neg = next(c for c in nests if c["source_op"] == "aten.neg.default")
+    ((x, whole),) = neg["reads"].items()
+    assert whole == 4 * 64 * 4
+    assert neg["read_extents"] == {x: whole // 2}
+    (mm, *_) = [c for c in candidates(run_build(["targets=[extract]", "model=mlp",
+                                                  "model.size.batch=4"]))
+                if c["n_total"] > c["n_iter"]]
+    assert mm["parallel_dims"][0] == 4
+    weight = max(mm["reads"], key=mm["reads"].get)
+    assert weight in mm["outer_invariant_reads"]
+    assert all(mm["reads"][b] < mm["reads"][weight] for b in mm["reads"]
+               if b not in mm["outer_invariant_reads"])
+    assert len(mm["outer_invariant_reads"]) < len(mm["reads"])
