@@ -74,6 +74,14 @@ class Params:
     valgrind_warm: bool
     host: str  # the CPU measured on: measurements are not reused on another
 
+    @property
+    def last_level(self) -> tuple[int, int]:
+        """(bytes, ways) of the cache whose misses the valgrind and footprint backends count:
+        the LLC, or with ``valgrind_last_level=l2`` the core's L2."""
+        if self.valgrind_last_level == "l2":
+            return self.l2_bytes, self.l2_assoc
+        return self.llc_bytes, self.llc_assoc
+
 
 def host_cpu() -> str:
     """The host's CPU model: measurements made on one host are not reused on another."""

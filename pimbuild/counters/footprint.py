@@ -50,8 +50,7 @@ def count(run: CounterRun) -> list[dict]:
 
 def rows(candidates: list[dict], p: Params) -> list[dict]:
     """The backend's rows for extract's ``candidates`` under the profile params' cache."""
-    capacity = p.l2_bytes if p.valgrind_last_level == "l2" else p.llc_bytes
-    counts = footprint_counts(candidates, capacity, p.cache_line, p.valgrind_warm)
+    counts = footprint_counts(candidates, p.last_level[0], p.cache_line, p.valgrind_warm)
     return [{"id": c["id"], "source_op": c["source_op"], "counter_source": "footprint",
              "counts": counts[c["id"]]} for c in candidates]
 

@@ -171,8 +171,7 @@ def build_driver(inp: Program, p: Params, work: Path) -> Path:
 def cache_options(p: Params) -> list[str]:
     """Callgrind simulates two levels: L1 and a last level, the LLC or (valgrind_last_level
     = l2) the core's L2, so that a last-level miss is a read that leaves the L2."""
-    size, assoc = (p.l2_bytes, p.l2_assoc) if p.valgrind_last_level == "l2" \
-        else (p.llc_bytes, p.llc_assoc)
+    size, assoc = p.last_level
     return [f"--I1=32768,8,{p.cache_line}",
             f"--D1={p.l1d_bytes},{p.l1d_assoc},{p.cache_line}",
             f"--LL={size},{assoc},{p.cache_line}"]
