@@ -134,9 +134,9 @@ def _body_stats(block: ir.Block, weight: int, mix: Counter, accesses: list) -> i
         if cls:
             mix[cls] += weight
         if op.name == "memref.load":
-            accesses.append(("read", op.operands[0]))
+            accesses.append(("read", op.operands[0], op))
         elif op.name == "memref.store":
-            accesses.append(("write", op.operands[1]))
+            accesses.append(("write", op.operands[1], op))
         for region in op.regions:
             for b in region.blocks:
                 inner += _body_stats(b, weight, mix, accesses)
@@ -165,7 +165,8 @@ def depends_on(value: ir.Value, iv: ir.Value, nest: ir.Operation, memo: dict) ->
     return memo[value]
 
 
-def outer_invariant_reads(op: ir.Operation, dims: list[int], allocs: Allocations) -> list[str]:
+def outer_invariant_reads(op: ir.Operation, dims: list[int], accesses: list,
+                          allocs: Allocations) -> list[str]:
     """The buffers that no load of the nest addresses with its outermost parallel dimension
     of more than one trip (in the loop order the host code keeps): every iteration of that
     loop reads the same part of them (a GEMM's weight, for each row of activations)."""
@@ -174,10 +175,10 @@ def outer_invariant_reads(op: ir.Operation, dims: list[int], allocs: Allocations
         return []
     iv, memo = op.regions[0].blocks[0].arguments[outer], {}
     varying, invariant = set(), set()
-    for load in mlir.walk(op):
-        if load.name == "memref.load":
+    for kind, memref, load in accesses:
+        if kind == "read":
             indexed = any(depends_on(v, iv, op, memo) for v in load.operands)
-            (varying if indexed else invariant).add(allocs.resolve(load.operands[0]))
+            (varying if indexed else invariant).add(allocs.resolve(memref))
     return sorted(invariant - varying)
 
 
@@ -187,7 +188,7 @@ def read_extents(op: ir.Operation, accesses: list, reads: dict[str, int],
     the nest (the half of a tensor a rotary embedding negates) counts the bytes of those
     views; any other access counts the whole buffer."""
     views: dict[str, dict] = {}
-    for kind, value in accesses:
+    for kind, value, _ in accesses:
         if kind != "read":
             continue
         name = allocs.resolve(value)
@@ -204,7 +205,7 @@ def analyze(op: ir.Operation, ident: int, enclosing: int, allocs: Allocations) -
     accesses: list = []
     inner = _body_stats(op.regions[0].blocks[0], 1, mix, accesses)
     reads, writes = {}, {}
-    for kind, value in accesses:
+    for kind, value, _ in accesses:
         alloc = allocs.resolve(value)
         (reads if kind == "read" else writes)[alloc] = allocs.table.get(alloc, {}).get("bytes", 0)
     moved = {**reads, **writes}
@@ -219,7 +220,7 @@ def analyze(op: ir.Operation, ident: int, enclosing: int, allocs: Allocations) -
         "reads": reads,
         "writes": writes,
         "read_extents": read_extents(op, accesses, reads, allocs),
-        "outer_invariant_reads": outer_invariant_reads(op, dims, allocs),
+        "outer_invariant_reads": outer_invariant_reads(op, dims, accesses, allocs),
         "moved_bytes": sum(moved.values()),
         "op_mix": {k: mix.get(k, 0) for k in ("loads", "stores", "arith", "math", "calls")},
     }
