@@ -5,7 +5,7 @@
 For each model and counter backend, a fresh store is built up to ``profile``; the profile
 stage's seconds (doit's, around its action) are divided by the forward's median time from the
 same run's timing. A backend this host cannot use is reported with its reason. The stage's
-own split (``profile.json`` ``seconds``: compile, arguments, timing, counters) is listed as
+own split (``profile.json`` ``seconds``: load, arguments, timing, counters) is listed as
 multiples of the forward too.
 
 Then, per model, whether the ``footprint`` backend's counts lead to the decisions
@@ -108,7 +108,7 @@ def main() -> None:
     rows = [bench(m, b) for m in args.models for b in BACKENDS]
     table = Table(title="profile stage cost (one thread; noisy VM: compare within a run)")
     for col in ("model", "backend", "forward ms", "profile s", "profile / forward",
-                "compile", "arguments", "timing", "counters"):
+                "load", "arguments", "timing", "counters"):
         table.add_column(col, justify="left" if col in ("model", "backend") else "right")
     errors = {}
     for r in rows:
@@ -119,7 +119,7 @@ def main() -> None:
         table.add_row(r["model"], r["backend"], f"{r['forward_s'] * 1e3:.3g}",
                       f"{r['profile_s']:.2f}", f"{r['ratio']:,.0f}x",
                       *[f"{r['split'].get(k, 0):,.0f}x"
-                        for k in ("compile", "arguments", "timing", "counters")])
+                        for k in ("load", "arguments", "timing", "counters")])
     console.print(table)
     for backend, error in errors.items():
         console.print(f"{backend} n/a: {error}", soft_wrap=True)

@@ -110,7 +110,7 @@ def register_block(calibrate_dir: Path) -> int:
 
 def measure(p: Params, block: int, runtime_dir: Path, work: Path) -> dict:
     """Lower, instrument and time the streaming kernel; B_cpu from its reduction nest."""
-    from pimbuild import frontend, jit, loops, profile
+    from pimbuild import frontend, loops, profile
     from pimbuild.runtime import LIBRARY, Markers
 
     lp = _kernel(p)
@@ -122,8 +122,7 @@ def measure(p: Params, block: int, runtime_dir: Path, work: Path) -> dict:
                           block, work, work / "failure")
     program = profile.Program.from_artifacts(lp.model, work, work, work, runtime_dir)
     markers = Markers(runtime_dir / LIBRARY)
-    engine = jit.load_llvm(program.llvm_path, markers.symbols([instrument.ENTER,
-                                                               instrument.EXIT]))
+    engine, _ = profile.load_program(program, markers)
     args, _ = frontend.materialize(lp.model, program.signature)
     nest = max(program.candidates, key=lambda c: sum(c["reads"].values()))
     read_bytes = sum(nest["reads"].values())

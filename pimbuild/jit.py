@@ -7,6 +7,8 @@ them) followed by one out-parameter per result, all as memrefs.
 from __future__ import annotations
 
 import ctypes
+import subprocess
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -90,6 +92,44 @@ def load_llvm(llvm_path: Path, symbols: dict[str, ctypes.c_void_p],
     for name, address in symbols.items():
         engine.raw_register_runtime(name, address)
     return engine
+
+
+class SharedObject:
+    """A compiled module loaded with the dynamic loader: ``lookup`` and ``invoke`` as the
+    ExecutionEngine's (the packed ``_mlir__mlir_ciface_<name>`` wrapper it generates is in the
+    object file it wrote), with no code generation."""
+
+    def __init__(self, lib: ctypes.CDLL) -> None:
+        self.lib = lib
+
+    def lookup(self, name: str):
+        try:
+            func = getattr(self.lib, f"_mlir__mlir_ciface_{name}")
+        except AttributeError:
+            raise RuntimeError(f"Unknown function {name}") from None
+        func.restype, func.argtypes = None, [ctypes.c_void_p]
+        return func
+
+    def invoke(self, name: str, *ctypes_args) -> None:
+        packed = (ctypes.c_void_p * len(ctypes_args))(
+            *[ctypes.cast(a, ctypes.c_void_p) for a in ctypes_args])
+        self.lookup(name)(packed)
+
+
+def load_object(object_path: Path, libraries: list[Path], cc: str) -> SharedObject:
+    """An object file ``write_object`` wrote, linked by ``cc`` into a shared library against
+    ``libraries`` (what its external calls name: the marker runtime, by absolute path, so the
+    loader binds the copy this process already loaded) and loaded. The ExecutionEngine
+    compiles for the large code model, whose absolute addresses in the text are relocated at
+    load time (``-z notext``). The library file is removed once loaded."""
+    with tempfile.TemporaryDirectory(prefix="pimbuild-so-") as tmp:
+        so = Path(tmp) / f"{object_path.stem}.so"
+        cmd = [cc, "-shared", "-o", str(so), str(object_path),
+               *[str(lib.resolve()) for lib in libraries], "-lm", "-Wl,-z,notext"]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise OSError(f"{' '.join(cmd)} failed: {proc.stderr.strip()}")
+        return SharedObject(ctypes.CDLL(str(so)))
 
 
 def output_buffers(outputs: list[dict]) -> list[np.ndarray]:

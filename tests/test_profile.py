@@ -13,7 +13,7 @@ from pimbuild import frontend, jit, lower
 from pimbuild.counters.footprint import footprint_counts
 from pimbuild.errors import StageError
 from pimbuild.instrument import ENTER, EXIT, FORWARD_REGION
-from pimbuild.runtime import LIBRARY, Markers
+from pimbuild.runtime import LIBRARY, Markers, compiler
 from tests.conftest import artifact_dir, candidates, make_cfg
 
 
@@ -43,16 +43,43 @@ def test_every_nest_timed_and_coverage(run_build, overrides: list[str]) -> None:
     assert sum(float(r["median_s"]) for r in timing) <= info["forward_median_s"] * 1.05
 
 
-@pytest.mark.parametrize("model", ["softmax", "mlp"])
-def test_instrumented_program_matches_eager(run_build, tmp_path: Path, model: str) -> None:
+def test_profile_loads_the_object_instrument_compiled(run_build, monkeypatch) -> None:
+    """The profile stage runs forward.o, not a second compile of llvm.mlir; where the link
+    fails it compiles llvm.mlir again, says why, and times the same nests."""
+    overrides = ["model=softmax", "profile.backend=timer", "profile.repetitions=3",
+                 "targets=[profile]"]
+    linked = _profile_json(run_build(overrides))
+    assert linked["program"] == "forward.o linked as a shared library"
+    assert set(linked["seconds"]) == {"load", "arguments", "timing", "counters"}
+
+    def refused(*args):
+        raise OSError("cannot make segment writable for relocation")
+    monkeypatch.setattr(jit, "load_object", refused)
+    result = run_build([*overrides, "profile.warmup=2"])  # a new profile key
+    assert _profile_json(result)["program"] == (
+        "llvm.mlir compiled again (OSError: cannot make segment writable for relocation)")
+    assert [int(r["invocations"]) for r in _csv(result, "profile", "timing.csv")] == \
+        [1] * len(candidates(result))
+
+
+@pytest.mark.parametrize("model,loader", [("softmax", "jit"), ("mlp", "jit"),
+                                          ("softmax", "object"), ("mlp", "object")])
+def test_instrumented_program_matches_eager(run_build, tmp_path: Path, model: str,
+                                            loader: str) -> None:
+    """llvm.mlir compiled by the ExecutionEngine, and forward.o linked as a shared library,
+    compute eager's result and call each marker once per nest."""
     overrides = [f"model={model}", "targets=[instrument]"]
     result = run_build(overrides)
     lo = artifact_dir(result, "lower")
     signature = json.loads((lo / "signature.json").read_text())
     runtime_lib = artifact_dir(result, "runtime") / LIBRARY
     markers = Markers(runtime_lib)
-    engine = jit.load_llvm(artifact_dir(result, "instrument") / "llvm.mlir",
-                           markers.symbols([ENTER, EXIT]))
+    if loader == "jit":
+        engine = jit.load_llvm(artifact_dir(result, "instrument") / "llvm.mlir",
+                               markers.symbols([ENTER, EXIT]))
+    else:
+        engine = jit.load_object(artifact_dir(result, "instrument") / "forward.o",
+                                 [runtime_lib], compiler())
     args, expected = frontend.materialize(lower.model_params(make_cfg(tmp_path, overrides)),
                                           signature)
     markers.reset()

@@ -101,6 +101,7 @@ class Markers:
     """ctypes access to a loaded marker runtime's accumulators."""
 
     def __init__(self, path: Path) -> None:
+        self.path = path
         self.lib = ctypes.CDLL(str(path))
         for name in ("pim_counts", "pim_ns"):
             getattr(self.lib, name).restype = ctypes.POINTER(ctypes.c_uint64)
