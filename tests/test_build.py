@@ -88,8 +88,9 @@ def test_recipe_size_is_part_of_the_key(run_build) -> None:
 
 
 def test_register_block_null_is_chosen_on_this_host_and_used(run_build) -> None:
-    """lowering.register_block=null: calibrate times the candidates and records the fastest;
-    instrument compiles with it (and says so)."""
+    """lowering.register_block=null: calibrate times the candidates on an MLP of
+    platform.calibration_mib and records the fastest; instrument compiles with it (and says
+    so)."""
     result = run_build(["model=gemv", "model.size.m=256", "model.size.n=256",
                         "lowering.register_block=null",
                         "lowering.register_block_candidates=[1,4]", "targets=[instrument]"])
@@ -97,6 +98,8 @@ def test_register_block_null_is_chosen_on_this_host_and_used(run_build) -> None:
                              / "calibrate.json").read_text())["register_block"]
     assert calibrated["source"] == "search"
     assert set(calibrated["best_s"]) == {"1", "4"}
+    size = calibrated["size"]  # as much weight as calibrate streams (tests: 16 MiB)
+    assert 2 * size["hidden"] * size["ffn"] * 4 == 16 << 20
     assert calibrated["value"] == min((float(t), int(b)) for b, t in
                                       calibrated["best_s"].items())[1]
     codegen = json.loads((Path(result.manifest["stages"]["instrument"]["dir"])
