@@ -121,11 +121,14 @@ def load_object(object_path: Path, libraries: list[Path], cc: str) -> SharedObje
     ``libraries`` (what its external calls name: the marker runtime, by absolute path, so the
     loader binds the copy this process already loaded) and loaded. The ExecutionEngine
     compiles for the large code model, whose absolute addresses in the text are relocated at
-    load time (``-z notext``). The library file is removed once loaded."""
+    load time (``-z notext``); ``-Bsymbolic`` binds the module's calls to its own functions
+    (``forward``) before any of that name the process already has. The library file is
+    removed once loaded."""
     with tempfile.TemporaryDirectory(prefix="pimbuild-so-") as tmp:
         so = Path(tmp) / f"{object_path.stem}.so"
         cmd = [cc, "-shared", "-o", str(so), str(object_path),
-               *[str(lib.resolve()) for lib in libraries], "-lm", "-Wl,-z,notext"]
+               *[str(lib.resolve()) for lib in libraries], "-lm",
+               "-Wl,-z,notext", "-Wl,-Bsymbolic"]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode != 0:
             raise OSError(f"{' '.join(cmd)} failed: {proc.stderr.strip()}")

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import csv
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -60,6 +62,37 @@ def test_profile_loads_the_object_instrument_compiled(run_build, monkeypatch) ->
         "llvm.mlir compiled again (OSError: cannot make segment writable for relocation)")
     assert [int(r["invocations"]) for r in _csv(result, "profile", "timing.csv")] == \
         [1] * len(candidates(result))
+
+
+def test_loaded_object_calls_its_own_functions(run_build, tmp_path: Path) -> None:
+    """A global function the process already has under the name of one of the module's own
+    (``forward``) does not take the module's calls to it (a separate process, so nothing of
+    the kind stays loaded here)."""
+    result = run_build(["model=softmax", "targets=[instrument]"])
+    source, impostor = tmp_path / "impostor.c", tmp_path / "libimpostor.so"
+    source.write_text("#include <stdlib.h>\nvoid forward(void) { abort(); }\n")
+    subprocess.run([compiler(), "-shared", "-fPIC", "-o", str(impostor), str(source)],
+                   check=True)
+    paths = {"impostor": str(impostor),
+             "signature": str(artifact_dir(result, "lower") / "signature.json"),
+             "object": str(artifact_dir(result, "instrument") / "forward.o"),
+             "runtime": str(artifact_dir(result, "runtime") / LIBRARY)}
+    script = f"""
+import ctypes, json
+from pathlib import Path
+import numpy as np
+paths = {paths!r}
+ctypes.CDLL(paths["impostor"], mode=ctypes.RTLD_GLOBAL)
+from pimbuild import jit
+sig = json.loads(Path(paths["signature"]).read_text())
+engine = jit.load_object(Path(paths["object"]), [Path(paths["runtime"])], {compiler()!r})
+args = [np.ones(a["shape"], dtype=jit.NP_DTYPES[a["dtype"]]) for a in sig["args"]]
+(out,) = jit.invoke(engine, sig["function"], args, sig["outputs"])
+print(out.shape[-1] * float(out.sum()) / out.size)
+"""
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert float(proc.stdout.split()[-1]) == pytest.approx(1.0)  # softmax rows sum to 1
 
 
 @pytest.mark.parametrize("model,loader", [("softmax", "jit"), ("mlp", "jit"),
