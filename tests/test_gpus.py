@@ -289,6 +289,27 @@ def test_identical_layers_unrolled_cost_what_one_layer_costs_each(tmp_path) -> N
         pytest.approx(3 * one)
 
 
+def test_unrolled_layers_keep_their_own_state(tmp_path) -> None:
+    """Each unrolled layer's state (a KV-cache delta) comes from its own result of the
+    previous forward, not from the layer before it: placing one layer's state writer and
+    reader on different devices costs each layer the same transfer."""
+    k = [Kernel(0, "attn", "elementwise", 0, {"h": 4096, "kv": 1 << 20}, {"a": 4096}),
+         Kernel(1, "ffn", "elementwise", 0, {"a": 4096}, {"h_out": 4096}),
+         Kernel(2, "cache", "elementwise", 0, {"a": 4096}, {"kv_new": 1 << 20})]
+    g = Graph(tuple(k), {"h": 4096, "kv": 1 << 20, "a": 4096, "h_out": 4096,
+                         "kv_new": 1 << 20}, {"a": 0, "h_out": 1, "kv_new": 2},
+              {"h": (0,), "kv": (0,), "a": (1, 2)}, ("h", "kv"), (),
+              {"h": "h_out", "kv": "kv_new"}, frozenset({"kv"}))
+    three = ddg.unroll(g, 3)
+    assert three.state == {"L0:kv", "L1:kv", "L2:kv"}
+    assert {three.source(f"L{i}:kv") for i in range(3)} == {2, 5, 8}  # its own writer
+    assert three.kernels[3].reads.keys() == {"L0:h_out", "L1:kv"}  # carried, its own state
+    times = [[1e-5, 1e-5]] * 3
+    for where in ([0, 0, 1], [1, 0, 0], [0, 1, 1]):
+        assert cost.cycle_time(three, where * 3, times * 3, LINK, 2, 1.0) == \
+            pytest.approx(3 * cost.cycle_time(g, where, times, LINK, 2, 1.0))
+
+
 def test_node_times_and_their_split_over_kernels(tmp_path) -> None:
     """The cuda backend's pieces that do not need a GPU: timing the exported graph's nodes
     (here on the CPU) and charging them to kernels."""

@@ -132,21 +132,25 @@ def transfers(g: Graph, place: list[int]) -> list[tuple[str, int, int, int]]:
 
 
 def unroll(g: Graph, layers: int) -> Graph:
-    """``layers`` copies of a one-layer graph in one graph, each copy's carried inputs read
-    from the previous copy's results (the model as one DDG, to compare with one layer's)."""
+    """``layers`` copies of a one-layer graph in one graph (the model as one DDG, to compare
+    with one layer's): each copy's carried inputs read from the previous copy's results, and
+    each copy's state (``g.state``) from its own result of the previous forward."""
     n = len(g.kernels)
 
     def rename(b: str, i: int) -> str:
         return f"L{i}:{b}"
+
+    def own(b: str) -> bool:  # a buffer every copy has its own of
+        return b in g.producer or b in g.state
 
     kernels, sizes, producer, readers = [], {}, {}, {}
     for i in range(layers):
         for k in g.kernels:
             reads = {}
             for b, size in k.reads.items():
-                if b in g.carry and i > 0:
+                if b in g.carry and b not in g.state and i > 0:
                     reads[rename(g.carry[b], i - 1)] = size
-                elif b in g.buffer_bytes and (b in g.producer or b in g.carry):
+                elif b in g.buffer_bytes and (own(b) or b in g.carry):
                     reads[rename(b, i)] = size
                 else:
                     reads[b] = size  # parameters and home inputs are shared
@@ -154,7 +158,7 @@ def unroll(g: Graph, layers: int) -> Graph:
             kernels.append(Kernel(k.id + i * n, k.name, k.kind, k.flops, reads, writes,
                                   k.source_module, k.source_node))
     for b, size in g.buffer_bytes.items():
-        if b in g.producer:
+        if own(b):
             for i in range(layers):
                 sizes[rename(b, i)] = size
         elif b in g.carry:
@@ -167,7 +171,12 @@ def unroll(g: Graph, layers: int) -> Graph:
                 readers.setdefault(b, []).append(k.id)
         for b in k.writes:
             producer[b] = k.id
-    carry_first = {rename(b, 0): rename(o, layers - 1) for b, o in g.carry.items()}
+    carry = {rename(b, 0): rename(o, layers - 1) for b, o in g.carry.items()
+             if b not in g.state}
+    carry |= {rename(b, i): rename(g.carry[b], i) for b in g.state for i in range(layers)}
+    state = frozenset(rename(b, i) for b in g.state for i in range(layers))
+    inputs = tuple(c for b in g.inputs for c in (
+        [rename(b, i) for i in range(layers)] if b in g.state
+        else [rename(b, 0)] if b in g.carry else [b]))
     return Graph(tuple(kernels), sizes, producer, {b: tuple(r) for b, r in readers.items()},
-                 tuple(rename(b, 0) if b in g.carry else b for b in g.inputs),
-                 tuple(rename(o, layers - 1) for o in g.outputs), carry_first)
+                 inputs, tuple(rename(o, layers - 1) for o in g.outputs), carry, state)
