@@ -233,16 +233,18 @@ def markdown(rows, serving, solve, checks, w) -> str:
     lines = ["# bench/gpus.py", "", f"Overrides: {' '.join(EXTRA) or 'none'}.", "",
              "## Fig. 2 view and planned throughput per model and pair",
              "", "| pair | model | policy | throughput | unit | x best single | x RD | x AF | "
-             "kernels faster on 2nd (count / time) | solve s |",
-             "|---|---|---|---:|---|---:|---:|---:|---|---:|"]
+             "x PP | kernels faster on 2nd (count / time) | solve s |",
+             "|---|---|---|---:|---|---:|---:|---:|---:|---|---:|"]
     for r in rows:
         base, pl = r["baselines"], r["planned"]["throughput"]
         single = max(v["throughput"] for k, v in base.items() if k.endswith(" alone"))
         af = base.get("AF disaggregation")
         x_af = f"{pl / af['throughput']:.2f}" if af else "n/a"
+        pp = base.get("layer pipeline")
+        x_pp = f"{pl / pp['throughput']:.2f}" if pp else "n/a"
         lines.append(f"| {r['pair']} | {r['model']} | {r['policy']} | {pl:.4g} | {r['unit']} | "
                      f"{pl / single:.2f} | {pl / base['request distribution']['throughput']:.2f}"
-                     f" | {x_af} | "
+                     f" | {x_af} | {x_pp} | "
                      f"{r['fig2_count']:.0%} / {r['fig2_time']:.0%} | {r['solve_s']:.3g} |")
     if not serving:
         return "\n".join(lines) + "\n"

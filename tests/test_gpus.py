@@ -310,6 +310,37 @@ def test_unrolled_layers_keep_their_own_state(tmp_path) -> None:
             pytest.approx(3 * cost.cycle_time(g, where, times, LINK, 2, 1.0))
 
 
+def test_layer_pipeline_splits_whole_layers() -> None:
+    """The layer-pipeline baseline: with a free link its cycle is the busier device's share
+    of whole layers (the best split, computed by hand here); with a real one each boundary's
+    carried buffer costs both devices; it never beats request distribution; one layer or
+    three devices have none."""
+    from pimbuild.gpus import simulate
+
+    rng = random.Random(3)
+    g = random_graph(rng, 5, carried=True)
+    times = [[rng.uniform(1e-5, 1e-4), 0.0] for _ in range(5)]
+    for row in times:
+        row[1] = 2.5 * row[0]  # the second device 2.5x slower on every kernel
+    t0, t1 = sum(r[0] for r in times), sum(r[1] for r in times)
+    devices = [type("D", (), {"key": k, "price_per_hour": 1.0})() for k in ("fast", "slow")]
+    unit = simulate.Unit(7, 1, "tokens", 1)
+    free = PlanContext(g, times, Link(1e12, 0.0), 2, 1.0)
+    pp = simulate.layer_pipeline(free, devices, unit, 2.0)
+    by_hand = min(max(m * t0, (7 - m) * t1) for m in range(1, 7))  # 5 layers fast, 2 slow
+    assert pp["cycle_s"] * 7 == pytest.approx(by_hand)
+    assert pp["layers_on"] == {"fast": 5, "slow": 2}
+    assert pp["throughput"] == pytest.approx(1 / by_hand)
+    real = simulate.layer_pipeline(PlanContext(g, times, LINK, 2, 1.0), devices, unit, 2.0)
+    hop = LINK.seconds(g.buffer_bytes["in"])  # the hidden state over the split, and back
+    assert real["cycle_s"] * 7 == pytest.approx(max(5 * t0, 2 * t1) + 2 * hop)
+    base = simulate.baselines(PlanContext(g, times, LINK, 2, 1.0), devices, unit)
+    assert base["layer pipeline"]["throughput"] <= base["request distribution"]["throughput"]
+    assert simulate.layer_pipeline(free, devices, simulate.Unit(1, 1, "tokens", 1), 2.0) is None
+    three = PlanContext(g, [r + [r[0]] for r in times], LINK, 3, 1.0)
+    assert simulate.layer_pipeline(three, devices + devices[:1], unit, 3.0) is None
+
+
 def test_node_times_and_their_split_over_kernels(tmp_path) -> None:
     """The cuda backend's pieces that do not need a GPU: timing the exported graph's nodes
     (here on the CPU) and charging them to kernels."""

@@ -129,6 +129,35 @@ def af_split(ctx: Any) -> list[int] | None:
     return [0 if a else 1 for a in attn]
 
 
+def layer_pipeline(ctx: Any, devices: list[Any], unit: Unit, price: float
+                   ) -> dict[str, Any] | None:
+    """Pipeline parallelism over the model's identical layers: the first ``m`` layers whole
+    on one device, the rest on the other (the best ``m`` and order; each layer's weights on
+    one device only), evaluated on the unrolled model in the same cost model. Its cycle time
+    and bytes moved are per layer (the model's over ``layers``), as the planned placement's
+    are; its latency is the whole forward's and ``on_device`` counts the model's kernels.
+    None for one layer or other than two devices."""
+    from pimbuild.gpus import ddg
+
+    layers, n = unit.layers, len(ctx.graph.kernels)
+    if layers < 2 or ctx.n_dev != 2:
+        return None
+    whole = type(ctx)(ddg.unroll(ctx.graph, layers), ctx.times * layers, ctx.link, 2,
+                      ctx.comm_on_device)
+    once = Unit(1, unit.tokens, unit.name, unit.forwards_per_request)
+    best = None
+    for first in (0, 1):
+        for m in range(1, layers):  # both devices used; each alone is its own baseline
+            r = evaluate(whole, [first] * (m * n) + [1 - first] * ((layers - m) * n), once,
+                         price)
+            if best is None or r["throughput"] > best["throughput"]:
+                best = r | {"layers_on": {devices[first].key: m,
+                                          devices[1 - first].key: layers - m}}
+    best["cycle_s"] /= layers
+    best["transfer_bytes"] /= layers
+    return best
+
+
 def baselines(ctx: Any, devices: list[Any], unit: Unit) -> dict[str, Any]:
     n = len(ctx.graph.kernels)
     out: dict[str, Any] = {}
@@ -147,6 +176,9 @@ def baselines(ctx: Any, devices: list[Any], unit: Unit) -> dict[str, Any]:
             attention_on = devices[p[split.index(0)]].key
             ways.append(evaluate(ctx, p, unit, total) | {"attention_on": attention_on})
         out["AF disaggregation"] = max(ways, key=lambda r: r["throughput"])
+    pipeline = layer_pipeline(ctx, devices, unit, total)
+    if pipeline is not None:
+        out["layer pipeline"] = pipeline
     return out
 
 
