@@ -1,7 +1,8 @@
 """Benchmark of the tool itself on the LLaMA-7B / GPT-J-6B decode layers (not a test).
 
     .venv/bin/python bench/llm.py [--json outputs/bench/llm.json]
-    .venv/bin/python bench/llm.py --forward-only --blocks 1,8,16   # lowered / eager only
+    .venv/bin/python bench/llm.py --forward-only --blocks 1,8,16   # lowered / eager only,
+                                                                   # and calibrate's pick
 
 Runs the real command line in fresh temporary stores and reports: per-stage wall time and
 peak memory of a cold ``llama7b`` build; a no-op rebuild (median of 3); rebuilds after
@@ -167,6 +168,21 @@ def main() -> None:
     console.print(f"wrote {args.json}")
 
 
+def calibrate_search() -> dict:
+    """The register-blocking factor calibrate's search picks on this host, with the default
+    candidates and calibration size."""
+    from hydra import compose, initialize_config_module
+
+    from pimbuild import calibrate
+    from pimbuild.cli import CONFIG_MODULE
+
+    with initialize_config_module(config_module=CONFIG_MODULE, version_base="1.3"):
+        cfg = compose("config")
+    with tempfile.TemporaryDirectory() as tmp:
+        return calibrate.search_register_block(tuple(cfg.lowering.register_block_candidates),
+                                               cfg.platform.calibration_mib, Path(tmp))
+
+
 def forward_only(args: argparse.Namespace) -> None:
     """Lowered / eager on one thread for both layers at each register-blocking factor, and
     the CPU it ran on."""
@@ -174,6 +190,7 @@ def forward_only(args: argparse.Namespace) -> None:
                 .splitlines() if line.startswith("model name")), "unknown")
     rows = [forward_ratio(model, None, block=int(b))
             for b in args.blocks.split(",") for model in ("llama7b", "gptj6b")]
+    search = calibrate_search()
     table = Table(title=f"lowered / eager forward, one thread ({cpu})")
     for col in ("model", "register block", "lowered ms", "eager ms", "ratio"):
         table.add_column(col, justify="right")
@@ -181,8 +198,11 @@ def forward_only(args: argparse.Namespace) -> None:
         table.add_row(r["model"], str(r["register_block"]), f"{r['lowered_ms']:.1f}",
                       f"{r['eager_ms']:.1f}", f"{r['ratio']:.2f}")
     console.print(table)
+    best = ", ".join(f"{b}: {t * 1e3:.2f}" for b, t in search["best_s"].items())
+    console.print(f"calibrate's search on this host chose {search['value']} (best ms: {best})")
     args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps({"cpu": cpu, "forward": rows}, indent=2) + "\n")
+    args.json.write_text(json.dumps({"cpu": cpu, "forward": rows, "search": search}, indent=2)
+                         + "\n")
     console.print(f"wrote {args.json}")
 
 
