@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 import json
 import random
+from pathlib import Path
 
 import pytest
 
@@ -14,6 +15,7 @@ from pimbuild.gpus import cost, ddg, roofline
 from pimbuild.gpus.cost import Link
 from pimbuild.gpus.ddg import Graph, Kernel
 from pimbuild.gpus.planners import PlanContext, place
+from pimbuild.runtime import compiler
 from pimbuild.targets.gpus import GpuTarget
 from tests.conftest import REPO, artifact_dir, make_cfg
 
@@ -162,6 +164,7 @@ def test_pipeline_end_to_end(run_build) -> None:
     placement = json.loads((artifact_dir(result, "decide") / "placement.json").read_text())
     assert len(placement["place"]) == len(data["kernels"]) == report["kernels"]
     assert report["check"]["max_rel_error"] <= report["check"]["rtol"]
+    assert report["check"]["program"] == "partition.o linked by each worker"
     again = run_build([*GPUS, "model=mlp", "policy=latency"])
     assert set(again.executed) <= {"decide", "reinsert", "simulate"}
     assert "lower" not in again.executed and "profile" not in again.executed
@@ -201,12 +204,15 @@ def _partitioned(run_build, tmp_path, model: str):
     cfg = make_cfg(tmp_path / "s", [*GPUS, f"model={model}"])
     args, expected = frontend.materialize(model_params(cfg), signature)
 
-    def run(place, moves):
+    def run(place, moves, compiled: Path | None = None):
+        """The max relative error of the partitioned run: each worker compiles the LLVM
+        dialect, or (``compiled``) links that object file."""
         graph = ddg.build(data, layers=0)
         got = workers.run(out / "partition_llvm.mlir", specs, place, moves,
                           workers.buffer_table(specs, signature),
                           {f"arg{i}": a for i, a in enumerate(args)}, set(graph.inputs),
-                          data["outputs"], 2)
+                          data["outputs"], 2,
+                          compiled=(compiled, compiler()) if compiled else None)
         return reinsert.check(got, expected, signature)["max_rel_error"]
     return data, run
 
@@ -224,6 +230,20 @@ def test_partitioned_program_runs_on_two_processes_and_a_dropped_edge_fails(
     assert run(place, moves) <= RTOL
     for dropped in (0, len(moves) // 2):
         assert run(place, moves[:dropped] + moves[dropped + 1:]) > RTOL
+    # The object file reinsert compiles once for every worker to link, the same kernels.
+    partition = tmp_path / "partition"
+    assert run(place, moves, partition / "partition.o") <= RTOL
+    assert run(place, moves[1:], partition / "partition.o") > RTOL
+
+
+def test_workers_compile_where_the_object_cannot_be_linked(tmp_path) -> None:
+    from pimbuild.gpus import reinsert
+
+    bad = tmp_path / "partition.o"
+    bad.write_text("not an object file\n")
+    compiled, program = reinsert.linkable(bad)
+    assert compiled is None
+    assert program.startswith("partition_llvm.mlir compiled by each worker (OSError: ")
 
 
 @pytest.fixture

@@ -1,7 +1,8 @@
 """Stage ``reinsert`` of the GPU target: the partitioned program, run for real and checked.
 
-Every kernel becomes a function (``pimbuild.gpus.partition``: ``partition.mlir``, compiled to
-``partition_llvm.mlir``); ``pimbuild.gpus.workers`` runs one process per device, each
+Every kernel becomes a function (``pimbuild.gpus.partition``: ``partition.mlir``, lowered to
+``partition_llvm.mlir`` and compiled once to ``partition.o``, which every worker links and
+loads); ``pimbuild.gpus.workers`` runs one process per device, each
 executing the kernels decide placed on it and exchanging exactly the transfers of the
 dependency graph (one forward: inputs enter at home, results return there). The stage fails
 unless the results match PyTorch eager within ``pimbuild.check.tolerance``. Writes
@@ -24,7 +25,8 @@ from pimbuild.stage import Inputs
 
 NAME = "reinsert"
 READS = ("lower", "extract", "decide")
-WRITES = ("partition.mlir", "partition_llvm.mlir", "partition.json", "reinsert.json")
+WRITES = ("partition.mlir", "partition_llvm.mlir", "partition.o", "partition.json",
+          "reinsert.json")
 
 
 @dataclass(frozen=True)
@@ -48,7 +50,23 @@ def compile_partition(lower: Path, out: Path, failure_dir: Path) -> list[dict]:
     mlir.run_pipeline(module, to_scf, stage=NAME, failure_dir=failure_dir)
     jit.to_llvm(module, 1, stage=NAME, failure_dir=failure_dir)
     mlir.write_ir(module, out / "partition_llvm.mlir")
+    jit.write_object(module, {}, out / "partition.o")  # compiled once, for every worker
     return specs
+
+
+def linkable(obj: Path) -> tuple[tuple[Path, str] | None, str]:
+    """What the workers load and how that reads in ``reinsert.json``: ``obj`` linked by the
+    system C compiler (tried here first), or, where the link or load is refused, the LLVM
+    dialect compiled by each worker."""
+    from pimbuild import jit
+    from pimbuild.frontend import first_line
+    from pimbuild.runtime import compiler
+
+    try:
+        jit.load_object(obj, [], compiler())
+    except (OSError, StageError) as e:
+        return None, f"partition_llvm.mlir compiled by each worker ({first_line(e)})"
+    return (obj, compiler()), "partition.o linked by each worker"
 
 
 def check(results, expected, signature: dict) -> dict:
@@ -80,11 +98,12 @@ def run(inputs: Inputs, p: Params, out: Path) -> None:
         {"devices": placement["devices"], "place": place, "kernels": specs,
          "transfers": [{"buffer": b, "from": s, "to": d, "bytes": n} for b, s, d, n in moves]},
         indent=2) + "\n")
+    compiled, program = linkable(out / "partition.o")
     results = workers.run(out / "partition_llvm.mlir", specs, place, moves, buffers, named,
-                          set(graph.inputs), list(data["outputs"]), n_dev)
+                          set(graph.inputs), list(data["outputs"]), n_dev, compiled)
     result = check(results, expected, signature) | {
         "transfers": len(moves), "transfer_bytes": sum(m[3] for m in moves),
-        "processes": n_dev}
+        "processes": n_dev, "program": program}
     (out / "reinsert.json").write_text(json.dumps(result, indent=2) + "\n")
     if result["max_rel_error"] > result["rtol"]:
         raise StageError(NAME, f"the partitioned program differs from PyTorch eager: max "

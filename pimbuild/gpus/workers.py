@@ -31,7 +31,18 @@ def _bytes_view(a: np.ndarray):
     return torch.from_numpy(a.reshape(-1).view(np.uint8))
 
 
-def _worker(rank: int, world: int, init_file: str, llvm_path: str, specs: list[dict],
+def _load(llvm_path: str, compiled: tuple[str, str] | None):
+    """The kernels: the object file the parent compiled (``compiled``: its path and the C
+    compiler that links it), else ``llvm_path`` compiled here."""
+    from pimbuild import jit
+
+    if compiled is not None:
+        return jit.load_object(Path(compiled[0]), [], compiled[1])
+    return jit.load_llvm(Path(llvm_path), {})
+
+
+def _worker(rank: int, world: int, init_file: str, llvm_path: str,
+            compiled: tuple[str, str] | None, specs: list[dict],
             place: list[int], transfers: list[tuple[str, int, int, int]],
             buffers: dict[str, tuple[list[int], str]], args: dict[str, np.ndarray],
             inputs: set[str], outputs: list[str], result_path: str) -> None:
@@ -43,7 +54,7 @@ def _worker(rank: int, world: int, init_file: str, llvm_path: str, specs: list[d
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank,
                             world_size=world, timeout=TIMEOUT)
-    engine = jit.load_llvm(Path(llvm_path), {})
+    engine = _load(llvm_path, compiled)
     table = {b: np.zeros(shape, dtype=jit.NP_DTYPES[dtype])
              for b, (shape, dtype) in buffers.items()}
     table.update({b: a for b, a in args.items() if b not in inputs or rank == HOME})
@@ -87,8 +98,10 @@ def _worker(rank: int, world: int, init_file: str, llvm_path: str, specs: list[d
 def run(llvm_path: Path, specs: list[dict], place: list[int],
         transfers: list[tuple[str, int, int, int]], buffers: dict[str, tuple[list[int], str]],
         args: dict[str, np.ndarray], inputs: set[str], outputs: list[str],
-        n_dev: int) -> list[np.ndarray]:
-    """The forward's results as the home worker holds them after the distributed run."""
+        n_dev: int, compiled: tuple[Path, str] | None = None) -> list[np.ndarray]:
+    """The forward's results as the home worker holds them after the distributed run.
+    ``compiled``: the kernels' object file and the C compiler that links it, so that no
+    worker compiles ``llvm_path`` again."""
     import torch.multiprocessing as mp
 
     from pimbuild.errors import StageError
@@ -97,9 +110,10 @@ def run(llvm_path: Path, specs: list[dict], place: list[int],
         init_file = os.path.join(tmp, "rendezvous")
         result_path = os.path.join(tmp, "outputs.npz")
         try:
-            mp.start_processes(_worker, args=(n_dev, init_file, str(llvm_path), specs, place,
-                                              transfers, buffers, args, inputs, outputs,
-                                              result_path),
+            shared = (str(compiled[0]), compiled[1]) if compiled else None
+            mp.start_processes(_worker, args=(n_dev, init_file, str(llvm_path), shared, specs,
+                                              place, transfers, buffers, args, inputs,
+                                              outputs, result_path),
                                nprocs=n_dev, join=True, start_method="fork")
         except Exception as e:  # a worker raised or died: one line, the worker's own words
             lines = [ln for ln in str(e).strip().splitlines() if ln.strip()]
