@@ -404,6 +404,10 @@ def markdown(r: dict[str, Any], placement: dict[str, Any]) -> str:
              f"| placement | {r['unit']} | Perf/$ ({r['unit']} per $/h) | cycle us | latency ms "
              f"| {r['unit']}, transfers overlapped |", "|---|---:|---:|---:|---:|---:|"]
     for name, v in rows:
+        if "attention_on" in v:
+            name += f" (attention on {v['attention_on']})"
+        if "layers_on" in v:
+            name += " (" + " + ".join(f"{n} layers on {k}" for k, n in v["layers_on"].items()) + ")"
         cyc = f"{v['cycle_s'] * 1e6:.4g}" if "cycle_s" in v else ""
         lat = f"{v['latency_s'] * 1e3:.4g}" if "latency_s" in v else ""
         ovl = f"{v['throughput_overlapped']:.4g}" if "throughput_overlapped" in v else ""
