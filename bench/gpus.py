@@ -207,25 +207,32 @@ def plots(rows: list[dict], serving: list[dict], out: Path) -> None:
 
 
 def pair_policy_plot(rows: list[dict], out: Path, plt, save_figure) -> None:
-    """Planned throughput per model, pair and policy, over the pair's best single device."""
+    """Planned throughput per model, pair and policy, over the pair's best single device;
+    the layer pipeline's as a black tick over each pair's throughput bar."""
     combos = list(dict.fromkeys((r["pair"], r["policy"]) for r in rows))
     models = list(dict.fromkeys(r["model"] for r in rows))
-    fig, ax = plt.subplots(figsize=(11, 3.8))
+    fig, ax = plt.subplots(figsize=(11, 4.6))
     width = 1 / (len(combos) + 1)
     for i, (pair, policy) in enumerate(combos):
-        ys = []
+        ys, pp = [], []
         for m in models:
             r = next((r for r in rows if (r["model"], r["pair"], r["policy"]) ==
                       (m, pair, policy)), None)
             single = max(v["throughput"] for k, v in r["baselines"].items()
                          if k.endswith(" alone")) if r else 1.0
             ys.append(r["planned"]["throughput"] / single if r else 0.0)
-        ax.bar([j + i * width for j in range(len(models))], ys, width=width,
-               label=f"{pair} {policy}")
+            pipeline = r["baselines"].get("layer pipeline") if r else None
+            pp.append(pipeline["throughput"] / single if pipeline else None)
+        xs = [j + i * width for j in range(len(models))]
+        ax.bar(xs, ys, width=width, label=f"{pair} {policy}")
+        if policy == "throughput":
+            ticks = [(x, y) for x, y in zip(xs, pp, strict=True) if y is not None]
+            ax.scatter([x for x, _ in ticks], [y for _, y in ticks], marker="_", s=120,
+                       color="k", label="layer pipeline" if i == 0 else None)
     ax.axhline(1.0, color="k", lw=0.8)
     ax.set_xticks([j + width * (len(combos) - 1) / 2 for j in range(len(models))], models)
     ax.set_ylabel("throughput / best single device")
-    ax.legend(fontsize=7, ncol=2)
+    ax.legend(fontsize=7, ncol=4, loc="upper center", bbox_to_anchor=(0.5, -0.08))
     save_figure(fig, out / "gpus_pairs.png")
 
 
