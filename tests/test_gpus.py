@@ -165,6 +165,9 @@ def test_pipeline_end_to_end(run_build) -> None:
     assert len(placement["place"]) == len(data["kernels"]) == report["kernels"]
     assert report["check"]["max_rel_error"] <= report["check"]["rtol"]
     assert report["check"]["program"] == "partition.o linked by each worker"
+    behind = [k for k, v in report["speedup_over"].items() if v < 1]
+    noted = [line for line in report["summary"] if "more throughput than the planned" in line]
+    assert len(noted) == (1 if behind else 0) and all(k in noted[0] for k in behind)
     again = run_build([*GPUS, "model=mlp", "policy=latency"])
     assert set(again.executed) <= {"decide", "reinsert", "simulate"}
     assert "lower" not in again.executed and "profile" not in again.executed

@@ -318,6 +318,12 @@ def summary(r: dict[str, Any]) -> list[str]:
              f"partitioned program on {r['check']['processes']} processes matches eager "
              f"(max rel. error {r['check']['max_rel_error']:.2g}, "
              f"{r['check']['transfers']} transfers)"]
+    ahead = {k: v for k, v in r["speedup_over"].items() if v < 1}
+    if ahead:
+        lines.append("[yellow]note[/]: in this cost model " + ", ".join(
+            f"{k} ({1 / v:.2f}x)" for k, v in ahead.items())
+            + (" gives" if len(ahead) == 1 else " give") + " more throughput than the "
+            "planned placement")
     served = r.get("serving", {})
     if "rows" in served:
         over = ", ".join(f"{k} {v:.2f}x" for k, v in served["speedup_over"].items())
