@@ -304,6 +304,16 @@ def serving_columns(served: dict[str, Any]) -> dict[str, str]:
             "max rate /s": f"{sim['max_rate']['planned']['max_rate_per_s']:.3g}"}
 
 
+def ahead_note(speedup_over: dict[str, float], planned: str) -> list[str]:
+    """A line naming the baselines that beat ``planned`` (speedup below 1), if any."""
+    ahead = {k: v for k, v in speedup_over.items() if v < 1}
+    if not ahead:
+        return []
+    return ["[yellow]note[/]: in this cost model " + ", ".join(
+        f"{k} ({1 / v:.2f}x)" for k, v in ahead.items())
+        + (" gives" if len(ahead) == 1 else " give") + f" more throughput than {planned}"]
+
+
 def summary(r: dict[str, Any]) -> list[str]:
     pl, f2 = r["planned"], r["fig2"]
     over = ", ".join(f"{k} {v:.2f}x" for k, v in r["speedup_over"].items())
@@ -318,18 +328,14 @@ def summary(r: dict[str, Any]) -> list[str]:
              f"partitioned program on {r['check']['processes']} processes matches eager "
              f"(max rel. error {r['check']['max_rel_error']:.2g}, "
              f"{r['check']['transfers']} transfers)"]
-    ahead = {k: v for k, v in r["speedup_over"].items() if v < 1}
-    if ahead:
-        lines.append("[yellow]note[/]: in this cost model " + ", ".join(
-            f"{k} ({1 / v:.2f}x)" for k, v in ahead.items())
-            + (" gives" if len(ahead) == 1 else " give") + " more throughput than the "
-            "planned placement")
+    lines += ahead_note(r["speedup_over"], "the planned placement")
     served = r.get("serving", {})
     if "rows" in served:
         over = ", ".join(f"{k} {v:.2f}x" for k, v in served["speedup_over"].items())
         lines.append(f"serving prefill + {served['output_len']} output tokens in batches of "
                      f"{served['batch']}: {served['rows']['planned']['tokens_per_s']:.4g} "
                      f"tokens/s; speedup over: {over}")
+        lines += ahead_note(served["speedup_over"], "the planned placements when serving")
         sim = served.get("simulated")
         if sim:
             pl = sim["systems"]["planned"]
