@@ -23,7 +23,8 @@ Intel Xeon VM (480 MB L3): a 64 MB 4096 x 4096 matrix-vector product, the kernel
 used before, fits the cache and put factors 4-16 within 0.5% (it chose 16); one of 512 MiB
 with rows of 4096 put 2, 4 and 8 within 0.4% (it chose 2), while rows of 11008 stream
 12-13% slower at 2 than at 8. The LLaMA-7B layer ran at 1.07x eager's time with 2, 1.04x
-with 16 and 1.01x with 8; this MLP ranked 8 first, 16 3% and 2 10% behind it."""
+with 16 and 1.01x with 8; in four runs this MLP ranked 8 first, 4 within 0.2-1.4%, 16 2-4%
+and 2 4-10% behind it."""
 
 from __future__ import annotations
 
