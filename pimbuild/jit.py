@@ -135,6 +135,20 @@ def load_object(object_path: Path, libraries: list[Path], cc: str) -> SharedObje
         return SharedObject(ctypes.CDLL(str(so)))
 
 
+def try_load_object(object_path: Path, libraries: list[Path]
+                    ) -> tuple[SharedObject | None, str]:
+    """``load_object`` with the system C compiler, or None and why (one line) where there is
+    no compiler or the link or the load is refused: the caller then compiles the LLVM
+    dialect instead."""
+    from pimbuild.frontend import first_line
+    from pimbuild.runtime import compiler
+
+    try:
+        return load_object(object_path, libraries, compiler()), ""
+    except (OSError, StageError) as e:
+        return None, first_line(e)
+
+
 def output_buffers(outputs: list[dict]) -> list[np.ndarray]:
     """Zeroed output buffers for ``invoke``, every page already touched."""
     buffers = [np.empty(o["shape"], dtype=NP_DTYPES[o["dtype"]]) for o in outputs]

@@ -26,7 +26,7 @@ from omegaconf import DictConfig
 
 from pimbuild.config import plain
 from pimbuild.counters import BACKENDS, CounterRun
-from pimbuild.errors import ConfigError, StageError
+from pimbuild.errors import ConfigError
 from pimbuild.instrument import FORWARD_REGION
 from pimbuild.lower import ModelParams, model_params
 from pimbuild.stage import Inputs
@@ -142,16 +142,12 @@ def load_program(program: Program, markers) -> tuple[Any, str]:
     instrument compiled, linked into a shared library against ``markers``' runtime; or, where
     the host's linker or loader refuses that, ``llvm.mlir`` compiled again."""
     from pimbuild import jit
-    from pimbuild.frontend import first_line
     from pimbuild.instrument import ENTER, EXIT
-    from pimbuild.runtime import compiler
 
-    try:
-        return (jit.load_object(program.object_path, [markers.path], compiler()),
-                "forward.o linked as a shared library")
-    except (OSError, StageError) as e:
-        why = first_line(e)
-        log.warning("could not load forward.o (%s); compiling llvm.mlir again", why)
+    linked, why = jit.try_load_object(program.object_path, [markers.path])
+    if linked is not None:
+        return linked, "forward.o linked as a shared library"
+    log.warning("could not load forward.o (%s); compiling llvm.mlir again", why)
     engine = jit.load_llvm(program.llvm_path, markers.symbols([ENTER, EXIT]))
     engine.lookup(program.signature["function"])  # LLVM generates the code here
     return engine, f"llvm.mlir compiled again ({why})"

@@ -63,9 +63,11 @@ def footprint_counts(candidates: list[dict], capacity: int, line: int, warm: boo
     counts = {}
     for _ in range(2 if warm else 1):
         for c in candidates:
-            read, written = cache.nest(extents(c), c["writes"], line,
-                                       c.get("outer_invariant_reads", []))
-            counts[c["id"]] = {N_RD: read + rereads(c, capacity, line), WRITE_MISSES: written}
+            read = extents(c)
+            missed, written = cache.nest(read, c["writes"], line,
+                                         c.get("outer_invariant_reads", []))
+            counts[c["id"]] = {N_RD: missed + rereads(c, read, capacity, line),
+                               WRITE_MISSES: written}
     return counts
 
 
@@ -75,16 +77,16 @@ def extents(c: dict) -> dict[str, int]:
     return c.get("read_extents", c["reads"])
 
 
-def rereads(c: dict, capacity: int, line: int) -> int:
+def rereads(c: dict, read: dict[str, int], capacity: int, line: int) -> int:
     """Lines a nest reads again inside itself: the buffers its outermost parallel loop does
     not address (extract's ``outer_invariant_reads``) are read once per iteration of that
     loop, and come from memory again each time when one iteration's data does not fit in
-    the cache (a GEMM of several rows whose weight is larger than the cache)."""
+    the cache (a GEMM of several rows whose weight is larger than the cache). ``read``: the
+    bytes it reads of each buffer (``extents``)."""
     invariant = c.get("outer_invariant_reads", [])
     rows = next((trips for trips in c.get("parallel_dims", []) if trips > 1), 1)
     if rows == 1 or not invariant:
         return 0
-    read = extents(c)
     fixed = sum(read[b] for b in invariant)
     varying = sum(size for b, size in {**read, **c["writes"]}.items() if b not in invariant)
     if fixed + varying / rows <= capacity:

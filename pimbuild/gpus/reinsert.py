@@ -59,13 +59,11 @@ def linkable(obj: Path) -> tuple[tuple[Path, str] | None, str]:
     system C compiler (tried here first), or, where the link or load is refused, the LLVM
     dialect compiled by each worker."""
     from pimbuild import jit
-    from pimbuild.frontend import first_line
     from pimbuild.runtime import compiler
 
-    try:
-        jit.load_object(obj, [], compiler())
-    except (OSError, StageError) as e:
-        return None, f"partition_llvm.mlir compiled by each worker ({first_line(e)})"
+    linked, why = jit.try_load_object(obj, [])
+    if linked is None:
+        return None, f"partition_llvm.mlir compiled by each worker ({why})"
     return (obj, compiler()), "partition.o linked by each worker"
 
 
