@@ -131,6 +131,7 @@ class GpusConfig:
     time_limit_s: float = MISSING  # a planner's MILP stops after this long
     mip_gap: float = MISSING  # 0: proven optimal placements; else a relative gap to accept
     on_time_limit: str = MISSING  # error | best: fail, or keep the best placement and its gap
+    period: int = MISSING  # layers planned jointly; the placement repeats every period layers
 
 
 @dataclass

@@ -300,16 +300,42 @@ def test_the_same_device_twice_gets_two_labels(tmp_path) -> None:
     assert [d.key for d in t.devices] == ["a100#1", "a100#2", "l40s"]
 
 
-def test_identical_layers_unrolled_cost_what_one_layer_costs_each(tmp_path) -> None:
-    """A placement repeated over unrolled layers costs layers x one layer's cycle time."""
+@pytest.mark.parametrize("carried", [True, False])
+def test_identical_layers_unrolled_cost_what_one_layer_costs_each(carried: bool) -> None:
+    """A placement repeated over unrolled layers costs layers x one layer's cycle time; a
+    layer's result that is not carried (a prefill's KV cache) travels home from every copy,
+    and an input every layer reads from home (not carried) is sent once to each device."""
     rng = random.Random(7)
-    g = random_graph(rng, 6, carried=True)
+    g = random_graph(rng, 6, carried=carried)
     times = [[rng.uniform(1e-5, 1e-4) for _ in range(2)] for _ in range(6)]
-    place_one = [rng.randrange(2) for _ in range(6)]
-    one = cost.cycle_time(g, place_one, times, LINK, 2, 1.0)
     three = ddg.unroll(g, 3)
-    assert cost.cycle_time(three, place_one * 3, times * 3, LINK, 2, 1.0) == \
-        pytest.approx(3 * one)
+    for place_one in ([rng.randrange(2) for _ in range(6)], [1] * 6):
+        one = cost.loads(g, place_one, times, LINK, 2, 1.0)
+        loads = cost.loads(three, place_one * 3, times * 3, LINK, 2, 1.0)
+        shared = 0.0 if carried else 2 * LINK.seconds(g.buffer_bytes["in"])  # sent once
+        assert loads["busy"][1] == pytest.approx(3 * one["busy"][1] - shared)
+    assert three.outputs == (() if carried else ("L0:k5", "L1:k5", "L2:k5"))
+
+
+def test_a_period_of_layers_contains_the_layer_pipeline() -> None:
+    """Planned over the model's layers (``gpus.period`` = layers), the throughput MILP's
+    cycle per layer is at most the layer pipeline's and one layer's placement reused: both
+    are placements of the unrolled graph. With the second device 2.5x slower on every kernel
+    one layer's placement has only load balance to trade against transfers; whole layers
+    balance it cheaply, and the period finds that."""
+    from pimbuild.gpus import simulate
+
+    rng = random.Random(3)
+    g = random_graph(rng, 5, carried=True)
+    times = [[t, 2.5 * t] for t in (rng.uniform(1e-5, 1e-4) for _ in range(5))]
+    devices = [type("D", (), {"key": k, "price_per_hour": 1.0})() for k in ("fast", "slow")]
+    one = PlanContext(g, times, LINK, 2, 1.0)
+    pipeline = simulate.layer_pipeline(one, devices, simulate.Unit(7, 1, "tokens", 1), 2.0)
+    whole = place("throughput", PlanContext(ddg.unroll(g, 7), times * 7, LINK, 2, 1.0))
+    reused = place("throughput", one)
+    assert whole.objective / 7 <= pipeline["cycle_s"] * (1 + 1e-9)
+    assert whole.objective / 7 <= reused.objective * (1 + 1e-9)
+    assert whole.objective / 7 < reused.objective * 0.99  # strictly better here
 
 
 def test_unrolled_layers_keep_their_own_state(tmp_path) -> None:
@@ -481,6 +507,47 @@ def test_a_model_with_a_prefill_phase_is_served_with_pd(run_build) -> None:
     again = run_build([*GPUS, *TINY_LLAMA3, "serve.requests=30", "serve.rate=2000",
                        "serve.output_len=64"])
     assert again.executed == ["simulate"]
+
+
+def test_a_period_of_layers_is_placed_checked_and_served(run_build) -> None:
+    """gpus.period=2 on a 2-layer model: decide places both layers as one graph, reinsert
+    checks every distinct layer placement against eager, and the simulation (cost model and
+    serving, whose KV caches map layer by layer) is at least one layer's placement reused:
+    that placement is among the period's."""
+    over = [*GPUS, *TINY_LLAMA3, "serve.requests=30", "serve.rate=2000"]
+    once = run_build(over)
+    twice = run_build([*over, "gpus.period=2"])
+    n = len(json.loads((artifact_dir(twice, "extract") / "kernels.json").read_text())[
+        "kernels"])
+    placement = json.loads((artifact_dir(twice, "decide") / "placement.json").read_text())
+    assert placement["period"] == 2 and len(placement["place"]) == 2 * n
+    assert [k["layer"] for k in placement["kernels"]] == [0] * n + [1] * n
+    check = json.loads((artifact_dir(twice, "reinsert") / "reinsert.json").read_text())
+    distinct = {tuple(placement["place"][:n]), tuple(placement["place"][n:])}
+    assert check["placements"] == len(distinct) and check["max_rel_error"] <= check["rtol"]
+    r1, r2 = (json.loads((artifact_dir(r, "simulate") / "report.json").read_text())
+              for r in (once, twice))
+    assert r2["period"] == 2 and r2["kernels"] == r1["kernels"] == n
+    assert r2["baselines"] == r1["baselines"]  # the baselines place one layer
+    tight = 1 - 1e-9
+    assert r2["planned"]["throughput"] >= r1["planned"]["throughput"] * tight
+    assert r2["planned"]["throughput"] >= r2["baselines"]["layer pipeline"]["throughput"] * tight
+    s1, s2 = r1["serving"], r2["serving"]
+    assert s2["rows"]["planned"]["tokens_per_s"] >= s1["rows"]["planned"]["tokens_per_s"] * tight
+    pd = [s["rows"]["PD disaggregation"] for s in (s1, s2)]
+    assert pd[1]["kv_bytes_per_request"] == pd[0]["kv_bytes_per_request"]
+    assert pd[1]["tokens_per_s"] == pytest.approx(pd[0]["tokens_per_s"], rel=1e-9)
+    assert s2["simulated"]["systems"]["planned"]["prefills"] == 30
+    # In the serving simulation every layer's KV cache moves in PD, one buffer per layer
+    # (a period of one moves both layers' as one: one link latency less). With one layer's
+    # names (no per-layer map) the simulation fails on a buffer the period's graph lacks.
+    pd1, pd2 = (s["simulated"]["systems"]["PD (prefill on a100)"] for s in (s1, s2))
+    assert pd2["tokens_per_s"] == pytest.approx(pd1["tokens_per_s"], rel=0.01)
+    with pytest.raises(StageError, match=r"gpus.period=3 does not divide the model's 2 "
+                                         r"layer\(s\): choose one of 1, 2"):
+        run_build([*over, "gpus.period=3", "targets=[decide]"])
+    with pytest.raises(ConfigError, match="gpus.period=0"):
+        run_build([*over, "gpus.period=0"])
 
 
 def test_both_targets_build_one_model_in_one_store(run_build) -> None:

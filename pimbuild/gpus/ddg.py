@@ -131,14 +131,18 @@ def transfers(g: Graph, place: list[int]) -> list[tuple[str, int, int, int]]:
     return moved
 
 
-def unroll(g: Graph, layers: int) -> Graph:
-    """``layers`` copies of a one-layer graph in one graph (the model as one DDG, to compare
-    with one layer's): each copy's carried inputs read from the previous copy's results, and
-    each copy's state (``g.state``) from its own result of the previous forward."""
-    n = len(g.kernels)
+def rename(b: str, i: int) -> str:
+    """Copy ``i``'s name of buffer ``b`` in an unrolled graph (``unroll``)."""
+    return f"L{i}:{b}"
 
-    def rename(b: str, i: int) -> str:
-        return f"L{i}:{b}"
+
+def unroll(g: Graph, layers: int) -> Graph:
+    """``layers`` copies of a one-layer graph in one graph (the model, or a period of it, as
+    one DDG): kernel ``k`` of copy ``i`` is ``k + i * len(g.kernels)``; each copy's carried
+    inputs read from the previous copy's results (the first copy's from the last copy's: the
+    next period's layers follow), each copy's state (``g.state``) from its own result of the
+    previous forward, and each copy's results travel home."""
+    n = len(g.kernels)
 
     def own(b: str) -> bool:  # a buffer every copy has its own of
         return b in g.producer or b in g.state
@@ -178,5 +182,7 @@ def unroll(g: Graph, layers: int) -> Graph:
     inputs = tuple(c for b in g.inputs for c in (
         [rename(b, i) for i in range(layers)] if b in g.state
         else [rename(b, 0)] if b in g.carry else [b]))
+    outputs = tuple(dict.fromkeys(rename(o, i) if own(o) else o
+                                  for i in range(layers) for o in g.outputs))
     return Graph(tuple(kernels), sizes, producer, {b: tuple(r) for b, r in readers.items()},
-                 inputs, tuple(rename(o, layers - 1) for o in g.outputs), carry, state)
+                 inputs, outputs, carry, state)

@@ -1,7 +1,9 @@
 """Stage ``decide`` of the GPU target: the placement of every kernel by a planner
-(``policy.name``: ``throughput`` or ``latency``, ``pimbuild.gpus.planners``) over one layer's
-data dependency graph; identical layers reuse it. Writes ``placement.json``: the device of every
-kernel with its times on each device, the objective and the solver's time.
+(``policy.name``: ``throughput`` or ``latency``, ``pimbuild.gpus.planners``) over the data
+dependency graph of ``gpus.period`` of the model's identical layers (one layer by default,
+``ddg.unroll``'s copies otherwise); the model's layers repeat it. Writes ``placement.json``:
+the device of every kernel with its times on each device, the objective and the solver's
+time.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ class Params:
     time_limit_s: float
     mip_gap: float
     on_time_limit: str  # error | best
+    period: int  # layers planned as one graph; the placement repeats every period layers
     profile: profile.Params  # how the stored times were taken (and the target)
 
 
@@ -39,18 +42,45 @@ def params(cfg: DictConfig) -> Params:
     if cfg.gpus.on_time_limit not in ON_TIME_LIMIT:
         raise ConfigError(f"gpus.on_time_limit={cfg.gpus.on_time_limit}: choose one of "
                           f"{', '.join(ON_TIME_LIMIT)}")
+    if cfg.gpus.period < 1:
+        raise ConfigError(f"gpus.period={cfg.gpus.period}: the number of layers planned "
+                          f"jointly is at least 1")
     return Params(policy=cfg.policy.name, time_limit_s=cfg.gpus.time_limit_s,
                   mip_gap=cfg.gpus.mip_gap, on_time_limit=cfg.gpus.on_time_limit,
-                  profile=profile.params(cfg))
+                  period=cfg.gpus.period, profile=profile.params(cfg))
 
 
-def context(inputs: Inputs, p: Params) -> Any:
+def layers(inputs: Inputs) -> int:
+    """The model's identical layers (the recipe's ``layers``)."""
+    return json.loads((inputs["extract"] / "kernels.json").read_text()).get("layers", 1)
+
+
+def layer_context(inputs: Inputs, p: Params) -> Any:
+    """The planner context of one layer (what the baselines place)."""
     from pimbuild.gpus.planners import PlanContext
 
     graph, t = profile.times(inputs, p.profile)
     target = p.profile.target
     return PlanContext(graph, t, target.link, len(target.devices), target.comm_on_device,
                        p.time_limit_s, p.mip_gap, p.on_time_limit == "best")
+
+
+def context(inputs: Inputs, p: Params) -> Any:
+    """The planner context of ``p.period`` layers: one layer's unrolled that many times. A
+    period that does not divide the model's layers is refused."""
+    from dataclasses import replace
+
+    from pimbuild.gpus import ddg
+
+    one = layer_context(inputs, p)
+    if p.period == 1:
+        return one
+    n = layers(inputs)
+    if n % p.period:
+        raise StageError(NAME, f"gpus.period={p.period} does not divide the model's {n} "
+                               f"layer(s): choose one of "
+                               f"{', '.join(str(d) for d in range(1, n + 1) if n % d == 0)}")
+    return replace(one, graph=ddg.unroll(one.graph, p.period), times=one.times * p.period)
 
 
 def run(inputs: Inputs, p: Params, out: Path) -> None:
@@ -65,11 +95,13 @@ def run(inputs: Inputs, p: Params, out: Path) -> None:
                                f"{p.mip_gap}; raise the limit, accept a gap, or keep the best "
                                f"placement found: gpus.on_time_limit=best)") from None
     keys = [d.key for d in p.profile.target.devices]
+    per_layer = len(ctx.graph.kernels) // p.period
     (out / "placement.json").write_text(json.dumps({
         "policy": p.policy, "devices": keys, "objective_s": plan.objective,
-        "solve_s": plan.solve_s, **plan.info,
+        "solve_s": plan.solve_s, **plan.info, "period": p.period,
         "place": plan.place,
-        "kernels": [{"id": k.id, "name": k.name, "kind": k.kind, "device": keys[d],
+        "kernels": [{"id": k.id, "layer": k.id // per_layer, "name": k.name, "kind": k.kind,
+                     "device": keys[d],
                      **{f"t_{key}_s": t for key, t in zip(keys, ctx.times[k.id], strict=True)}}
                     for k, d in zip(ctx.graph.kernels, plan.place, strict=True)],
     }, indent=2) + "\n")

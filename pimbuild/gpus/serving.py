@@ -351,8 +351,10 @@ def union(spans: list[tuple[float, float]]) -> float:
 def kv_map(pre_data: dict[str, Any], dec_data: dict[str, Any]) -> dict[str, str]:
     """Prefill result -> the decode input it becomes (a KV cache): the decode recipe's
     ``state`` says which of its results feeds which input; the prefill returns the same
-    results in the same positions."""
+    results in the same positions. Where the placed graphs are ``period`` layers (the
+    data's ``period``, ``simulate.per_period``), every layer's copy maps to its own."""
     from pimbuild.errors import RecipeError
+    from pimbuild.gpus.ddg import rename
 
     outs, pre_outs = dec_data["outputs"], pre_data["outputs"]
     kv = {}
@@ -363,7 +365,10 @@ def kv_map(pre_data: dict[str, Any], dec_data: dict[str, Any]) -> dict[str, str]
                               f"but the prefill phase returns {len(pre_outs)} result(s): the "
                               f"prefill must return its KV cache in the same positions")
         kv[pre_outs[i]] = cache
-    return kv
+    period = dec_data.get("period", 1)
+    if period == 1:
+        return kv
+    return {rename(out, i): rename(cache, i) for out, cache in kv.items() for i in range(period)}
 
 
 def without_home_results(g: Graph, kept: set[str]) -> Graph:

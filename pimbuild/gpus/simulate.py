@@ -18,7 +18,7 @@ monitor, the highest rate within the SLO). Writes ``report.json`` and ``report.m
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -94,27 +94,36 @@ class Unit:
     tokens: int
     name: str  # tokens | requests
     forwards_per_request: int
+    period: int = 1  # layers in the placed graph (gpus.period); the model repeats it
+
+    @property
+    def repeats(self) -> int:
+        return self.layers // self.period
 
     @property
     def label(self) -> str:
         return "tokens/s" if self.name == "tokens" else "requests/min"
 
     def rate(self, cycle_s: float) -> float:
+        """Throughput at a cycle time of ``cycle_s`` per layer."""
         per_s = self.tokens / (self.layers * cycle_s)
         return per_s if self.name == "tokens" else 60 * per_s / self.forwards_per_request
 
 
 def evaluate(ctx: Any, place: list[int], unit: Unit, price: float) -> dict[str, Any]:
+    """A placement of ``ctx``'s graph (``unit.period`` layers) in the cost model; its cycle
+    time and bytes moved are per layer, its latency the whole forward's."""
     from pimbuild.gpus import cost, ddg
 
     cycle = cost.cycle_time(ctx.graph, place, ctx.times, ctx.link, ctx.n_dev,
-                            ctx.comm_on_device)
+                            ctx.comm_on_device) / unit.period
     path = cost.critical_path(ctx.graph, place, ctx.times, ctx.link, ctx.n_dev)
-    moved = sum(size for *_, size in ddg.transfers(ctx.graph, place))
+    moved = sum(size for *_, size in ddg.transfers(ctx.graph, place)) / unit.period
     rate = unit.rate(cycle)
     # The paper's own cost model (its SV-D): transfers fully overlapped with compute.
-    overlapped = cost.cycle_time(ctx.graph, place, ctx.times, ctx.link, ctx.n_dev, 0.0)
-    return {"cycle_s": cycle, "latency_s": unit.layers * path, "throughput": rate,
+    overlapped = cost.cycle_time(ctx.graph, place, ctx.times, ctx.link, ctx.n_dev,
+                                 0.0) / unit.period
+    return {"cycle_s": cycle, "latency_s": unit.repeats * path, "throughput": rate,
             "perf_per_dollar": rate / price, "price_per_hour": price,
             "throughput_overlapped": unit.rate(overlapped),
             "transfer_bytes": moved,
@@ -144,7 +153,7 @@ def layer_pipeline(ctx: Any, devices: list[Any], unit: Unit, price: float
         return None
     whole = type(ctx)(ddg.unroll(ctx.graph, layers), ctx.times * layers, ctx.link, 2,
                       ctx.comm_on_device)
-    once = Unit(1, unit.tokens, unit.name, unit.forwards_per_request)
+    once = Unit(layers, unit.tokens, unit.name, unit.forwards_per_request, period=layers)
     best = None
     for first in (0, 1):
         for m in range(1, layers):  # both devices used; each alone is its own baseline
@@ -153,8 +162,6 @@ def layer_pipeline(ctx: Any, devices: list[Any], unit: Unit, price: float
             if best is None or r["throughput"] > best["throughput"]:
                 best = r | {"layers_on": {devices[first].key: m,
                                           devices[1 - first].key: layers - m}}
-    best["cycle_s"] /= layers
-    best["transfer_bytes"] /= layers
     return best
 
 
@@ -183,7 +190,7 @@ def baselines(ctx: Any, devices: list[Any], unit: Unit) -> dict[str, Any]:
 
 
 def run(inputs: Inputs, p: Params, out: Path) -> None:
-    ctx = decide.context(inputs, p.decide)
+    ctx, one = decide.context(inputs, p.decide), decide.layer_context(inputs, p.decide)
     data = json.loads((inputs["extract"] / "kernels.json").read_text())
     placement = json.loads((inputs["decide"] / "placement.json").read_text())
     profile = json.loads((inputs["profile"] / "profile.json").read_text())
@@ -192,8 +199,8 @@ def run(inputs: Inputs, p: Params, out: Path) -> None:
     unit = Unit(data.get("layers", 1), data.get("tokens", 1), data.get("unit", "tokens"),
                 data.get("forwards_per_request", 1))
     price = sum(d.price_per_hour for d in devices)
-    planned = evaluate(ctx, placement["place"], unit, price)
-    base = baselines(ctx, devices, unit)
+    planned = evaluate(ctx, placement["place"], replace(unit, period=p.decide.period), price)
+    base = baselines(one, devices, unit)
     best_single = max((v for k, v in base.items() if k.endswith(" alone")),
                       key=lambda r: r["throughput"])
     speedups = {k: planned["throughput"] / v["throughput"] for k, v in base.items()}
@@ -201,7 +208,8 @@ def run(inputs: Inputs, p: Params, out: Path) -> None:
     report = {"policy": placement["policy"], "devices": [d.key for d in devices],
               "target": target.describe(), "layers": unit.layers, "tokens": unit.tokens,
               "unit": unit.label, "forwards_per_request": unit.forwards_per_request,
-              "kernels": len(ctx.graph.kernels), "planned": planned,
+              "kernels": len(one.graph.kernels), "period": p.decide.period,
+              "planned": planned,
               "solve_s": placement["solve_s"],
               "solver": {k: placement.get(k) for k in ("solver_status", "gap", "bound_s")},
               "baselines": base, "speedup_over": speedups,
@@ -233,15 +241,17 @@ def serving(inputs: Inputs, p: Params, ctx: Any, placement: dict[str, Any],
 
     pre_inputs = inputs.phase("prefill")
     pre_ctx = decide.context(pre_inputs, p.decide)
-    pre_data = json.loads((pre_inputs["extract"] / "kernels.json").read_text())
-    dec_data = json.loads((inputs["extract"] / "kernels.json").read_text())
+    pre_data = per_period(json.loads((pre_inputs["extract"] / "kernels.json").read_text()),
+                          p.decide.period)
+    dec_data = per_period(json.loads((inputs["extract"] / "kernels.json").read_text()),
+                          p.decide.period)
     pre_place = json.loads((pre_inputs["decide"] / "placement.json").read_text())["place"]
     devices = list(p.decide.profile.target.devices)
     if len(devices) != 2:
         return {"skipped": "prefill + decode serving compares pairs of devices"}
     w = workload.Workload(output_len=p.serve.output_len, batch=unit.tokens)
     pre = workload.phase(pre_ctx, pre_place, pre_data.get("layers", 1), af_split(pre_ctx))
-    dec = workload.phase(ctx, placement["place"], unit.layers, af_split(ctx))
+    dec = workload.phase(ctx, placement["place"], dec_data["layers"], af_split(ctx))
     rows = workload.compare(w, pre, dec, [d.key for d in devices],
                             [d.price_per_hour for d in devices], ctx.link)
     planned = rows["planned"]["tokens_per_s"]
@@ -251,6 +261,12 @@ def serving(inputs: Inputs, p: Params, ctx: Any, placement: dict[str, Any],
                              if k != "planned"},
             "simulated": simulated(p, (pre_ctx, pre_place, pre_data),
                                    (ctx, placement["place"], dec_data), devices)}
+
+
+def per_period(data: dict[str, Any], period: int) -> dict[str, Any]:
+    """A phase's ``kernels.json`` content as the serving models read it when its placed graph
+    is ``period`` layers: ``layers`` counts the periods, ``period`` the layers in each."""
+    return {**data, "layers": data.get("layers", 1) // period, "period": period}
 
 
 def simulated(p: Params, pre: tuple, dec: tuple, devices: list[Any]) -> dict[str, Any]:
@@ -314,12 +330,19 @@ def ahead_note(speedup_over: dict[str, float], planned: str) -> list[str]:
         + (" gives" if len(ahead) == 1 else " give") + f" more throughput than {planned}"]
 
 
+def period_note(r: dict[str, Any]) -> str:
+    period = r.get("period", 1)
+    return "" if period == 1 else \
+        f" (placed {period} layers at a time, repeated {r['layers'] // period} times)"
+
+
 def summary(r: dict[str, Any]) -> list[str]:
     pl, f2 = r["planned"], r["fig2"]
     over = ", ".join(f"{k} {v:.2f}x" for k, v in r["speedup_over"].items())
     lines = [f"[bold]{pl['throughput']:.4g} {r['unit']}[/] with policy {r['policy']} on "
              f"{' + '.join(r['devices'])} ({r['target']['link']}): cycle "
-             f"{pl['cycle_s'] * 1e6:.4g} us x {r['layers']} layer(s), forward latency "
+             f"{pl['cycle_s'] * 1e6:.4g} us x {r['layers']} layer(s){period_note(r)}, "
+             f"forward latency "
              f"{pl['latency_s'] * 1e3:.4g} ms, {pl['transfer_bytes']} B moved per layer, "
              f"kernels per device {pl['on_device']}",
              f"speedup over: {over}; Perf/$ {pl['perf_per_dollar']:.4g} {r['unit']} per $/h; "
@@ -409,7 +432,8 @@ def markdown(r: dict[str, Any], placement: dict[str, Any]) -> str:
     lines = [f"# pimbuild report: policy `{r['policy']}` on {' + '.join(r['devices'])}", "",
              f"Model: {r['kernels']} kernels per layer, {r['layers']} identical layer(s), "
              f"{r['tokens']} output token(s) or request(s) per forward, "
-             f"{r['forwards_per_request']} forward(s) per request; link {r['target']['link']} "
+             f"{r['forwards_per_request']} forward(s) per request{period_note(r)}; link "
+             f"{r['target']['link']} "
              f"({r['target']['link_gbps']} Gbps, {r['target']['link_latency_us']} us); "
              f"precision {r['target']['precision']}. Solve time {r['solve_s']:.3g} s"
              f"{solver_note(r)}.", "",
@@ -427,10 +451,13 @@ def markdown(r: dict[str, Any], placement: dict[str, Any]) -> str:
                      f"{cyc} | {lat} | {ovl} |")
     lines += serving_markdown(r.get("serving", {}))
     keys = placement["devices"]
+    layer = r.get("period", 1) > 1  # which of the placed layers a kernel belongs to
     lines += ["", "## Placement", "",
-              "| id | kernel | kind | device | " + " | ".join(f"t {k} us" for k in keys) + " |",
-              "|---:|---|---|---|" + "---:|" * len(keys)]
+              "| id | " + ("layer | " if layer else "") + "kernel | kind | device | "
+              + " | ".join(f"t {k} us" for k in keys) + " |",
+              "|---:|" + ("---:|" if layer else "") + "---|---|---|" + "---:|" * len(keys)]
     for k in placement["kernels"]:
-        lines.append(f"| {k['id']} | {k['name']} | {k['kind']} | {k['device']} | "
+        lines.append(f"| {k['id']} | " + (f"{k['layer']} | " if layer else "")
+                     + f"{k['name']} | {k['kind']} | {k['device']} | "
                      + " | ".join(f"{k[f't_{key}_s'] * 1e6:.3g}" for key in keys) + " |")
     return "\n".join(lines) + "\n"
