@@ -95,6 +95,64 @@ def pairs_table(store: Path, tmp: Path) -> list[dict]:
     return rows
 
 
+PERIODS = (1, 2, 4, 8)  # and each model's number of layers
+
+
+def periods_table(store: Path, tmp: Path) -> list[dict]:
+    """The throughput planner over ``gpus.period`` layers at a time (the model as one graph
+    of that many layers, the placement repeated) against the layer pipeline and request
+    distribution, with the MILP's solve time, on every pair and model with layers."""
+    from dataclasses import replace
+
+    rows = []
+    for pair in PAIRS:
+        for model in MODELS:
+            target, data, one, _, _ = loaded(model, pair, store, tmp / f"period-{model}",
+                                             "profile")
+            unit = unit_of(data)
+            if unit.layers < 2:
+                continue
+            price = sum(d.price_per_hour for d in target.devices)
+            base = simulate.baselines(one, list(target.devices), unit)
+            for period in sorted({p for p in (*PERIODS, unit.layers) if unit.layers % p == 0}):
+                graph = ddg.unroll(one.graph, period) if period > 1 else one.graph
+                ctx = replace(one, graph=graph, times=one.times * period, time_limit_s=120.0,
+                              incumbent=True)
+                began = time.perf_counter()
+                plan = place("throughput", ctx)
+                seconds = time.perf_counter() - began
+                r = simulate.evaluate(ctx, plan.place, replace(unit, period=period), price)
+                rows.append({"pair": "+".join(pair), "model": model, "layers": unit.layers,
+                             "period": period, "kernels": len(graph.kernels),
+                             "throughput": r["throughput"], "unit": unit.label,
+                             "x_pp": r["throughput"] / base["layer pipeline"]["throughput"],
+                             "x_rd": r["throughput"]
+                             / base["request distribution"]["throughput"],
+                             "seconds": seconds, "status": plan.info["solver_status"],
+                             "proven_gap": plan.info["gap"]})
+                console.print(rows[-1])
+    return rows
+
+
+def periods_markdown(periods: list[dict]) -> list[str]:
+    if not periods:
+        return []
+    lines = ["", "## Periodic placement (`gpus.period`): throughput planner, layers planned "
+                 "together", "",
+             "Each cell: planned throughput over the layer pipeline's (x PP) and over request "
+             "distribution's (x RD), and the MILP's seconds; a period equal to the model's "
+             "layers plans the whole model.", "",
+             "| pair | model | period | kernels | throughput | x PP | x RD | solve s | status |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---|"]
+    for r in periods:
+        status = r["status"] if r["status"] == "Optimal" else \
+            f"{r['status']} ({r['proven_gap']:.2%} gap)"
+        lines.append(f"| {r['pair']} | {r['model']} | {r['period']} of {r['layers']} | "
+                     f"{r['kernels']} | {r['throughput']:.4g} {r['unit']} | {r['x_pp']:.2f} | "
+                     f"{r['x_rd']:.2f} | {r['seconds']:.2f} | {status} |")
+    return lines
+
+
 def serving_table(store: Path, tmp: Path, w: workload.Workload) -> list[dict]:
     """Llama-3-8B prefill + decode (its prefill phase): the simulate stage's serving rows,
     the throughput planner against PD, AF, RD and each device alone."""
@@ -309,8 +367,8 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("outputs/bench"))
     parser.add_argument("--render", action="store_true", help="only re-render gpus.md and "
                         "the plots from an earlier run's gpus.json")
-    parser.add_argument("--sections", default="pairs,serving,solve,pipelining",
-                        help="comma-separated: pairs, serving, solve, pipelining")
+    parser.add_argument("--sections", default="pairs,serving,solve,pipelining,periods",
+                        help="comma-separated: pairs, serving, solve, pipelining, periods")
     parser.add_argument("--set", nargs="*", default=[], help="overrides for every build, "
                         "e.g. gpus.comm_on_device=0")
     args = parser.parse_args()
@@ -322,7 +380,7 @@ def main() -> None:
     if args.render:
         saved = json.loads((args.out / "gpus.json").read_text())
         render(saved["rows"], saved["serving"], saved["solve"], saved["checks"],
-               saved.get("pipelining", []), w, args.out)
+               saved.get("pipelining", []), w, args.out, saved.get("periods", []))
         return
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
@@ -330,15 +388,18 @@ def main() -> None:
         serving = serving_table(args.store, tmp, w) if "serving" in sections else []
         solve = solve_times(args.store, tmp) if "solve" in sections else []
         pipe = pipelining(args.store, tmp) if "pipelining" in sections else []
+        periods = periods_table(args.store, tmp) if "periods" in sections else []
         checks = check_all(args.store, tmp) if args.check else []
     (args.out / "gpus.json").write_text(json.dumps(
         {"rows": rows, "serving": serving, "solve": solve, "checks": checks,
-         "pipelining": pipe, "workload": w.__dict__, "overrides": EXTRA}, indent=2) + "\n")
-    render(rows, serving, solve, checks, pipe, w, args.out)
+         "pipelining": pipe, "periods": periods, "workload": w.__dict__,
+         "overrides": EXTRA}, indent=2) + "\n")
+    render(rows, serving, solve, checks, pipe, w, args.out, periods)
 
 
-def render(rows, serving, solve, checks, pipe, w, out: Path) -> None:
-    text = markdown(rows, serving, solve, checks, w)
+def render(rows, serving, solve, checks, pipe, w, out: Path, periods=()) -> None:
+    text = markdown(rows, serving, solve, checks, w) + "\n".join(
+        periods_markdown(list(periods))) + ("\n" if periods else "")
     if pipe:
         text += "\n## Pipelined decode steps (serving simulator, Fig. 10(a))\n\n" + \
             "| mode | forwards/s | share of the bound | simulated s | wall s |\n" + \

@@ -333,7 +333,7 @@ def ahead_note(speedup_over: dict[str, float], planned: str) -> list[str]:
 def period_note(r: dict[str, Any]) -> str:
     period = r.get("period", 1)
     return "" if period == 1 else \
-        f" (placed {period} layers at a time, repeated {r['layers'] // period} times)"
+        f" (placed {period} at a time: {r['layers'] // period} period(s), gpus.period)"
 
 
 def summary(r: dict[str, Any]) -> list[str]:
