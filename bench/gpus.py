@@ -116,7 +116,7 @@ def periods_table(store: Path, tmp: Path) -> list[dict]:
             base = simulate.baselines(one, list(target.devices), unit)
             for period in sorted({p for p in (*PERIODS, unit.layers) if unit.layers % p == 0}):
                 graph = ddg.unroll(one.graph, period) if period > 1 else one.graph
-                ctx = replace(one, graph=graph, times=one.times * period, time_limit_s=120.0,
+                ctx = replace(one, graph=graph, times=one.times * period, time_limit_s=30.0,
                               incumbent=True)
                 began = time.perf_counter()
                 plan = place("throughput", ctx)
