@@ -532,6 +532,9 @@ def test_a_period_of_layers_is_placed_checked_and_served(run_build) -> None:
     tight = 1 - 1e-9
     assert r2["planned"]["throughput"] >= r1["planned"]["throughput"] * tight
     assert r2["planned"]["throughput"] >= r2["baselines"]["layer pipeline"]["throughput"] * tight
+    hint = "gpus.period=2 plans the 2 layers"  # said where the layer pipeline is ahead
+    assert (hint in " ".join(r1["summary"])) == (r1["speedup_over"]["layer pipeline"] < 1)
+    assert hint not in " ".join(r2["summary"])
     s1, s2 = r1["serving"], r2["serving"]
     assert s2["rows"]["planned"]["tokens_per_s"] >= s1["rows"]["planned"]["tokens_per_s"] * tight
     pd = [s["rows"]["PD disaggregation"] for s in (s1, s2)]

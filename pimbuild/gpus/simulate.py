@@ -352,6 +352,9 @@ def summary(r: dict[str, Any]) -> list[str]:
              f"(max rel. error {r['check']['max_rel_error']:.2g}, "
              f"{r['check']['transfers']} transfers)"]
     lines += ahead_note(r["speedup_over"], "the planned placement")
+    if r["speedup_over"].get("layer pipeline", 1) < 1 and r.get("period", 1) < r["layers"]:
+        lines.append(f"  gpus.period={r['layers']} plans the {r['layers']} layers as one graph, "
+                     f"which contains the layer pipeline's split (a divisor plans fewer)")
     served = r.get("serving", {})
     if "rows" in served:
         over = ", ".join(f"{k} {v:.2f}x" for k, v in served["speedup_over"].items())
