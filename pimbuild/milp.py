@@ -63,12 +63,15 @@ class Model:
             summed[col] = summed.get(col, 0.0) + coef
         self.rows.append((lo, hi, summed))
 
-    def solve(self, time_limit_s: float = 60.0, gap: float = 0.0, incumbent: bool = False
+    def solve(self, time_limit_s: float = 60.0, gap: float = 0.0, incumbent: bool = False,
+              start: dict[int, float] | None = None
               ) -> tuple[np.ndarray, float, float, dict[str, Any]]:
         """(column values, objective, seconds, {status, bound}): optimal, or within
         relative ``gap`` of the best bound. When HiGHS stops otherwise (its time limit), the
         best placement found is returned with its proven gap if ``incumbent``, else this
-        raises RuntimeError."""
+        raises RuntimeError. ``start``: values of some columns (every integer one) of a
+        feasible solution, which HiGHS completes and starts from (a MIP start): what it
+        returns is never worse."""
         h = silent_highs()
         h.setOptionValue("time_limit", float(time_limit_s))
         h.setOptionValue("mip_rel_gap", float(gap))
@@ -88,6 +91,9 @@ class Model:
                   np.array([r[1] for r in self.rows]), len(index),
                   np.array(starts, dtype=np.int32), np.array(index, dtype=np.int32),
                   np.array(value, dtype=float))
+        if start:
+            h.setSolution(len(start), np.array(list(start), dtype=np.int32),
+                          np.array(list(start.values()), dtype=float))
         began = time.perf_counter()
         h.run()
         seconds = time.perf_counter() - began

@@ -509,6 +509,26 @@ def test_a_model_with_a_prefill_phase_is_served_with_pd(run_build) -> None:
     assert again.executed == ["simulate"]
 
 
+@pytest.mark.parametrize("policy", ["throughput", "latency"])
+def test_a_milp_stopped_early_is_never_worse_than_its_start(policy: str) -> None:
+    """A MIP start (``PlanContext.start``): a planner stopped by its time limit returns a
+    placement at least as good as the start in its own objective."""
+    rng = random.Random(3)
+    one = random_graph(rng, 8, carried=True)
+    layer = [[t, 2.5 * t] for t in (rng.uniform(1e-5, 1e-4) for _ in range(8))]
+    for layers, limit in ((24, 0.01), (4, 60.0)):  # stopped early; solved
+        g, times = ddg.unroll(one, layers), layer * layers
+        score = {"throughput": lambda p, g=g, t=times: cost.cycle_time(g, p, t, LINK, 2, 1.0),
+                 "latency": lambda p, g=g, t=times: cost.critical_path(g, p, t, LINK, 2)
+                 }[policy]
+        start = min((tuple([0] * (m * 8) + [1] * ((layers - m) * 8))
+                     for m in range(1, layers)), key=score)  # the best whole-layer split
+        plan = place(policy, PlanContext(g, times, LINK, 2, 1.0, time_limit_s=limit,
+                                         incumbent=True, start=start))
+        assert plan.objective <= score(start) * (1 + 1e-9)
+    assert plan.info["solver_status"] == "Optimal"
+
+
 def test_a_period_of_layers_is_placed_checked_and_served(run_build) -> None:
     """gpus.period=2 on a 2-layer model: decide places both layers as one graph, reinsert
     checks every distinct layer placement against eager, and the simulation (cost model and
@@ -522,6 +542,11 @@ def test_a_period_of_layers_is_placed_checked_and_served(run_build) -> None:
     placement = json.loads((artifact_dir(twice, "decide") / "placement.json").read_text())
     assert placement["period"] == 2 and len(placement["place"]) == 2 * n
     assert [k["layer"] for k in placement["kernels"]] == [0] * n + [1] * n
+    start = placement["start"]  # the MILP started from the better of reuse and the splits
+    assert placement["objective_s"] <= start["objective_s"] * (1 + 1e-9)
+    assert start["objective_s"] <= start["reused_objective_s"] * (1 + 1e-9)
+    assert start["reused_objective_s"] == pytest.approx(2 * json.loads(
+        (artifact_dir(once, "decide") / "placement.json").read_text())["objective_s"])
     check = json.loads((artifact_dir(twice, "reinsert") / "reinsert.json").read_text())
     distinct = {tuple(placement["place"][:n]), tuple(placement["place"][n:])}
     assert check["placements"] == len(distinct) and check["max_rel_error"] <= check["rtol"]

@@ -83,22 +83,67 @@ def context(inputs: Inputs, p: Params) -> Any:
     return replace(one, graph=ddg.unroll(one.graph, p.period), times=one.times * p.period)
 
 
-def run(inputs: Inputs, p: Params, out: Path) -> None:
+def objective(policy: str, ctx: Any):
+    """What planner ``policy`` minimises, as a function of a placement of ``ctx``'s graph
+    (None for a planner other than the built-in two)."""
+    from pimbuild.gpus import cost
+
+    if policy == "throughput":
+        return lambda place: cost.cycle_time(ctx.graph, place, ctx.times, ctx.link, ctx.n_dev,
+                                             ctx.comm_on_device)
+    if policy == "latency":
+        return lambda place: cost.critical_path(ctx.graph, place, ctx.times, ctx.link,
+                                                ctx.n_dev)
+    return None
+
+
+def period_start(p: Params, one: Any, ctx: Any) -> tuple[tuple[int, ...], dict[str, Any]]:
+    """The placement a period's MILP starts from: the best, in the planner's objective, of
+    one layer's planned placement repeated and every split of the period's whole layers
+    between two devices (the first ``m`` on one, the rest on the other); with what it is."""
+    reused = tuple(solve(p, one).place * p.period)
+    n, score = len(one.graph.kernels), objective(p.policy, ctx)
+    if score is None:
+        return reused, {"kind": "one layer's placement reused"}
+    keys = [d.key for d in p.profile.target.devices]
+    ways = {reused: "one layer's placement reused"}
+    for a in range(ctx.n_dev):
+        ways.setdefault((a,) * (p.period * n), f"{keys[a]} alone")
+        for b in (b for b in range(ctx.n_dev) if b != a):
+            for m in range(1, p.period):
+                ways.setdefault((a,) * (m * n) + (b,) * ((p.period - m) * n),
+                                f"{m} layer(s) on {keys[a]}, {p.period - m} on {keys[b]}")
+    best = min(ways, key=score)
+    return best, {"kind": ways[best], "objective_s": score(best),
+                  "reused_objective_s": score(reused)}
+
+
+def solve(p: Params, ctx: Any) -> Any:
     from pimbuild.gpus import planners
 
-    ctx = context(inputs, p)
     try:
-        plan = planners.place(p.policy, ctx)
+        return planners.place(p.policy, ctx)
     except RuntimeError as e:  # HiGHS stopped without a placement it can stand behind
         raise StageError(NAME, f"planner {p.policy} on {len(ctx.graph.kernels)} kernels: {e} "
                                f"(gpus.time_limit_s={p.time_limit_s}, gpus.mip_gap="
                                f"{p.mip_gap}; raise the limit, accept a gap, or keep the best "
                                f"placement found: gpus.on_time_limit=best)") from None
+
+
+def run(inputs: Inputs, p: Params, out: Path) -> None:
+    from dataclasses import replace
+
+    ctx, start = context(inputs, p), {}
+    if p.period > 1:
+        first, start = period_start(p, layer_context(inputs, p), ctx)
+        ctx = replace(ctx, start=first)
+    plan = solve(p, ctx)
     keys = [d.key for d in p.profile.target.devices]
     per_layer = len(ctx.graph.kernels) // p.period
     (out / "placement.json").write_text(json.dumps({
         "policy": p.policy, "devices": keys, "objective_s": plan.objective,
         "solve_s": plan.solve_s, **plan.info, "period": p.period,
+        **({"start": start} if start else {}),
         "place": plan.place,
         "kernels": [{"id": k.id, "layer": k.id // per_layer, "name": k.name, "kind": k.kind,
                      "device": keys[d],

@@ -31,6 +31,9 @@ class PlanContext:
     mip_gap: float = 0.0  # 0: proven optimal; else within this relative gap of the bound
     # At the time limit: the best placement found with its proven gap (True), or an error.
     incumbent: bool = False
+    # A placement to start from (a MIP start, e.g. one layer's optimum repeated over a
+    # period): the planner's placement is never worse than it in the planner's objective.
+    start: tuple[int, ...] | None = None
 
 
 @dataclass
@@ -51,6 +54,13 @@ def solved(place: list[int], achieved_s: float, model: Any, seconds: float,
                 {"variables": len(model.cost), "constraints": len(model.rows),
                  "solver_status": status["status"], "bound_s": bound,
                  "gap": max(0.0, achieved_s - bound) / achieved_s if achieved_s else 0.0})
+
+
+def start_values(x: list[list[int]], start: tuple[int, ...] | None) -> dict[int, float] | None:
+    """The assignment columns ``x[k][d]`` of a start placement, for ``Model.solve``."""
+    if start is None:
+        return None
+    return {col: float(d == start[k]) for k, row in enumerate(x) for d, col in enumerate(row)}
 
 
 def place(name: str, ctx: PlanContext) -> Plan:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from pimbuild.gpus.cost import critical_path
 from pimbuild.gpus.ddg import HOME
-from pimbuild.gpus.planners import Plan, PlanContext, solved
+from pimbuild.gpus.planners import Plan, PlanContext, solved, start_values
 from pimbuild.gpus.planners.throughput import assignment, placement
 from pimbuild.milp import US, Model
 
@@ -71,7 +71,8 @@ def place(ctx: PlanContext) -> Plan:
         if s is not None:
             c_b = US * ctx.link.seconds(g.buffer_bytes[b])
             m.row([(end, 1.0), (x[s][HOME], c_b)] + [(c, -v) for c, v in finish(s)], c_b)
-    values, _, seconds, status = m.solve(ctx.time_limit_s, ctx.mip_gap, ctx.incumbent)
+    values, _, seconds, status = m.solve(ctx.time_limit_s, ctx.mip_gap, ctx.incumbent,
+                                         start_values(x, ctx.start))
     chosen = placement(x, values)
     return solved(chosen, critical_path(g, chosen, ctx.times, ctx.link, n_dev), m, seconds,
                   status)

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from pimbuild.gpus.cost import cycle_time
 from pimbuild.gpus.ddg import HOME
-from pimbuild.gpus.planners import Plan, PlanContext, solved
+from pimbuild.gpus.planners import Plan, PlanContext, solved, start_values
 from pimbuild.milp import US, Model
 
 
@@ -84,7 +84,8 @@ def place(ctx: PlanContext) -> Plan:
               + [(col, -ctx.comm_on_device * t) for col, t in out[d].items()], 0)
         m.row({c: 1.0, **{col: -t for col, t in out[d].items()}}, 0)
         m.row({c: 1.0, **{col: -t for col, t in into[d].items()}}, 0)
-    values, _, seconds, status = m.solve(ctx.time_limit_s, ctx.mip_gap, ctx.incumbent)
+    values, _, seconds, status = m.solve(ctx.time_limit_s, ctx.mip_gap, ctx.incumbent,
+                                         start_values(x, ctx.start))
     chosen = placement(x, values)
     return solved(chosen, cycle_time(g, chosen, ctx.times, ctx.link, n_dev, ctx.comm_on_device),
                   m, seconds, status)
