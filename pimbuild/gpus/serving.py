@@ -32,7 +32,7 @@ requests finished in the window with their mean execution-only latency (prefill 
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import simpy
@@ -442,9 +442,10 @@ def systems(pre: tuple, dec: tuple, devices: list[Any], policy: str, monitor: bo
     n, price = len(devices), sum(d.price_per_hour for d in devices)
     plans = {policy: Plan(_phase(pc, pp, pd_, kept=kept), _phase(dc, dp, dd))}
     other = {"throughput": "latency", "latency": "throughput"}.get(policy)
-    if monitor and other:
-        plans[other] = Plan(_phase(pc, planners.place(other, pc).place, pd_, kept=kept),
-                            _phase(dc, planners.place(other, dc).place, dd))
+    if monitor and other:  # the other policy's placements, started from the planned ones
+        alt = [planners.place(other, replace(c, start=tuple(p))).place
+               for c, p in ((pc, pp), (dc, dp))]
+        plans[other] = Plan(_phase(pc, alt[0], pd_, kept=kept), _phase(dc, alt[1], dd))
     out = {"planned": System(plans, n, price)}
     alone = {}
     for d, dev in enumerate(devices):

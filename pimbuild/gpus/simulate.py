@@ -24,7 +24,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from pimbuild.errors import ConfigError
+from pimbuild.errors import ConfigError, StageError
 from pimbuild.gpus import decide
 from pimbuild.stage import Inputs
 
@@ -276,8 +276,13 @@ def simulated(p: Params, pre: tuple, dec: tuple, devices: list[Any]) -> dict[str
     from pimbuild.gpus import serving
 
     s = p.serve
-    systems = serving.systems(pre, dec, devices, p.decide.policy,
-                              monitor=s.monitor)
+    try:
+        systems = serving.systems(pre, dec, devices, p.decide.policy, monitor=s.monitor)
+    except RuntimeError as e:  # HiGHS stopped on the monitor's other placement
+        raise StageError(NAME, f"the online monitor's alternative placement: {e} "
+                               f"(gpus.time_limit_s={p.decide.time_limit_s}; raise it, keep "
+                               f"the best placement found: gpus.on_time_limit=best, or "
+                               f"serve.monitor=false)") from None
     requests = serving.requests(s, pre[2].get("prompt", 0))
     kv = serving.kv_map(pre[2], dec[2])
     link = pre[0].link
@@ -350,7 +355,9 @@ def summary(r: dict[str, Any]) -> list[str]:
              f"{pl['throughput_overlapped']:.4g} {r['unit']}",
              f"partitioned program on {r['check']['processes']} processes matches eager "
              f"(max rel. error {r['check']['max_rel_error']:.2g}, "
-             f"{r['check']['transfers']} transfers)"]
+             f"{r['check']['transfers']} transfers"
+             + (f", {r['check']['placements']} distinct layer placements"
+                if r['check'].get('placements', 1) > 1 else "") + ")"]
     lines += ahead_note(r["speedup_over"], "the planned placement")
     if r["speedup_over"].get("layer pipeline", 1) < 1 and r.get("period", 1) < r["layers"]:
         lines.append(f"  gpus.period={r['layers']} plans the {r['layers']} layers as one graph, "
