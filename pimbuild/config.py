@@ -288,6 +288,7 @@ RANGES: dict[str, tuple[Any, ...]] = {
     "gpus.comm_on_device": (">=", 0),
     "gpus.time_limit_s": (">", 0),
     "gpus.mip_gap": (">=", 0),
+    "gpus.period": (">=", 1),
     "serve.output_len": (">=", 1),
     "serve.requests": (">=", 1),
     "serve.rate": (">", 0),

@@ -574,7 +574,7 @@ def test_a_period_of_layers_is_placed_checked_and_served(run_build) -> None:
     with pytest.raises(StageError, match=r"gpus.period=3 does not divide the model's 2 "
                                          r"layer\(s\): choose one of 1, 2"):
         run_build([*over, "gpus.period=3", "targets=[decide]"])
-    with pytest.raises(ConfigError, match="gpus.period=0"):
+    with pytest.raises(ConfigError, match=r"gpus.period must be >= 1 \(got 0\)"):
         run_build([*over, "gpus.period=0"])
 
 

@@ -42,9 +42,6 @@ def params(cfg: DictConfig) -> Params:
     if cfg.gpus.on_time_limit not in ON_TIME_LIMIT:
         raise ConfigError(f"gpus.on_time_limit={cfg.gpus.on_time_limit}: choose one of "
                           f"{', '.join(ON_TIME_LIMIT)}")
-    if cfg.gpus.period < 1:
-        raise ConfigError(f"gpus.period={cfg.gpus.period}: the number of layers planned "
-                          f"jointly is at least 1")
     return Params(policy=cfg.policy.name, time_limit_s=cfg.gpus.time_limit_s,
                   mip_gap=cfg.gpus.mip_gap, on_time_limit=cfg.gpus.on_time_limit,
                   period=cfg.gpus.period, profile=profile.params(cfg))
