@@ -163,6 +163,7 @@ class PolicyConfig:
     i_min: float = MISSING
     c1: str = MISSING  # paper: T_ctx + the compute bound; model: the target's fixed costs too
     c4: str = MISSING  # paper | read_later: C4 only when a later nest reads what it writes
+    i_compute: float | None = MISSING  # C5: compute-bound nests; null: off (the paper's rule)
 
 
 @dataclass
@@ -279,6 +280,7 @@ RANGES: dict[str, tuple[Any, ...]] = {
     "policy.theta_gbps": (">=", 0),
     "policy.sigma": (">=", 0),
     "policy.i_min": (">=", 0),
+    "policy.i_compute": (">=", 0),
     "sim.cores_sweep": (">=", 1),
     "link.gbps": (">", 0),
     "link.latency_us": (">=", 0),

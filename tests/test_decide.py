@@ -54,6 +54,24 @@ def test_c4_accepts_store_bound_when_c3_fails() -> None:
     assert (paper.target, paper.decided_by) == ("pim", "C4")
 
 
+def test_c5_accepts_compute_bound_nests_when_switched_on() -> None:
+    """C5 (policy.i_compute; off by default, the paper's rule): a nest neither memory- nor
+    store-bound goes to PIM when T_cpu covers C1's threshold with I_compute instructions per
+    element, and stays on the host below it; C1 and C2 still reject first."""
+    slow = nest(n_iter=1 << 20, bw=0.0, store=0.0, t_cpu_s=1e-3)
+    assert (_one(slow).target, _one(slow).decided_by) == ("host", "C3/C4")
+    on = dataclasses.replace(POLICY, i_compute=64.0)
+    (d,) = _place("torchpim", [slow], on)
+    fixed = 2 * RULE.t_sw_s + RULE.launch_s + 128 * RULE.sync_s_per_core
+    assert d.quantities["c5_threshold_s"] == fixed + 64 * (1 << 20) / (128 * 1e9)
+    assert (d.target, d.decided_by) == ("pim", "C5")
+    fast = dataclasses.replace(slow, t_cpu_s=0.9 * d.quantities["c5_threshold_s"])
+    (d,) = _place("torchpim", [fast], on)
+    assert (d.target, d.decided_by) == ("host", "C3/C4") and "C5" in d.reason
+    (d,) = _place("torchpim", [nest(n_iter=64, inner=4096, t_cpu_s=1.0)], on)
+    assert (d.target, d.decided_by) == ("host", "C2")
+
+
 def test_operator_level_c4_asks_for_a_reader_in_another_operator() -> None:
     store = RULE.sigma + 0.3
     first = nest(0, node="norm", bw=0.0, store=store, reads={}, writes={"tmp": 4096})

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import math
 from pathlib import Path
@@ -130,22 +131,49 @@ def test_table4_from_the_command_line(tmp_path) -> None:
 def test_leave_one_out_chooses_on_the_other_models_only() -> None:
     from pimbuild.experiments import agreement
 
-    shape = (len(agreement.THETA_RATIOS), len(agreement.SIGMAS), len(agreement.I_MINS), 4)
+    shape = (len(agreement.THETA_RATIOS), len(agreement.SIGMAS), len(agreement.I_MINS),
+             len(agreement.I_COMPUTES), 4)
     grid = {m: np.zeros(shape, dtype=int) for m in ("a", "b", "c")}
     for g in grid.values():
         g[..., 3] = 1  # one true negative everywhere: every point ties
-    grid["a"][2, 3, 0] = (5, 0, 0, 5)  # a alone prefers (2, 3, 0)
-    grid["b"][7, 1, 4] = (3, 0, 0, 3)
-    grid["c"][7, 1, 4] = (3, 0, 0, 3)  # b and c prefer (7, 1, 4)
+    grid["a"][2, 3, 0, 0] = (5, 0, 0, 5)  # a alone prefers (2, 3, 0), C5 off
+    grid["b"][7, 1, 4, 2] = (3, 0, 0, 3)
+    grid["c"][7, 1, 4, 2] = (3, 0, 0, 3)  # b and c prefer (7, 1, 4) with C5's third value
+    grid["b"][5, 1, 4, 0] = (2, 0, 0, 2)  # ... and (5, 1, 4) without C5
     paper_point = (0.12, 0.4, 1.0)
-    assert agreement.choose(grid, ["b", "c"], paper_point) == (7, 1, 4)
-    assert agreement.choose(grid, ["a"], paper_point) == (2, 3, 0)
-    # all tied: the point nearest the paper's thresholds
+    assert agreement.choose(grid, ["b", "c"], paper_point) == (7, 1, 4, 2)
+    assert agreement.choose(grid, ["b", "c"], paper_point, c5=False) == (5, 1, 4, 0)
+    assert agreement.choose(grid, ["a"], paper_point) == (2, 3, 0, 0)
+    # all tied: the point nearest the paper's thresholds, C5 off
     tied = {"x": np.zeros(shape, dtype=int)}
-    i, j, k = agreement.choose(tied, ["x"], paper_point)
-    assert (agreement.SIGMAS[j], agreement.I_MINS[k]) == (0.4, 1.0)
+    i, j, k, m = agreement.choose(tied, ["x"], paper_point)
+    assert (agreement.SIGMAS[j], agreement.I_MINS[k], agreement.I_COMPUTES[m]) == \
+        (0.4, 1.0, None)
     assert min(agreement.THETA_RATIOS, key=lambda t: abs(np.log(t / 0.12))) == \
         agreement.THETA_RATIOS[i]
+
+
+def test_c5_grid_points_are_the_rule_with_c5_on() -> None:
+    """The experiment joins the rule's set without C5 with C5's own (``c5_offloaded``): the
+    rule's set with C5 on, for memory-bound, compute-heavy, small and narrow nests."""
+    from pimbuild.experiments import agreement
+    from tests.test_pim_model import context
+
+    nests = [nest(0, n_iter=1 << 20, bw=50.0, t_cpu_s=1e-3),  # C3
+             nest(1, n_iter=1 << 20, bw=0.0, t_cpu_s=1e-2),  # compute-heavy
+             nest(2, n_iter=1 << 20, bw=0.0, t_cpu_s=3e-4),  # lighter
+             nest(3, n_iter=1 << 20, bw=0.0, t_cpu_s=1e-6),  # fails C1
+             nest(4, n_iter=64, inner=1 << 14, bw=0.0, t_cpu_s=1.0)]  # fails C2
+    ctx = context(nests)
+    sets = set()
+    for i_min, i_compute in itertools.product((1.0, 64.0), agreement.I_COMPUTES):
+        on = agreement._trial(ctx, theta_ratio=0.12, i_min=i_min, i_compute=i_compute)
+        off = dataclasses.replace(on, policy=dataclasses.replace(on.policy, i_compute=None))
+        rule = policies.place("torchpim", on).offloaded(on)
+        assert rule == policies.place("torchpim", off).offloaded(off) | \
+            agreement.c5_offloaded(on)
+        sets.add(frozenset(rule))
+    assert {frozenset({0}), frozenset({0, 1}), frozenset({0, 1, 2})} <= sets
 
 
 def test_agreement_experiment_matches_the_reports(tmp_path, store) -> None:

@@ -1,10 +1,13 @@
 """Policy ``torchpim``: the paper's two-stage rule, per nest.
 
-``offload = (C1 and C2) and (C3 or C4)``:
+``offload = (C1 and C2) and (C3 or C4)``, or with ``policy.i_compute`` set, ``... or (C2 and
+C5)``:
 C1 ``T_cpu >= T_ctx + N_total * I_min / (N_core * f_pim)`` (``policy.c1=paper``; with
 ``policy.c1=model`` the target's fixed costs replace T_ctx: ``c1_threshold_s``); C2
 ``N_iter >= N_core``;
-C3 ``BW_read = n_rd * L / T_cpu > theta``; C4 ``StoreBound > sigma``;
+C3 ``BW_read = n_rd * L / T_cpu > theta``; C4 ``StoreBound > sigma``; C5 (not in the paper)
+C1's threshold with ``I_compute`` (at least ``I_min``) in place of ``I_min``: compute-bound work
+the PIM cores outrun whatever the memory does;
 ``theta = policy.theta_ratio * B_cpu`` unless ``policy.theta_gbps`` is set. It needs a target
 with PIM cores (``n_core``, ``f_pim_ghz``, ``t_ctx_us``, ``cache_line``).
 """
@@ -43,6 +46,7 @@ class RuleParams:
     sync_all: bool = False  # the sync cost counts every core (pim.sync_all)
     lanes: float = 1.0  # elements per instruction on the target (pim.lanes)
     c4: str = "paper"  # paper | read_later
+    i_compute: float | None = None  # C5's instructions per element; None: no C5
 
 
 def rule_params(ctx: PolicyContext) -> RuleParams:
@@ -57,7 +61,7 @@ def rule_params(ctx: PolicyContext) -> RuleParams:
                       t_sw_s=t.switch_time(1), launch_s=getattr(t, "launch_us", 0.0) * 1e-6,
                       sync_s_per_core=getattr(t, "sync_ns_per_core", 0.0) * 1e-9,
                       sync_all=getattr(t, "sync_all", False), lanes=getattr(t, "lanes", 1.0),
-                      c4=ctx.policy.c4)
+                      c4=ctx.policy.c4, i_compute=ctx.policy.i_compute)
 
 
 def c1_bound_s(n_total: int, invocations: int, p: RuleParams) -> float:
@@ -94,11 +98,40 @@ def borderline(offload: bool, t_cpu_s: float, n_total: int, invocations: int, n_
     return False
 
 
+def c5_threshold_s(n_total: int, invocations: int, n_iter: int, p: RuleParams
+                   ) -> float | None:
+    """What T_cpu must reach to pass C5 (None: no C5): C1's threshold with ``I_compute``
+    instructions per element (at least ``I_min``)."""
+    if p.i_compute is None:
+        return None
+    from dataclasses import replace
+
+    return c1_threshold_s(n_total, invocations, n_iter,
+                          replace(p, i_min=max(p.i_compute, p.i_min)))
+
+
 def rule(t_cpu_s: float, n_total: int, invocations: int, n_iter: int,
          bw_read_gbps: float | None, store_bound: float | None, p: RuleParams,
          read_later: bool = True) -> tuple[bool, str, str, dict[str, Any]]:
-    """The paper's two-stage rule; returns (offload, deciding condition, reason, numbers).
-    ``read_later``: a later nest reads something this one writes (``c4=read_later``)."""
+    """The paper's two-stage rule, then C5 where it is on; returns (offload, deciding
+    condition, reason, numbers). ``read_later``: a later nest reads something this one writes
+    (``c4=read_later``)."""
+    offload, by, why, q = memory_rule(t_cpu_s, n_total, invocations, n_iter, bw_read_gbps,
+                                      store_bound, p, read_later)
+    c5 = c5_threshold_s(n_total, invocations, n_iter, p)
+    if offload or by in ("C1", "C2") or c5 is None:
+        return offload, by, why, q
+    q["c5_threshold_s"] = c5
+    if t_cpu_s >= c5:
+        return True, "C5", (f"T_cpu {t_cpu_s * 1e6:.3g} us >= {c5 * 1e6:.3g} us (fixed costs "
+                            f"+ I_compute {max(p.i_compute, p.i_min):g}/element)"), q
+    return False, by, f"{why}; T_cpu < C5's {c5 * 1e6:.3g} us", q
+
+
+def memory_rule(t_cpu_s: float, n_total: int, invocations: int, n_iter: int,
+                bw_read_gbps: float | None, store_bound: float | None, p: RuleParams,
+                read_later: bool = True) -> tuple[bool, str, str, dict[str, Any]]:
+    """The paper's two-stage rule: C1, C2, then C3 or C4."""
     threshold = c1_threshold_s(n_total, invocations, n_iter, p)
     q = {"t_cpu_s": t_cpu_s, "c1_threshold_s": threshold, "n_iter": n_iter,
          "n_core": p.n_core, "bw_read_gbps": bw_read_gbps, "theta_gbps": p.theta_gbps,
