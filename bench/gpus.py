@@ -70,6 +70,18 @@ def unit_of(data: dict) -> simulate.Unit:
                          data["forwards_per_request"])
 
 
+def period_evaluate(one: PlanContext, placement: dict, unit: simulate.Unit, price: float
+                    ) -> dict:
+    """A placement of ``placement["period"]`` layers (``--set gpus.period=...``) evaluated
+    on one layer's graph unrolled as decide placed it."""
+    from dataclasses import replace
+
+    period = placement.get("period", 1)
+    ctx = one if period == 1 else replace(one, graph=ddg.unroll(one.graph, period),
+                                          times=one.times * period)
+    return simulate.evaluate(ctx, placement["place"], replace(unit, period=period), price)
+
+
 def pairs_table(store: Path, tmp: Path) -> list[dict]:
     rows = []
     for pair in PAIRS:
@@ -80,7 +92,7 @@ def pairs_table(store: Path, tmp: Path) -> list[dict]:
                                                          policy)
                 unit = unit_of(data)
                 price = sum(d.price_per_hour for d in target.devices)
-                planned = simulate.evaluate(ctx, placement["place"], unit, price)
+                planned = period_evaluate(ctx, placement, unit, price)
                 base = simulate.baselines(ctx, list(target.devices), unit)
                 t = ctx.times
                 faster = [k for k, row in enumerate(t) if row[1] < row[0]]
