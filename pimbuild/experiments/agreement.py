@@ -3,7 +3,7 @@
 
 For every model, at every core count of ``sim.cores_sweep``, the ground truth is the set of
 nests that gain when offloaded alone under the configured target and copy model (as the
-report's). Two rows per model:
+report's). Three rows per model:
 
 - ``paper``: the rule with the configured thresholds (θ/B_cpu = 0.12, σ = 0.4 by default);
 - ``held-out``: θ/B_cpu, σ and C1's I_min chosen on the *other* models (the triple with the
