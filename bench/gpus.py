@@ -28,7 +28,7 @@ from common import quiet_build  # noqa: E402
 from pimbuild.cli import CONFIG_MODULE  # noqa: E402
 from pimbuild.config import register_configs  # noqa: E402
 from pimbuild.console import console  # noqa: E402
-from pimbuild.gpus import cost, ddg, simulate, workload  # noqa: E402
+from pimbuild.gpus import cost, ddg, decide, simulate, workload  # noqa: E402
 from pimbuild.gpus.planners import PlanContext, place  # noqa: E402
 from pimbuild.targets.gpus import GpuTarget  # noqa: E402
 
@@ -77,9 +77,8 @@ def period_evaluate(one: PlanContext, placement: dict, unit: simulate.Unit, pric
     from dataclasses import replace
 
     period = placement.get("period", 1)
-    ctx = one if period == 1 else replace(one, graph=ddg.unroll(one.graph, period),
-                                          times=one.times * period)
-    return simulate.evaluate(ctx, placement["place"], replace(unit, period=period), price)
+    return simulate.evaluate(decide.unrolled(one, period), placement["place"],
+                             replace(unit, period=period), price)
 
 
 def pairs_table(store: Path, tmp: Path) -> list[dict]:
@@ -127,15 +126,13 @@ def periods_table(store: Path, tmp: Path) -> list[dict]:
             price = sum(d.price_per_hour for d in target.devices)
             base = simulate.baselines(one, list(target.devices), unit)
             for period in sorted({p for p in (*PERIODS, unit.layers) if unit.layers % p == 0}):
-                graph = ddg.unroll(one.graph, period) if period > 1 else one.graph
-                ctx = replace(one, graph=graph, times=one.times * period, time_limit_s=30.0,
-                              incumbent=True)
+                ctx = replace(decide.unrolled(one, period), time_limit_s=30.0, incumbent=True)
                 began = time.perf_counter()
                 plan = place("throughput", ctx)
                 seconds = time.perf_counter() - began
                 r = simulate.evaluate(ctx, plan.place, replace(unit, period=period), price)
                 rows.append({"pair": "+".join(pair), "model": model, "layers": unit.layers,
-                             "period": period, "kernels": len(graph.kernels),
+                             "period": period, "kernels": len(ctx.graph.kernels),
                              "throughput": r["throughput"], "unit": unit.label,
                              "x_pp": r["throughput"] / base["layer pipeline"]["throughput"],
                              "x_rd": r["throughput"]

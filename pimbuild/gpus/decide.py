@@ -62,22 +62,28 @@ def layer_context(inputs: Inputs, p: Params) -> Any:
                        p.time_limit_s, p.mip_gap, p.on_time_limit == "best")
 
 
-def context(inputs: Inputs, p: Params) -> Any:
-    """The planner context of ``p.period`` layers: one layer's unrolled that many times. A
-    period that does not divide the model's layers is refused."""
+def unrolled(one: Any, period: int) -> Any:
+    """One layer's planner context over ``period`` layers (``ddg.unroll``; itself for 1)."""
     from dataclasses import replace
 
     from pimbuild.gpus import ddg
 
-    one = layer_context(inputs, p)
-    if p.period == 1:
+    if period == 1:
         return one
-    n = layers(inputs)
+    return replace(one, graph=ddg.unroll(one.graph, period), times=one.times * period)
+
+
+def context(inputs: Inputs, p: Params, one: Any = None) -> Any:
+    """The planner context of ``p.period`` layers: one layer's (``one``, else read from the
+    stage inputs) unrolled that many times. A period that does not divide the model's layers
+    is refused."""
+    one = layer_context(inputs, p) if one is None else one
+    n = layers(inputs) if p.period > 1 else 1
     if n % p.period:
         raise StageError(NAME, f"gpus.period={p.period} does not divide the model's {n} "
                                f"layer(s): choose one of "
                                f"{', '.join(str(d) for d in range(1, n + 1) if n % d == 0)}")
-    return replace(one, graph=ddg.unroll(one.graph, p.period), times=one.times * p.period)
+    return unrolled(one, p.period)
 
 
 def objective(policy: str, ctx: Any):
@@ -130,9 +136,10 @@ def solve(p: Params, ctx: Any) -> Any:
 def run(inputs: Inputs, p: Params, out: Path) -> None:
     from dataclasses import replace
 
-    ctx, start = context(inputs, p), {}
+    one = layer_context(inputs, p)
+    ctx, start = context(inputs, p, one), {}
     if p.period > 1:
-        first, start = period_start(p, layer_context(inputs, p), ctx)
+        first, start = period_start(p, one, ctx)
         ctx = replace(ctx, start=first)
     plan = solve(p, ctx)
     keys = [d.key for d in p.profile.target.devices]

@@ -146,13 +146,11 @@ def layer_pipeline(ctx: Any, devices: list[Any], unit: Unit, price: float
     and bytes moved are per layer (the model's over ``layers``), as the planned placement's
     are; its latency is the whole forward's and ``on_device`` counts the model's kernels.
     None for one layer or other than two devices."""
-    from pimbuild.gpus import ddg
 
     layers, n = unit.layers, len(ctx.graph.kernels)
     if layers < 2 or ctx.n_dev != 2:
         return None
-    whole = type(ctx)(ddg.unroll(ctx.graph, layers), ctx.times * layers, ctx.link, 2,
-                      ctx.comm_on_device)
+    whole = decide.unrolled(ctx, layers)
     once = Unit(layers, unit.tokens, unit.name, unit.forwards_per_request, period=layers)
     best = None
     for first in (0, 1):
@@ -190,7 +188,8 @@ def baselines(ctx: Any, devices: list[Any], unit: Unit) -> dict[str, Any]:
 
 
 def run(inputs: Inputs, p: Params, out: Path) -> None:
-    ctx, one = decide.context(inputs, p.decide), decide.layer_context(inputs, p.decide)
+    one = decide.layer_context(inputs, p.decide)
+    ctx = decide.context(inputs, p.decide, one)
     data = json.loads((inputs["extract"] / "kernels.json").read_text())
     placement = json.loads((inputs["decide"] / "placement.json").read_text())
     profile = json.loads((inputs["profile"] / "profile.json").read_text())
