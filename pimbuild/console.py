@@ -87,8 +87,10 @@ def report_lines(r: dict) -> list[str]:
     base = ", ".join(f"{k} {v:.2f}x" for k, v in r["baselines"].items())
     sweep = ", ".join(f"{row['cores']}: {row[r['policy']]['speedup']:.2f}x"
                       for row in r["sweep"])
+    c5 = (f" + C5 (I_compute {r['i_compute']:g})" if r.get("i_compute") is not None
+          and r["policy"] in ("torchpim", "operator") else "")
     return [
-        f"[bold]speedup {r['speedup']:.3f}x[/] over CPU-only with policy {r['policy']} on "
+        f"[bold]speedup {r['speedup']:.3f}x[/] over CPU-only with policy {r['policy']}{c5} on "
         f"{r['cores']} PIM cores: T_hybrid {r['t_hybrid_s'] * 1e3:.4g} ms = host "
         f"{r['t_host_s'] * 1e3:.4g} + pim {r['t_pim_s'] * 1e3:.4g} + copy "
         f"{r['t_copy_s'] * 1e3:.4g} ({r['copy_model']}) + switch "

@@ -49,3 +49,32 @@ def test_unknown_model_lists_the_choices(tmp_path: Path) -> None:
     with pytest.raises(MissingConfigException) as err:
         make_cfg(tmp_path, ["model=resnet9000"])
     assert "softmax" in str(err.value) and "gemv" in str(err.value)
+
+
+def test_torchpim_c5_is_a_point_of_the_agreement_grid(tmp_path: Path) -> None:
+    """``policy=torchpim_c5`` ships the agreement experiment's fit with C5: the paper's rule
+    (the torchpim module) at a point of the grid the experiment searches, with C5's
+    I_compute above I_min (at or below it, C5 would offload whatever passes C1)."""
+    from pimbuild.experiments import agreement
+
+    p = make_cfg(tmp_path, ["policy=torchpim_c5"]).policy
+    assert p.name == "torchpim" and p.c1 == "model" and p.c4 == "read_later"
+    assert p.theta_ratio in agreement.THETA_RATIOS and p.sigma in agreement.SIGMAS
+    assert p.i_min in agreement.I_MINS and p.i_compute in agreement.I_COMPUTES
+    assert p.i_compute > p.i_min
+
+
+def test_summary_names_c5_when_the_rule_uses_it() -> None:
+    from pimbuild.console import report_lines
+
+    r = {"policy": "torchpim", "i_compute": 16.0, "speedup": 2.0, "cores": 128,
+         "t_hybrid_s": 1e-3, "t_host_s": 5e-4, "t_pim_s": 4e-4, "t_copy_s": 1e-4,
+         "t_switch_s": 0.0, "copy_model": "upper_bound", "n_region": 2, "offloaded": [0],
+         "nests": [{}], "offloaded_sources": ["mm"], "captured_share_of_cpu_time": 0.9,
+         "baselines": {"cpu": 1.0}, "sweep": [{"cores": 128, "torchpim": {"speedup": 2.0}}],
+         "agreement": {"agree": 1, "total": 1, "false_positives": 0, "false_negatives": 0},
+         "hybrid_check": {"max_rel_error": 0.0}}
+    assert "with policy torchpim + C5 (I_compute 16) on 128" in report_lines(r)[0]
+    assert "C5" not in report_lines({**r, "i_compute": None})[0]
+    oracle = {**r, "policy": "oracle", "sweep": [{"cores": 128, "oracle": {"speedup": 2.0}}]}
+    assert "C5" not in report_lines(oracle)[0]  # the oracle does not apply the rule
