@@ -95,9 +95,9 @@ def instrument(scf_path: Path, candidates_path: Path, runtime_lib: Path, block: 
     module = mlir.parse_file(scf_path)
     insert_markers(module, candidates["function"], len(candidates["candidates"]))
     mlir.write_ir(module, out / "instrumented.mlir")
-    blocked = jit.to_llvm(module, block, stage=NAME, failure_dir=failure_dir)
+    done = jit.to_llvm(module, block, stage=NAME, failure_dir=failure_dir)
     (out / "codegen.json").write_text(json.dumps(
-        {"register_block": block, "register_blocked_nests": blocked}, indent=2) + "\n")
+        {"register_block": block, **done}, indent=2) + "\n")
     mlir.write_ir(module, out / "llvm.mlir")
     jit.write_object(module, Markers(runtime_lib).symbols([ENTER, EXIT]), out / "forward.o")
 

@@ -40,11 +40,13 @@ def prepare_for_llvm(module: ir.Module) -> None:
             op.attributes["llvm.emit_c_interface"] = ir.UnitAttr.get(module.context)
 
 
-def to_llvm(module: ir.Module, register_block: int, *, stage: str, failure_dir: Path) -> int:
-    """Host code generation in place: register blocking (``pimbuild.codegen``), C interfaces,
-    bf16 arithmetic as f32 (``mlir.EMULATE_BF16``), then the LLVM dialect. Returns how many
-    nests were register-blocked."""
-    blocked = codegen.register_block(module, register_block)
+def to_llvm(module: ir.Module, register_block: int, *, stage: str,
+            failure_dir: Path) -> dict[str, int]:
+    """Host code generation in place: loop interchange and register blocking
+    (``pimbuild.codegen``), C interfaces, bf16 arithmetic as f32 (``mlir.EMULATE_BF16``), then
+    the LLVM dialect. Returns how many nests each of the first two rewrote."""
+    done = {"interchanged_nests": codegen.interchange(module),
+            "register_blocked_nests": codegen.register_block(module, register_block)}
     prepare_for_llvm(module)
     if "bf16" in mlir.element_types(module):
         from pimbuild.transforms import truncate_through_f32
@@ -52,7 +54,7 @@ def to_llvm(module: ir.Module, register_block: int, *, stage: str, failure_dir: 
         truncate_through_f32(module)
         mlir.run_pipeline(module, mlir.EMULATE_BF16, stage=stage, failure_dir=failure_dir)
     mlir.run_pipeline(module, SCF_TO_LLVM, stage=stage, failure_dir=failure_dir)
-    return blocked
+    return done
 
 
 def compile_scf(scf_path: Path, failure_dir: Path, register_block: int) -> ExecutionEngine:

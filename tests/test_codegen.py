@@ -73,6 +73,35 @@ func.func @mv(%x: memref<4x8xf32>, %W: memref<${J}x4x8xf32>, %y: memref<${J}x1xf
 }
 """
 
+# y[i, j] = sum_k x[i, k] * W[k, j]: x @ W with W stored (K, N), as GPT-2's Conv1D and
+# torch.matmul with a weight lower; the reduction loop strides down a column of W.
+XW = """
+func.func @mv(%x: memref<${I}x${K}xf32>, %W: memref<${K}x${J}xf32>, %y: memref<${I}x${J}xf32>) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %cI = arith.constant ${I} : index
+  %cJ = arith.constant ${J} : index
+  %cK = arith.constant ${K} : index
+  %zero = arith.constant 0.0 : f32
+  scf.parallel (%i, %j) = (%c0, %c0) to (%cI, %cJ) step (%c1, %c1) {
+    memref.store %zero, %y[%i, %j] : memref<${I}x${J}xf32>
+    scf.reduce
+  }
+  scf.parallel (%i, %j) = (%c0, %c0) to (%cI, %cJ) step (%c1, %c1) {
+    scf.for %k = %c0 to %cK step %c1 {
+      %0 = memref.load %x[%i, %k] : memref<${I}x${K}xf32>
+      %1 = memref.load %W[%k, %j] : memref<${K}x${J}xf32>
+      %2 = memref.load %y[%i, %j] : memref<${I}x${J}xf32>
+      %3 = arith.mulf %0, %1 fastmath<reassoc,contract> : f32
+      %4 = arith.addf %2, %3 fastmath<reassoc,contract> : f32
+      memref.store %4, %y[%i, %j] : memref<${I}x${J}xf32>
+    }
+    scf.reduce
+  }
+  return
+}
+"""
+
 # Two sums per row (of W and of W squared, as a norm computes), into $A and $B.
 TWO_SUMS = """
 func.func @mv(%W: memref<32x16xf32>, %s: memref<2x32xf32>, %t: memref<2x32xf32>) {
@@ -105,10 +134,10 @@ def parse(text: str, **dims: int) -> ir.Module:
 def run(module: ir.Module, factor: int, args: list[np.ndarray], out_shape: tuple,
         tmp_path: Path) -> tuple[int, np.ndarray]:
     """Block, compile and call @mv; returns how many nests were blocked and the output."""
-    blocked = jit.to_llvm(module, factor, stage="test", failure_dir=tmp_path / "failure")
+    done = jit.to_llvm(module, factor, stage="test", failure_dir=tmp_path / "failure")
     engine = ExecutionEngine(module, opt_level=3)
     (y,) = jit.invoke(engine, "mv", args, [{"shape": list(out_shape), "dtype": "float32"}])
-    return blocked, y
+    return done["register_blocked_nests"] + done["interchanged_nests"], y
 
 
 def test_matvec_rows_are_jammed_with_accumulators_in_registers() -> None:
@@ -189,3 +218,30 @@ def test_blocked_split_reduction_computes_the_same_values(tmp_path: Path, factor
     blocked, y = run(parse(SPLIT_K, J=24), factor, [x, w], (24, 1), tmp_path)
     assert blocked == (factor > 1)
     np.testing.assert_allclose(y[:, 0], np.einsum("ab,jab->j", x, w), rtol=1e-5, atol=1e-5)
+
+
+def test_column_strided_product_runs_its_reduction_outside() -> None:
+    """x @ W with W stored (K, N): the reduction loop goes outside j, which becomes the
+    innermost loop over W's row; nn.Linear's layout (MATVEC) is left to register blocking."""
+    module = parse(XW, I=4, J=64, K=32)
+    assert codegen.interchange(module) == 1
+    text = str(module)
+    assert re.search(r"to \(%c4, %c64\) step \(%c1, %c64(_\d+)?\)", text)  # j runs once
+    k = re.search(r"scf.for (%arg\d+) = %c0 to %c32 ", text)
+    j = re.search(r"scf.for (%arg\d+) = %c0\S* to %c64\S* ", text)
+    assert k and j and k.start() < j.start()  # the reduction loop outside, j innermost
+    assert text.index(f"memref.load %arg1[{k[1]}, {j[1]}]") > j.start()
+    assert codegen.register_block(module, 8) == 0  # nothing left for blocking
+    linear = parse(MATVEC, J=64, K=32)
+    assert codegen.interchange(linear) == 0 and codegen.register_block(linear, 8) == 1
+    assert codegen.interchange(parse(XW, I=4, J=4, K=32)) == 0  # too short to vectorize
+
+
+@pytest.mark.parametrize("factor", [1, 8])
+def test_interchanged_product_computes_the_same_values(tmp_path: Path, factor: int) -> None:
+    rng = np.random.default_rng(2)
+    x, w = rng.standard_normal((3, 40)).astype(np.float32), \
+        rng.standard_normal((40, 24)).astype(np.float32)
+    changed, y = run(parse(XW, I=3, J=24, K=40), factor, [x, w], (3, 24), tmp_path)
+    assert changed == 1
+    np.testing.assert_allclose(y, x @ w, rtol=1e-5, atol=1e-5)
