@@ -34,6 +34,9 @@ from torch_mlir.dialects import scf
 from pimbuild import mlir
 from pimbuild.loops import constant_index, owner, view_root
 
+# Rows of a product jammed together at most (``_block``): each shares the weight row loaded.
+ROWS = 4
+
 
 @dataclass
 class Accumulator:
@@ -173,6 +176,30 @@ def _jam(loops: list[ir.Operation], accs: list[Accumulator], maps: list[dict],
     return nest[0]
 
 
+def _row_dim(parallel: ir.Operation, d: int, accs: list[Accumulator]) -> tuple[int, int] | None:
+    """The next dimension outside ``d`` with more than one iteration (from 0, step 1,
+    constant bounds) when every accumulator's address moves with it: the rows of a product
+    with more than one row, which share each weight row the reduction loads."""
+    body = parallel.regions[0].blocks[0]
+    n = len(body.arguments)
+    for d2 in reversed(range(d)):
+        lb, ub, step = (_constant(parallel.operands[k * n + d2]) for k in range(3))
+        if lb == 0 and step == 1 and ub is not None and ub > 1:
+            moves = all(body.arguments[d2] in list(a.store.operands)[2:] for a in accs)
+            return (d2, ub) if moves else None
+        if (lb, step) != (0, 1) or ub != 1:
+            return None
+    return None
+
+
+def _offsets(iv: ir.Value, u: int, here: ir.InsertionPoint, loc: ir.Location) -> list[ir.Value]:
+    """``iv, iv + 1, ..., iv + u - 1``."""
+    consts = [_index_constant(k, here, loc) for k in range(1, u)]
+    with here, loc:
+        return [iv] + [ir.Operation.create("arith.addi", results=[ir.IndexType.get()],
+                                           operands=[iv, c]).result for c in consts]
+
+
 def _block(parallel: ir.Operation, factor: int) -> bool:
     loops, dim = _reduction_loops(parallel), _blocked_dim(parallel)
     if loops is None or dim is None:
@@ -180,24 +207,31 @@ def _block(parallel: ir.Operation, factor: int) -> bool:
     (d, trips), body = dim, parallel.regions[0].blocks[0]
     iv = body.arguments[d]
     accs = _accumulators(loops, iv)
-    u = _factor(trips, len(accs), factor) if accs else 1
-    if u == 1:
+    if not accs or _factor(trips, len(accs), factor) == 1:
         return False
+    # With more than one row, up to ROWS rows share each loaded weight row (a quarter of
+    # the weight traffic at 4) and the rest of the factor goes to the columns.
+    rows = _row_dim(parallel, d, accs)
+    r = _factor(rows[1], len(accs), min(ROWS, factor // (2 * len(accs)))) if rows else 1
+    u = _factor(trips, len(accs) * r, factor)
     here, loc = ir.InsertionPoint(loops[0]), loops[0].location
-    ivs = [iv] + [_index_constant(k, here, loc) for k in range(1, u)]
-    with here, loc:
-        ivs[1:] = [ir.Operation.create("arith.addi", results=[ir.IndexType.get()],
-                                       operands=[iv, c]).result for c in ivs[1:]]
-    maps = [{iv: ivs[k]} for k in range(u)]
-    inits = [_clone(a.load, dict(maps[k]), here).result for a in accs for k in range(u)]
+    cols = _offsets(iv, u, here, loc)
+    lines = _offsets(body.arguments[rows[0]], r, here, loc) if r > 1 else [None]
+    maps = [{iv: c, **({body.arguments[rows[0]]: line} if line is not None else {})}
+            for line in lines for c in cols]
+    inits = [_clone(a.load, dict(m), here).result for a in accs for m in maps]
     jammed = _jam(loops, accs, maps, inits, here, loc)
     for a, acc in enumerate(accs):
-        for k in range(u):
-            _clone(acc.store, {**maps[k], acc.store.operands[0]: jammed.results[a * u + k]},
+        for k, m in enumerate(maps):
+            _clone(acc.store, {**m, acc.store.operands[0]: jammed.results[a * len(maps) + k]},
                    here)
     loops[0].erase()
-    parallel.operands[2 * len(body.arguments) + d] = _index_constant(u, ir.InsertionPoint(parallel),
+    steps = 2 * len(body.arguments)
+    parallel.operands[steps + d] = _index_constant(u, ir.InsertionPoint(parallel),
                                                    parallel.location)
+    if r > 1:
+        parallel.operands[steps + rows[0]] = _index_constant(r, ir.InsertionPoint(parallel),
+                                                             parallel.location)
     return True
 
 
@@ -217,6 +251,8 @@ def _strided(loops: list[ir.Operation], accs: list[Accumulator], iv: ir.Value) -
 
 
 def _interchange(parallel: ir.Operation, min_trips: int = 8) -> bool:
+    """Reduction loops outside the innermost parallel dimension (``_strided`` nests), and up
+    to ROWS rows in each iteration of the new innermost loop."""
     loops, dim = _reduction_loops(parallel), _blocked_dim(parallel)
     if loops is None or dim is None or dim[1] < min_trips:
         return False
@@ -226,6 +262,9 @@ def _interchange(parallel: ir.Operation, min_trips: int = 8) -> bool:
     if not accs or not _strided(loops, accs, iv):
         return False
     here, loc = ir.InsertionPoint(loops[0]), loops[0].location
+    rows = _row_dim(parallel, d, accs)
+    r = _factor(rows[1], 1, ROWS) if rows else 1
+    lines = _offsets(body.arguments[rows[0]], r, here, loc) if r > 1 else []
     nest = []
     with loc:
         for loop in loops:
@@ -236,16 +275,30 @@ def _interchange(parallel: ir.Operation, min_trips: int = 8) -> bool:
     mapping = {loop.regions[0].blocks[0].arguments[0]: new.induction_variable
                for loop, new in zip(loops, nest, strict=False)}
     mapping[iv] = nest[-1].induction_variable
+    maps = [{**mapping, body.arguments[rows[0]]: line} for line in lines] or [mapping]
     inner = ir.InsertionPoint(nest[-1].body)
     for op in [o.operation for o in loops[-1].regions[0].blocks[0].operations][:-1]:
-        _clone(op, mapping, inner)
+        # One copy per row, but an op whose operands are the same in every row (the weight
+        # row's load) once: each row of W is read once for r rows of x.
+        first = None
+        for m in maps:
+            operands = [m.get(v, v) for v in op.operands]
+            if first is not None and operands == first[0]:
+                m.update(zip(op.results, first[1].results, strict=True))
+                continue
+            new = _clone(op, m, inner)
+            first = first or (operands, new)
     with loc:
         for level in nest:
             with ir.InsertionPoint(level.body):
                 scf.YieldOp([])
     loops[0].erase()
-    parallel.operands[2 * len(body.arguments) + d] = _index_constant(
-        trips, ir.InsertionPoint(parallel), parallel.location)
+    steps = 2 * len(body.arguments)
+    parallel.operands[steps + d] = _index_constant(trips, ir.InsertionPoint(parallel),
+                                                   parallel.location)
+    if r > 1:
+        parallel.operands[steps + rows[0]] = _index_constant(r, ir.InsertionPoint(parallel),
+                                                             parallel.location)
     return True
 
 

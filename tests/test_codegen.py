@@ -73,6 +73,34 @@ func.func @mv(%x: memref<4x8xf32>, %W: memref<${J}x4x8xf32>, %y: memref<${J}x1xf
 }
 """
 
+# MATVEC with ${I} rows of x: nn.Linear on a few tokens.
+LINEAR = """
+func.func @mv(%x: memref<${I}x${K}xf32>, %W: memref<${J}x${K}xf32>, %y: memref<${I}x${J}xf32>) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %cI = arith.constant ${I} : index
+  %cJ = arith.constant ${J} : index
+  %cK = arith.constant ${K} : index
+  %zero = arith.constant 0.0 : f32
+  scf.parallel (%i, %j) = (%c0, %c0) to (%cI, %cJ) step (%c1, %c1) {
+    memref.store %zero, %y[%i, %j] : memref<${I}x${J}xf32>
+    scf.reduce
+  }
+  scf.parallel (%i, %j) = (%c0, %c0) to (%cI, %cJ) step (%c1, %c1) {
+    scf.for %k = %c0 to %cK step %c1 {
+      %0 = memref.load %x[%i, %k] : memref<${I}x${K}xf32>
+      %1 = memref.load %W[%j, %k] : memref<${J}x${K}xf32>
+      %2 = memref.load %y[%i, %j] : memref<${I}x${J}xf32>
+      %3 = arith.mulf %0, %1 fastmath<reassoc,contract> : f32
+      %4 = arith.addf %2, %3 fastmath<reassoc,contract> : f32
+      memref.store %4, %y[%i, %j] : memref<${I}x${J}xf32>
+    }
+    scf.reduce
+  }
+  return
+}
+"""
+
 # y[i, j] = sum_k x[i, k] * W[k, j]: x @ W with W stored (K, N), as GPT-2's Conv1D and
 # torch.matmul with a weight lower; the reduction loop strides down a column of W.
 XW = """
@@ -222,11 +250,13 @@ def test_blocked_split_reduction_computes_the_same_values(tmp_path: Path, factor
 
 def test_column_strided_product_runs_its_reduction_outside() -> None:
     """x @ W with W stored (K, N): the reduction loop goes outside j, which becomes the
-    innermost loop over W's row; nn.Linear's layout (MATVEC) is left to register blocking."""
+    innermost loop over W's row, with 4 rows of x per iteration reading that row once;
+    nn.Linear's layout (MATVEC) is left to register blocking."""
     module = parse(XW, I=4, J=64, K=32)
     assert codegen.interchange(module) == 1
     text = str(module)
-    assert re.search(r"to \(%c4, %c64\) step \(%c1, %c64(_\d+)?\)", text)  # j runs once
+    assert re.search(r"to \(%c4, %c64\) step \(%c4(_\d+)?, %c64(_\d+)?\)", text)
+    assert text.count("memref.load %arg1[") == 1 and text.count("memref.load %arg0[") == 4
     k = re.search(r"scf.for (%arg\d+) = %c0 to %c32 ", text)
     j = re.search(r"scf.for (%arg\d+) = %c0\S* to %c64\S* ", text)
     assert k and j and k.start() < j.start()  # the reduction loop outside, j innermost
@@ -237,11 +267,35 @@ def test_column_strided_product_runs_its_reduction_outside() -> None:
     assert codegen.interchange(parse(XW, I=4, J=4, K=32)) == 0  # too short to vectorize
 
 
-@pytest.mark.parametrize("factor", [1, 8])
-def test_interchanged_product_computes_the_same_values(tmp_path: Path, factor: int) -> None:
+@pytest.mark.parametrize(("rows", "factor"), [(3, 1), (4, 8), (6, 8)])
+def test_interchanged_product_computes_the_same_values(tmp_path: Path, rows: int,
+                                                       factor: int) -> None:
     rng = np.random.default_rng(2)
-    x, w = rng.standard_normal((3, 40)).astype(np.float32), \
+    x, w = rng.standard_normal((rows, 40)).astype(np.float32), \
         rng.standard_normal((40, 24)).astype(np.float32)
-    changed, y = run(parse(XW, I=3, J=24, K=40), factor, [x, w], (3, 24), tmp_path)
+    changed, y = run(parse(XW, I=rows, J=24, K=40), factor, [x, w], (rows, 24), tmp_path)
     assert changed == 1
     np.testing.assert_allclose(y, x @ w, rtol=1e-5, atol=1e-5)
+
+
+def test_rows_share_each_weight_row() -> None:
+    """With more than one row (nn.Linear on a few tokens), up to ROWS rows are jammed with
+    the columns: 4 rows x 2 columns at factor 8, 8 accumulators as with one row."""
+    module = parse(LINEAR, I=4, J=64, K=32)
+    assert codegen.register_block(module, 8) == 1
+    text = str(module)
+    assert re.search(r"to \(%c4, %c64\) step \(%c4(_\d+)?, %c2(_\d+)?\)", text)
+    assert text.count("iter_args") == 1 and len(re.findall(r"memref\.store", text)) == 1 + 8
+    two = parse(LINEAR, I=2, J=64, K=32)  # 2 rows: 2 x 4
+    assert codegen.register_block(two, 8) == 1
+    assert re.search(r"step \(%c2(_\d+)?, %c4(_\d+)?\)", str(two))
+
+
+@pytest.mark.parametrize(("rows", "factor"), [(4, 8), (6, 8), (3, 4)])
+def test_blocked_rows_compute_the_same_values(tmp_path: Path, rows: int, factor: int) -> None:
+    rng = np.random.default_rng(3)
+    x, w = rng.standard_normal((rows, 40)).astype(np.float32), \
+        rng.standard_normal((24, 40)).astype(np.float32)
+    blocked, y = run(parse(LINEAR, I=rows, J=24, K=40), factor, [x, w], (rows, 24), tmp_path)
+    assert blocked == 1
+    np.testing.assert_allclose(y, x @ w.T, rtol=1e-5, atol=1e-5)
