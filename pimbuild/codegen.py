@@ -176,20 +176,38 @@ def _jam(loops: list[ir.Operation], accs: list[Accumulator], maps: list[dict],
     return nest[0]
 
 
-def _row_dim(parallel: ir.Operation, d: int, accs: list[Accumulator]) -> tuple[int, int] | None:
+def _row_dim(parallel: ir.Operation, d: int, loops: list[ir.Operation],
+             accs: list[Accumulator]) -> tuple[int, int] | None:
     """The next dimension outside ``d`` with more than one iteration (from 0, step 1,
-    constant bounds) when every accumulator's address moves with it: the rows of a product
-    with more than one row, which share each weight row the reduction loads."""
+    constant bounds) when every accumulator's address moves with it and some buffer the
+    reduction reads does not (a weight row that rows of x share; attention's heads share
+    nothing, so they are not jammed)."""
     body = parallel.regions[0].blocks[0]
     n = len(body.arguments)
     for d2 in reversed(range(d)):
         lb, ub, step = (_constant(parallel.operands[k * n + d2]) for k in range(3))
         if lb == 0 and step == 1 and ub is not None and ub > 1:
-            moves = all(body.arguments[d2] in list(a.store.operands)[2:] for a in accs)
-            return (d2, ub) if moves else None
+            row = body.arguments[d2]
+            moves = all(row in list(a.store.operands)[2:] for a in accs)
+            return (d2, ub) if moves and _shared(loops, accs, row) else None
         if (lb, step) != (0, 1) or ub != 1:
             return None
     return None
+
+
+def _shared(loops: list[ir.Operation], accs: list[Accumulator], row: ir.Value) -> bool:
+    """Whether the reduction reads a buffer at an address that moves with a reduction loop
+    and is made of induction variables and constants other than ``row``."""
+    ivs = [loop.regions[0].blocks[0].arguments[0] for loop in loops]
+    for op in [op.operation for op in loops[-1].regions[0].blocks[0].operations]:
+        if op.name != "memref.load" or any(op == a.load for a in accs):
+            continue
+        index = list(op.operands)[1:]
+        plain = all(isinstance(owner(i), ir.Block) or _constant(i) is not None
+                    for i in index)
+        if plain and row not in index and any(i in ivs for i in index):
+            return True
+    return False
 
 
 def _offsets(iv: ir.Value, u: int, here: ir.InsertionPoint, loc: ir.Location) -> list[ir.Value]:
@@ -211,7 +229,7 @@ def _block(parallel: ir.Operation, factor: int) -> bool:
         return False
     # With more than one row, up to ROWS rows share each loaded weight row (a quarter of
     # the weight traffic at 4) and the rest of the factor goes to the columns.
-    rows = _row_dim(parallel, d, accs)
+    rows = _row_dim(parallel, d, loops, accs)
     r = _factor(rows[1], len(accs), min(ROWS, factor // (2 * len(accs)))) if rows else 1
     u = _factor(trips, len(accs) * r, factor)
     here, loc = ir.InsertionPoint(loops[0]), loops[0].location
@@ -262,7 +280,7 @@ def _interchange(parallel: ir.Operation, min_trips: int = 8) -> bool:
     if not accs or not _strided(loops, accs, iv):
         return False
     here, loc = ir.InsertionPoint(loops[0]), loops[0].location
-    rows = _row_dim(parallel, d, accs)
+    rows = _row_dim(parallel, d, loops, accs)
     r = _factor(rows[1], 1, ROWS) if rows else 1
     lines = _offsets(body.arguments[rows[0]], r, here, loc) if r > 1 else []
     nest = []

@@ -299,3 +299,33 @@ def test_blocked_rows_compute_the_same_values(tmp_path: Path, rows: int, factor:
     blocked, y = run(parse(LINEAR, I=rows, J=24, K=40), factor, [x, w], (rows, 24), tmp_path)
     assert blocked == 1
     np.testing.assert_allclose(y, x @ w.T, rtol=1e-5, atol=1e-5)
+
+
+# Attention scores per head: s[h, j] = sum_d q[h, d] * k[h, j, d]; heads share no operand.
+HEADS = """
+func.func @mv(%q: memref<4x16xf32>, %k: memref<4x32x16xf32>, %s: memref<4x32xf32>) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c4 = arith.constant 4 : index
+  %c16 = arith.constant 16 : index
+  %c32 = arith.constant 32 : index
+  scf.parallel (%h, %j) = (%c0, %c0) to (%c4, %c32) step (%c1, %c1) {
+    scf.for %d = %c0 to %c16 step %c1 {
+      %0 = memref.load %q[%h, %d] : memref<4x16xf32>
+      %1 = memref.load %k[%h, %j, %d] : memref<4x32x16xf32>
+      %2 = memref.load %s[%h, %j] : memref<4x32xf32>
+      %3 = arith.mulf %0, %1 : f32
+      %4 = arith.addf %2, %3 : f32
+      memref.store %4, %s[%h, %j] : memref<4x32xf32>
+    }
+    scf.reduce
+  }
+  return
+}
+"""
+
+
+def test_heads_that_share_no_operand_are_not_jammed() -> None:
+    module = ir.Module.parse(HEADS, context=mlir.new_context())
+    assert codegen.register_block(module, 8) == 1
+    assert re.search(r"step \(%c1(_\d+)?, %c8(_\d+)?\)", str(module))  # columns only
