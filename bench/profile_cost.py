@@ -69,7 +69,8 @@ def footprint_decisions(model: str) -> dict:
         dirs = {s: Path(v["dir"]) for s, v in result.manifest["stages"].items()}
         modelled = Path(tmp) / "footprint"
         shutil.copytree(dirs["profile"], modelled)
-        rewrite_counters(modelled, dirs["extract"], profile.params(cfg), b_cpu(dirs["calibrate"]))
+        rewrite_counters(modelled, dirs["extract"], dirs["instrument"], profile.params(cfg),
+                         b_cpu(dirs["calibrate"]))
         p = decide.params(cfg)
         decided, n_rd = {}, {}
         for name, profile_dir in (("valgrind", dirs["profile"]), ("footprint", modelled)):
@@ -87,10 +88,10 @@ def footprint_decisions(model: str) -> dict:
             **{f"rd_{name}": sum(n_rd[name][k] for k in stage2) for name in n_rd}}
 
 
-def rewrite_counters(profile_dir: Path, extract_dir: Path, p: profile.Params,
-                     b_cpu_gbps: float) -> None:
+def rewrite_counters(profile_dir: Path, extract_dir: Path, instrument_dir: Path,
+                     p: profile.Params, b_cpu_gbps: float) -> None:
     """counters.csv from footprint's counts and the timing already in ``profile_dir``."""
-    candidates = json.loads((extract_dir / "candidates.json").read_text())["candidates"]
+    candidates = profile.nest_candidates(extract_dir, instrument_dir)
     rows = footprint.rows(candidates, p)
     timing = [{"id": int(r["id"]), "t_cpu_s": float(r["t_cpu_s"])}
               for r in csv.DictReader((profile_dir / "timing.csv").open())]

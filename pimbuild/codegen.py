@@ -36,6 +36,7 @@ from pimbuild.loops import constant_index, owner, view_root
 
 # Rows of a product jammed together at most (``_block``): each shares the weight row loaded.
 ROWS = 4
+ROWS_ATTR = "pimbuild.rows"
 
 
 @dataclass
@@ -210,6 +211,13 @@ def _shared(loops: list[ir.Operation], accs: list[Accumulator], row: ir.Value) -
     return False
 
 
+def _mark_rows(parallel: ir.Operation, r: int) -> None:
+    """Record on the nest how many rows share each read of the operand they share
+    (``ROWS_ATTR``): the footprint counter backend models the traffic with it."""
+    i64 = ir.IntegerType.get_signless(64)
+    parallel.attributes[ROWS_ATTR] = ir.IntegerAttr.get(i64, r)
+
+
 def _offsets(iv: ir.Value, u: int, here: ir.InsertionPoint, loc: ir.Location) -> list[ir.Value]:
     """``iv, iv + 1, ..., iv + u - 1``."""
     consts = [_index_constant(k, here, loc) for k in range(1, u)]
@@ -250,6 +258,7 @@ def _block(parallel: ir.Operation, factor: int) -> bool:
     if r > 1:
         parallel.operands[steps + rows[0]] = _index_constant(r, ir.InsertionPoint(parallel),
                                                              parallel.location)
+        _mark_rows(parallel, r)
     return True
 
 
@@ -317,6 +326,7 @@ def _interchange(parallel: ir.Operation, min_trips: int = 8) -> bool:
     if r > 1:
         parallel.operands[steps + rows[0]] = _index_constant(r, ir.InsertionPoint(parallel),
                                                              parallel.location)
+        _mark_rows(parallel, r)
     return True
 
 

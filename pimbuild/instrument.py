@@ -86,6 +86,32 @@ def insert_markers(module: ir.Module, function: str, n_candidates: int) -> int:
     return len(nests)
 
 
+def jammed_rows(module: ir.Module) -> dict[int, int]:
+    """Nest id -> the rows code generation jammed in it (``codegen.ROWS_ATTR`` on one of its
+    ``scf.parallel`` ops), the id read from the ``region_enter`` call before the nest."""
+    from torch_mlir import ir
+
+    from pimbuild import codegen, mlir
+
+    found = {}
+    for op in mlir.walk(module.operation):
+        if op.name != "scf.parallel" or codegen.ROWS_ATTR not in op.attributes:
+            continue
+        top = op
+        while top.parent.operation.name != "func.func":
+            top = top.parent.operation
+        ops = [o.operation for o in top.block.operations]
+        for prev in reversed(ops[:ops.index(top)]):
+            if prev.name == "arith.constant":
+                continue  # bounds code generation placed before the nest
+            if prev.name == "func.call" and \
+                    ir.FlatSymbolRefAttr(prev.attributes["callee"]).value == ENTER:
+                ident = ir.IntegerAttr(prev.operands[0].owner.attributes["value"]).value
+                found[ident] = ir.IntegerAttr(op.attributes[codegen.ROWS_ATTR]).value
+            break
+    return found
+
+
 def instrument(scf_path: Path, candidates_path: Path, runtime_lib: Path, block: int,
                out: Path, failure_dir: Path) -> None:
     from pimbuild import jit, mlir
@@ -95,9 +121,12 @@ def instrument(scf_path: Path, candidates_path: Path, runtime_lib: Path, block: 
     module = mlir.parse_file(scf_path)
     insert_markers(module, candidates["function"], len(candidates["candidates"]))
     mlir.write_ir(module, out / "instrumented.mlir")
-    done = jit.to_llvm(module, block, stage=NAME, failure_dir=failure_dir)
+    rows: dict[int, int] = {}
+    done = jit.to_llvm(module, block, stage=NAME, failure_dir=failure_dir,
+                       inspect=lambda m: rows.update(jammed_rows(m)))
     (out / "codegen.json").write_text(json.dumps(
-        {"register_block": block, **done}, indent=2) + "\n")
+        {"register_block": block, **done, "rows": {str(k): v for k, v in sorted(rows.items())}},
+        indent=2) + "\n")
     mlir.write_ir(module, out / "llvm.mlir")
     jit.write_object(module, Markers(runtime_lib).symbols([ENTER, EXIT]), out / "forward.o")
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import ctypes
 import subprocess
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -40,13 +41,16 @@ def prepare_for_llvm(module: ir.Module) -> None:
             op.attributes["llvm.emit_c_interface"] = ir.UnitAttr.get(module.context)
 
 
-def to_llvm(module: ir.Module, register_block: int, *, stage: str,
-            failure_dir: Path) -> dict[str, int]:
+def to_llvm(module: ir.Module, register_block: int, *, stage: str, failure_dir: Path,
+            inspect: Callable[[ir.Module], None] | None = None) -> dict[str, int]:
     """Host code generation in place: loop interchange and register blocking
     (``pimbuild.codegen``), C interfaces, bf16 arithmetic as f32 (``mlir.EMULATE_BF16``), then
-    the LLVM dialect. Returns how many nests each of the first two rewrote."""
+    the LLVM dialect. Returns how many nests each of the first two rewrote. ``inspect`` sees
+    the module after them, while its loops are still loops."""
     done = {"interchanged_nests": codegen.interchange(module),
             "register_blocked_nests": codegen.register_block(module, register_block)}
+    if inspect is not None:
+        inspect(module)
     prepare_for_llvm(module)
     if "bf16" in mlir.element_types(module):
         from pimbuild.transforms import truncate_through_f32

@@ -131,10 +131,17 @@ class Program:
                        instrument_dir: Path, runtime_dir: Path) -> Program:
         return cls(model=model,
                    signature=json.loads((lower_dir / "signature.json").read_text()),
-                   candidates=json.loads((extract_dir / "candidates.json").read_text())[
-                       "candidates"],
+                   candidates=nest_candidates(extract_dir, instrument_dir),
                    llvm_path=instrument_dir / "llvm.mlir",
                    object_path=instrument_dir / "forward.o", runtime_dir=runtime_dir)
+
+
+def nest_candidates(extract_dir: Path, instrument_dir: Path) -> list[dict[str, Any]]:
+    """Extract's candidates, each with ``row_block``: how many rows of a product the compiled
+    code reads each shared operand for (instrument's ``codegen.json`` ``rows``; 1 if none)."""
+    rows = json.loads((instrument_dir / "codegen.json").read_text()).get("rows", {})
+    return [{**c, "row_block": rows.get(str(c["id"]), 1)}
+            for c in json.loads((extract_dir / "candidates.json").read_text())["candidates"]]
 
 
 def load_program(program: Program, markers) -> tuple[Any, str]:

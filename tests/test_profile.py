@@ -15,6 +15,7 @@ from pimbuild import frontend, jit, lower
 from pimbuild.counters.footprint import footprint_counts
 from pimbuild.errors import StageError
 from pimbuild.instrument import ENTER, EXIT, FORWARD_REGION
+from pimbuild.profile import nest_candidates
 from pimbuild.runtime import LIBRARY, Markers, compiler
 from tests.conftest import artifact_dir, candidates, make_cfg
 
@@ -313,13 +314,16 @@ def test_footprint_counts_compulsory_and_capacity_misses() -> None:
 
 def test_footprint_rereads_what_the_outer_loop_does_not_address() -> None:
     """Four rows against a 16 KiB weight: with an 8 KiB cache each row streams the weight
-    again; with 32 KiB it is read once."""
+    again (each pair, when two rows share each read); with 32 KiB it is read once."""
     kib = 1024
     gemm = {**_nest(0, {"w": 16 * kib, "x": kib}, {"y": kib}), "parallel_dims": [1, 4, 8],
             "outer_invariant_reads": ["w"]}
     small = footprint_counts([gemm], capacity=8 * kib, line=64)[0]["offcore_data_rd"]
     assert small == 4 * 256 + 16
     assert footprint_counts([gemm], capacity=32 * kib, line=64)[0]["offcore_data_rd"] == 272
+    # Code generation jammed two rows (codegen.ROWS): the weight streams once per pair.
+    paired = footprint_counts([{**gemm, "row_block": 2}], capacity=8 * kib, line=64)[0]
+    assert paired["offcore_data_rd"] == 2 * 256 + 16
 
 
 @pytest.mark.parametrize(("overrides", "capacity"), [
@@ -335,7 +339,8 @@ def test_footprint_counts_follow_valgrind(run_build, overrides: list[str],
     result = run_build([*overrides, "profile.backend=valgrind", "profile.repetitions=3",
                         "profile.warmup=1", "targets=[profile]", "platform=icelake_sp"])
     measured = {int(r["id"]): r for r in _csv(result, "profile", "counters.csv")}
-    modelled = footprint_counts(candidates(result), capacity=capacity, line=64)
+    nests = nest_candidates(artifact_dir(result, "extract"), artifact_dir(result, "instrument"))
+    modelled = footprint_counts(nests, capacity=capacity, line=64)
     for ident, row in measured.items():
         for role in ("offcore_data_rd", "ll_write_misses"):
             got, want = modelled[ident][role], int(row[f"event:{role}"])

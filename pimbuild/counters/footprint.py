@@ -12,9 +12,10 @@ are evicted past the capacity. The walk starts from an empty cache (one forward 
 flush) or, with ``profile.valgrind_warm``, counts the second of two forwards.
 
 Inside a nest, one reuse is modelled (``rereads``): a buffer that the outermost parallel
-loop does not address is read again by each of its iterations, from memory when one
-iteration's data does not fit in the cache (a GEMM of several rows streaming a weight larger
-than the cache once per row). It models compulsory and capacity misses at the grain of
+loop does not address is read again by each of its iterations (by each group of rows that
+code generation jammed, ``codegen.ROWS``), from memory when one pass's data does not fit in
+the cache (a GEMM of several rows streaming a weight larger than the cache once per pass).
+It models compulsory and capacity misses at the grain of
 whole buffers (a buffer read in part is resident up to the bytes read, not which ones).
 Not in it: other reuse inside a nest (a tiled loop order, a panel of a large GEMM),
 streaming that evicts only part of a buffer, conflict misses, hardware prefetching, and
@@ -80,18 +81,21 @@ def extents(c: dict) -> dict[str, int]:
 def rereads(c: dict, read: dict[str, int], capacity: int, line: int) -> int:
     """Lines a nest reads again inside itself: the buffers its outermost parallel loop does
     not address (extract's ``outer_invariant_reads``) are read once per iteration of that
-    loop, and come from memory again each time when one iteration's data does not fit in
-    the cache (a GEMM of several rows whose weight is larger than the cache). ``read``: the
-    bytes it reads of each buffer (``extents``)."""
+    loop, or per ``row_block`` iterations where code generation jammed that many rows
+    (``profile.nest_candidates``), and come from memory again each time when one pass's data
+    does not fit in the cache (a GEMM of several rows whose weight is larger than the cache).
+    ``read``: the bytes it reads of each buffer (``extents``)."""
     invariant = c.get("outer_invariant_reads", [])
     rows = next((trips for trips in c.get("parallel_dims", []) if trips > 1), 1)
-    if rows == 1 or not invariant:
+    block = min(c.get("row_block", 1), rows)  # rows the code reads them once for
+    passes = -(-rows // block)
+    if passes == 1 or not invariant:
         return 0
     fixed = sum(read[b] for b in invariant)
     varying = sum(size for b, size in {**read, **c["writes"]}.items() if b not in invariant)
-    if fixed + varying / rows <= capacity:
+    if fixed + varying * block / rows <= capacity:
         return 0
-    return (rows - 1) * sum(-(-read[b] // line) for b in invariant)
+    return (passes - 1) * sum(-(-read[b] // line) for b in invariant)
 
 
 class _Lru:
