@@ -211,6 +211,13 @@ def _shared(loops: list[ir.Operation], accs: list[Accumulator], row: ir.Value) -
     return False
 
 
+def _step(parallel: ir.Operation, d: int, step: int) -> None:
+    """Set the step of dimension ``d`` of ``parallel`` (a constant placed before it)."""
+    n = len(parallel.regions[0].blocks[0].arguments)
+    parallel.operands[2 * n + d] = _index_constant(step, ir.InsertionPoint(parallel),
+                                                   parallel.location)
+
+
 def _mark_rows(parallel: ir.Operation, r: int) -> None:
     """Record on the nest how many rows share each read of the operand they share
     (``ROWS_ATTR``): the footprint counter backend models the traffic with it."""
@@ -252,12 +259,9 @@ def _block(parallel: ir.Operation, factor: int) -> bool:
             _clone(acc.store, {**m, acc.store.operands[0]: jammed.results[a * len(maps) + k]},
                    here)
     loops[0].erase()
-    steps = 2 * len(body.arguments)
-    parallel.operands[steps + d] = _index_constant(u, ir.InsertionPoint(parallel),
-                                                   parallel.location)
+    _step(parallel, d, u)
     if r > 1:
-        parallel.operands[steps + rows[0]] = _index_constant(r, ir.InsertionPoint(parallel),
-                                                             parallel.location)
+        _step(parallel, rows[0], r)
         _mark_rows(parallel, r)
     return True
 
@@ -320,12 +324,9 @@ def _interchange(parallel: ir.Operation, min_trips: int = 8) -> bool:
             with ir.InsertionPoint(level.body):
                 scf.YieldOp([])
     loops[0].erase()
-    steps = 2 * len(body.arguments)
-    parallel.operands[steps + d] = _index_constant(trips, ir.InsertionPoint(parallel),
-                                                   parallel.location)
+    _step(parallel, d, trips)
     if r > 1:
-        parallel.operands[steps + rows[0]] = _index_constant(r, ir.InsertionPoint(parallel),
-                                                             parallel.location)
+        _step(parallel, rows[0], r)
         _mark_rows(parallel, r)
     return True
 

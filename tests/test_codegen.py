@@ -14,33 +14,37 @@ from torch_mlir.execution_engine import ExecutionEngine
 
 from pimbuild import codegen, jit, mlir
 
-# y[i, j] = sum_k x[i, k] * W[j, k] as convert-linalg-to-parallel-loops writes a thin matmul:
-# zero the accumulator, then one nest parallel over (i, j), sequential over k.
-MATVEC = """
-func.func @mv(%x: memref<1x${K}xf32>, %W: memref<${J}x${K}xf32>, %y: memref<1x${J}xf32>) {
+# y[i, j] = sum_k x[i, k] * W[j, k] as convert-linalg-to-parallel-loops writes nn.Linear on
+# ${I} rows: zero the accumulator, then one nest parallel over (i, j), sequential over k.
+LINEAR = """
+func.func @mv(%x: memref<${I}x${K}xf32>, %W: memref<${J}x${K}xf32>, %y: memref<${I}x${J}xf32>) {
   %c0 = arith.constant 0 : index
   %c1 = arith.constant 1 : index
+  %cI = arith.constant ${I} : index
   %cJ = arith.constant ${J} : index
   %cK = arith.constant ${K} : index
   %zero = arith.constant 0.0 : f32
-  scf.parallel (%i, %j) = (%c0, %c0) to (%c1, %cJ) step (%c1, %c1) {
-    memref.store %zero, %y[%i, %j] : memref<1x${J}xf32>
+  scf.parallel (%i, %j) = (%c0, %c0) to (%cI, %cJ) step (%c1, %c1) {
+    memref.store %zero, %y[%i, %j] : memref<${I}x${J}xf32>
     scf.reduce
   }
-  scf.parallel (%i, %j) = (%c0, %c0) to (%c1, %cJ) step (%c1, %c1) {
+  scf.parallel (%i, %j) = (%c0, %c0) to (%cI, %cJ) step (%c1, %c1) {
     scf.for %k = %c0 to %cK step %c1 {
-      %0 = memref.load %x[%i, %k] : memref<1x${K}xf32>
+      %0 = memref.load %x[%i, %k] : memref<${I}x${K}xf32>
       %1 = memref.load %W[%j, %k] : memref<${J}x${K}xf32>
-      %2 = memref.load %y[%i, %j] : memref<1x${J}xf32>
+      %2 = memref.load %y[%i, %j] : memref<${I}x${J}xf32>
       %3 = arith.mulf %0, %1 fastmath<reassoc,contract> : f32
       %4 = arith.addf %2, %3 fastmath<reassoc,contract> : f32
-      memref.store %4, %y[%i, %j] : memref<1x${J}xf32>
+      memref.store %4, %y[%i, %j] : memref<${I}x${J}xf32>
     }
     scf.reduce
   }
   return
 }
 """
+# One row: a matrix-vector product (a decode step).
+MATVEC = LINEAR.replace("${I}", "1").replace("  %cI = arith.constant 1 : index\n", "") \
+    .replace("%cI", "%c1")
 
 # The same product with the reduction split over two loops (k = 4a + b) and the rows
 # parallel in the outer dimension, as a reshape fused into a projection lowers.
@@ -66,34 +70,6 @@ func.func @mv(%x: memref<4x8xf32>, %W: memref<${J}x4x8xf32>, %y: memref<${J}x1xf
         %4 = arith.addf %2, %3 : f32
         memref.store %4, %y[%j, %i] : memref<${J}x1xf32>
       }
-    }
-    scf.reduce
-  }
-  return
-}
-"""
-
-# MATVEC with ${I} rows of x: nn.Linear on a few tokens.
-LINEAR = """
-func.func @mv(%x: memref<${I}x${K}xf32>, %W: memref<${J}x${K}xf32>, %y: memref<${I}x${J}xf32>) {
-  %c0 = arith.constant 0 : index
-  %c1 = arith.constant 1 : index
-  %cI = arith.constant ${I} : index
-  %cJ = arith.constant ${J} : index
-  %cK = arith.constant ${K} : index
-  %zero = arith.constant 0.0 : f32
-  scf.parallel (%i, %j) = (%c0, %c0) to (%cI, %cJ) step (%c1, %c1) {
-    memref.store %zero, %y[%i, %j] : memref<${I}x${J}xf32>
-    scf.reduce
-  }
-  scf.parallel (%i, %j) = (%c0, %c0) to (%cI, %cJ) step (%c1, %c1) {
-    scf.for %k = %c0 to %cK step %c1 {
-      %0 = memref.load %x[%i, %k] : memref<${I}x${K}xf32>
-      %1 = memref.load %W[%j, %k] : memref<${J}x${K}xf32>
-      %2 = memref.load %y[%i, %j] : memref<${I}x${J}xf32>
-      %3 = arith.mulf %0, %1 fastmath<reassoc,contract> : f32
-      %4 = arith.addf %2, %3 fastmath<reassoc,contract> : f32
-      memref.store %4, %y[%i, %j] : memref<${I}x${J}xf32>
     }
     scf.reduce
   }
