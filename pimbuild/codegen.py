@@ -75,6 +75,10 @@ def _reduction_loops(parallel: ir.Operation) -> list[ir.Operation] | None:
         loops.append(body[0])
 
 
+def _reduction_ivs(loops: list[ir.Operation]) -> list[ir.Value]:
+    return [loop.regions[0].blocks[0].arguments[0] for loop in loops]
+
+
 def _accumulators(loops: list[ir.Operation], iv: ir.Value) -> list[Accumulator] | None:
     """The load/store pairs of the innermost loop whose address is invariant in every loop of
     the nest and moves with ``iv``; None when the nest is not of that form."""
@@ -82,7 +86,7 @@ def _accumulators(loops: list[ir.Operation], iv: ir.Value) -> list[Accumulator] 
     ops = [op.operation for op in body.operations]
     if any(len(op.regions) for op in ops[:-1]):
         return None
-    ivs = [loop.regions[0].blocks[0].arguments[0] for loop in loops]
+    ivs = _reduction_ivs(loops)
     loads = [op for op in ops if op.name == "memref.load"]
     stores = [op for op in ops if op.name == "memref.store"]
     accs = []
@@ -126,11 +130,12 @@ def _clone(op: ir.Operation, mapping: dict, ip: ir.InsertionPoint) -> ir.Operati
     return new
 
 
-def _blocked_dim(parallel: ir.Operation) -> tuple[int, int] | None:
-    """The innermost dimension of ``parallel`` with more than one iteration (from 0, step
-    1, constant bounds) and its trip count: the one to unroll. None when there is none."""
+def _blocked_dim(parallel: ir.Operation, below: int | None = None) -> tuple[int, int] | None:
+    """The innermost dimension of ``parallel`` (outside dimension ``below`` if given) with
+    more than one iteration (from 0, step 1, constant bounds) and its trip count: the one to
+    unroll. None when there is none."""
     n = len(parallel.regions[0].blocks[0].arguments)
-    for d in reversed(range(n)):
+    for d in reversed(range(n if below is None else below)):
         lb, ub, step = (_constant(parallel.operands[k * n + d]) for k in range(3))
         if lb == 0 and step == 1 and ub is not None and ub > 1:
             return d, ub
@@ -179,36 +184,32 @@ def _jam(loops: list[ir.Operation], accs: list[Accumulator], maps: list[dict],
 
 def _row_dim(parallel: ir.Operation, d: int, loops: list[ir.Operation],
              accs: list[Accumulator]) -> tuple[int, int] | None:
-    """The next dimension outside ``d`` with more than one iteration (from 0, step 1,
-    constant bounds) when every accumulator's address moves with it and some buffer the
-    reduction reads does not (a weight row that rows of x share; attention's heads share
-    nothing, so they are not jammed)."""
-    body = parallel.regions[0].blocks[0]
-    n = len(body.arguments)
-    for d2 in reversed(range(d)):
-        lb, ub, step = (_constant(parallel.operands[k * n + d2]) for k in range(3))
-        if lb == 0 and step == 1 and ub is not None and ub > 1:
-            row = body.arguments[d2]
-            moves = all(row in list(a.store.operands)[2:] for a in accs)
-            return (d2, ub) if moves and _shared(loops, accs, row) else None
-        if (lb, step) != (0, 1) or ub != 1:
-            return None
-    return None
+    """The next dimension outside ``d`` with more than one iteration (``_blocked_dim``)
+    when every accumulator's address moves with it and some buffer the reduction reads does
+    not (a weight row that rows of x share; attention's heads share nothing, so they are
+    not jammed)."""
+    outer = _blocked_dim(parallel, below=d)
+    if outer is None:
+        return None
+    row = parallel.regions[0].blocks[0].arguments[outer[0]]
+    moves = all(row in list(a.store.operands)[2:] for a in accs)
+    return outer if moves and _shared(loops, accs, row) else None
+
+
+def _reads(loops: list[ir.Operation], accs: list[Accumulator]) -> list[list[ir.Value]]:
+    """The indices of every load in the innermost reduction loop but the accumulators'."""
+    body = [op.operation for op in loops[-1].regions[0].blocks[0].operations]
+    return [list(op.operands)[1:] for op in body if op.name == "memref.load"
+            and not any(op == a.load for a in accs)]
 
 
 def _shared(loops: list[ir.Operation], accs: list[Accumulator], row: ir.Value) -> bool:
     """Whether the reduction reads a buffer at an address that moves with a reduction loop
     and is made of induction variables and constants other than ``row``."""
-    ivs = [loop.regions[0].blocks[0].arguments[0] for loop in loops]
-    for op in [op.operation for op in loops[-1].regions[0].blocks[0].operations]:
-        if op.name != "memref.load" or any(op == a.load for a in accs):
-            continue
-        index = list(op.operands)[1:]
-        plain = all(isinstance(owner(i), ir.Block) or _constant(i) is not None
-                    for i in index)
-        if plain and row not in index and any(i in ivs for i in index):
-            return True
-    return False
+    ivs = _reduction_ivs(loops)
+    return any(all(isinstance(owner(i), ir.Block) or _constant(i) is not None for i in index)
+               and row not in index and any(i in ivs for i in index)
+               for index in _reads(loops, accs))
 
 
 def _step(parallel: ir.Operation, d: int, step: int) -> None:
@@ -271,11 +272,7 @@ def _strided(loops: list[ir.Operation], accs: list[Accumulator], iv: ir.Value) -
     loop moves an outer index (``W[k, j]``), and none whose innermost index is a reduction
     loop's while ``iv`` moves an outer one (``W[j, k]``, ``nn.Linear``'s layout, which
     ``_block`` serves)."""
-    ivs = [loop.regions[0].blocks[0].arguments[0] for loop in loops]
-    body = [op.operation for op in loops[-1].regions[0].blocks[0].operations]
-    paired = [a.load for a in accs]
-    indices = [list(op.operands)[1:] for op in body
-               if op.name == "memref.load" and not any(op == p for p in paired)]
+    ivs, indices = _reduction_ivs(loops), _reads(loops, accs)
     along_iv = any(ix and ix[-1] == iv and any(i in ivs for i in ix[:-1]) for ix in indices)
     along_k = any(ix and ix[-1] in ivs and iv in ix[:-1] for ix in indices)
     return along_iv and not along_k

@@ -79,32 +79,8 @@ func.func @mv(%x: memref<4x8xf32>, %W: memref<${J}x4x8xf32>, %y: memref<${J}x1xf
 
 # y[i, j] = sum_k x[i, k] * W[k, j]: x @ W with W stored (K, N), as GPT-2's Conv1D and
 # torch.matmul with a weight lower; the reduction loop strides down a column of W.
-XW = """
-func.func @mv(%x: memref<${I}x${K}xf32>, %W: memref<${K}x${J}xf32>, %y: memref<${I}x${J}xf32>) {
-  %c0 = arith.constant 0 : index
-  %c1 = arith.constant 1 : index
-  %cI = arith.constant ${I} : index
-  %cJ = arith.constant ${J} : index
-  %cK = arith.constant ${K} : index
-  %zero = arith.constant 0.0 : f32
-  scf.parallel (%i, %j) = (%c0, %c0) to (%cI, %cJ) step (%c1, %c1) {
-    memref.store %zero, %y[%i, %j] : memref<${I}x${J}xf32>
-    scf.reduce
-  }
-  scf.parallel (%i, %j) = (%c0, %c0) to (%cI, %cJ) step (%c1, %c1) {
-    scf.for %k = %c0 to %cK step %c1 {
-      %0 = memref.load %x[%i, %k] : memref<${I}x${K}xf32>
-      %1 = memref.load %W[%k, %j] : memref<${K}x${J}xf32>
-      %2 = memref.load %y[%i, %j] : memref<${I}x${J}xf32>
-      %3 = arith.mulf %0, %1 fastmath<reassoc,contract> : f32
-      %4 = arith.addf %2, %3 fastmath<reassoc,contract> : f32
-      memref.store %4, %y[%i, %j] : memref<${I}x${J}xf32>
-    }
-    scf.reduce
-  }
-  return
-}
-"""
+XW = LINEAR.replace("%W: memref<${J}x${K}xf32>", "%W: memref<${K}x${J}xf32>") \
+    .replace("%W[%j, %k] : memref<${J}x${K}xf32>", "%W[%k, %j] : memref<${K}x${J}xf32>")
 
 # Two sums per row (of W and of W squared, as a norm computes), into $A and $B.
 TWO_SUMS = """
