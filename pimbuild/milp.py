@@ -46,11 +46,13 @@ class Model:
     rows: list[tuple[float, float, dict[int, float]]] = field(default_factory=list)
 
     def var(self, lo: float = 0.0, hi: float = INF, cost: float = 0.0,
-            binary: bool = False) -> int:
+            binary: bool = False, integer: bool = False) -> int:
+        """A column in ``[lo, hi]``; ``binary`` or ``integer``: integral (a binary one is
+        given its 0/1 bounds by the caller)."""
         self.lower.append(lo)
         self.upper.append(hi)
         self.cost.append(cost)
-        if binary:
+        if binary or integer:
             self.integer.append(len(self.cost) - 1)
         return len(self.cost) - 1
 
@@ -64,17 +66,21 @@ class Model:
         self.rows.append((lo, hi, summed))
 
     def solve(self, time_limit_s: float = 60.0, gap: float = 0.0, incumbent: bool = False,
-              start: dict[int, float] | None = None
-              ) -> tuple[np.ndarray, float, float, dict[str, Any]]:
+              start: dict[int, float] | None = None, cutoff: float | None = None
+              ) -> tuple[np.ndarray | None, float, float, dict[str, Any]]:
         """(column values, objective, seconds, {status, bound}): optimal, or within
         relative ``gap`` of the best bound. When HiGHS stops otherwise (its time limit), the
         best placement found is returned with its proven gap if ``incumbent``, else this
         raises RuntimeError. ``start``: values of some columns (every integer one) of a
         feasible solution, which HiGHS completes and starts from (a MIP start): what it
-        returns is never worse."""
+        returns is never worse. ``cutoff``: only solutions below it are of interest (HiGHS's
+        ``objective_bound``): when the model has none, this returns ``(None, inf, seconds,
+        {"status": "Cut off", "bound": cutoff})``."""
         h = silent_highs()
         h.setOptionValue("time_limit", float(time_limit_s))
         h.setOptionValue("mip_rel_gap", float(gap))
+        if cutoff is not None:
+            h.setOptionValue("objective_bound", float(cutoff))
         n = len(self.cost)
         h.addCols(n, np.array(self.cost), np.array(self.lower), np.array(self.upper), 0,
                   np.zeros(0, np.int32), np.zeros(0, np.int32), np.zeros(0))
@@ -99,6 +105,8 @@ class Model:
         seconds = time.perf_counter() - began
         status, info = h.getModelStatus(), h.getInfo()
         found = info.primal_solution_status == 2  # kSolutionStatusFeasible
+        if cutoff is not None and (not found or info.objective_function_value >= cutoff):
+            return None, INF, seconds, {"status": "Cut off", "bound": cutoff}
         if status != highspy.HighsModelStatus.kOptimal and not (incumbent and found):
             raise RuntimeError(f"HiGHS ended with {h.modelStatusToString(status)}")
         objective = info.objective_function_value

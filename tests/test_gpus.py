@@ -317,6 +317,100 @@ def test_identical_layers_unrolled_cost_what_one_layer_costs_each(carried: bool)
     assert three.outputs == (() if carried else ("L0:k5", "L1:k5", "L2:k5"))
 
 
+def layer_graph(rng: random.Random, n: int, carried: bool = True) -> Graph:
+    """One layer of a stack: a random DAG that reads the hidden state ``h`` (carried from
+    the layer before's last result, or from home), a table ``pos`` every layer reads from
+    home, and its own state ``kv`` (written by kernel 0 in the forward before); sometimes a
+    result goes home."""
+    sizes = {"h": 4096, "pos": rng.choice([256, 1 << 20]), "kv": rng.choice([1024, 1 << 20])}
+    kernels, producer, readers = [], {}, {}
+    for k in range(n):
+        earlier = sorted(producer)
+        reads = {b: sizes[b] for b in rng.sample(earlier, min(len(earlier), rng.randint(1, 2)))}
+        for b, p in (("h", 0.3), ("pos", 0.3), ("kv", 0.2)):
+            if (k == 0 and b == "h") or (k == 1 and b == "kv") or rng.random() < p:
+                reads[b] = sizes[b]
+        out = f"k{k}"
+        sizes[out] = 4096 if k == n - 1 else rng.choice([1024, 65536, 1 << 20, 8 << 20])
+        kernels.append(Kernel(k, out, "elementwise", 0, reads, {out: sizes[out]}))
+        for b in reads:
+            readers.setdefault(b, []).append(k)
+        producer[out] = k
+    home = (f"k{rng.randrange(1, n - 1)}",) if rng.random() < 0.5 else ()
+    carry = {"kv": "k0", **({"h": f"k{n - 1}"} if carried else {})}
+    return Graph(tuple(kernels), sizes, producer, {b: tuple(r) for b, r in readers.items()},
+                 ("h", "pos", "kv"), home + (() if carried else (f"k{n - 1}",)), carry,
+                 frozenset({"kv"}))
+
+
+def layer_times(rng: random.Random, n: int, slower: bool) -> list[list[float]]:
+    """Random times; ``slower``: the second device is 1-3x slower on every kernel."""
+    first = [rng.choice([1e-6, 1e-5, 1e-4]) * rng.uniform(0.5, 2) for _ in range(n)]
+    return [[t, t * rng.uniform(1, 3) if slower else rng.choice([1e-6, 1e-5, 1e-4])]
+            for t in first]
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_identical_layers_aggregated_equal_brute_force(seed: int) -> None:
+    """A period of identical layers on two devices is solved with the layers counted, not
+    placed (``planners._layers``): its optimum is brute force's over the unrolled graph,
+    whether every layer's result stays on one device or the period alternates, and the
+    placement returned costs what the planner reports."""
+    from pimbuild.gpus.planners import unrolled
+
+    rng = random.Random(seed)
+    n, period = (3, 4) if seed % 2 else (4, 3)
+    g = layer_graph(rng, n, carried=seed % 6 != 5)
+    kappa = (0.0, 0.5, 1.0)[seed % 3]
+    ctx = unrolled(PlanContext(g, layer_times(rng, n, seed % 4 < 2), LINK, 2, kappa), period)
+    plan = place("throughput", ctx)
+    assert "aggregated" in plan.info["formulation"]
+    every = (list(p) for p in itertools.product(range(2), repeat=n * period))
+    best = min(cost.cycle_time(ctx.graph, p, ctx.times, LINK, 2, kappa) for p in every)
+    assert plan.objective == pytest.approx(best, rel=1e-7)
+    assert cost.cycle_time(ctx.graph, plan.place, ctx.times, LINK, 2, kappa) == \
+        pytest.approx(plan.objective, rel=1e-12)
+    assert plan.info["bound_s"] == pytest.approx(best, rel=1e-6)
+
+
+def test_layers_aggregated_equal_the_per_kernel_milp_and_alternate() -> None:
+    """On larger periods the aggregated MILP equals the per-kernel one; where the second
+    device is slower on every kernel, the optimum needs layers whose results end on each
+    device, in an order where every layer reads the hidden state where the one before left
+    it (the cost model charges any other order)."""
+    from pimbuild.gpus.planners import throughput, unrolled
+
+    alternating = 0
+    for seed in range(6):
+        rng = random.Random(100 + seed)
+        g = layer_graph(rng, 6)
+        ctx = unrolled(PlanContext(g, layer_times(rng, 6, True), LINK, 2, 1.0), 5)
+        ours, theirs = throughput.place(ctx), throughput.per_kernel(ctx)
+        assert ours.objective == pytest.approx(theirs.objective, rel=1e-7)
+        alternating += len({ours.place[i * 6 + 5] for i in range(5)}) == 2
+    assert alternating >= 2
+
+
+def test_layers_are_placed_per_kernel_where_counting_them_would_not_be_exact() -> None:
+    """Three devices, or a carried result that its own layer also reads: the per-kernel
+    MILP."""
+    from pimbuild.gpus.planners import unrolled
+
+    rng = random.Random(5)
+    g = layer_graph(rng, 4)
+    three = unrolled(PlanContext(g, [[1e-5, 2e-5, 3e-5]] * 4, LINK, 3, 1.0), 2)
+    assert "formulation" not in place("throughput", three).info
+    read = Kernel(4, "k4", "elementwise", 0, {"k3": 4096}, {"k4": 64})
+    g2 = Graph(g.kernels + (read,), {**g.buffer_bytes, "k4": 64}, {**g.producer, "k4": 4},
+               {**g.readers, "k3": (4,)}, g.inputs, ("k4",), g.carry, g.state)
+    ctx = unrolled(PlanContext(g2, [[1e-5, 2e-5]] * 5, LINK, 2, 1.0), 2)
+    plan = place("throughput", ctx)
+    assert "formulation" not in plan.info
+    every = (list(p) for p in itertools.product(range(2), repeat=10))
+    assert plan.objective == pytest.approx(
+        min(cost.cycle_time(ctx.graph, p, ctx.times, LINK, 2, 1.0) for p in every), rel=1e-7)
+
+
 def test_a_period_of_layers_contains_the_layer_pipeline() -> None:
     """Planned over the model's layers (``gpus.period`` = layers), the throughput MILP's
     cycle per layer is at most the layer pipeline's and one layer's placement reused: both

@@ -64,13 +64,9 @@ def layer_context(inputs: Inputs, p: Params) -> Any:
 
 def unrolled(one: Any, period: int) -> Any:
     """One layer's planner context over ``period`` layers (``ddg.unroll``; itself for 1)."""
-    from dataclasses import replace
+    from pimbuild.gpus import planners
 
-    from pimbuild.gpus import ddg
-
-    if period == 1:
-        return one
-    return replace(one, graph=ddg.unroll(one.graph, period), times=one.times * period)
+    return planners.unrolled(one, period)
 
 
 def context(inputs: Inputs, p: Params, one: Any = None) -> Any:

@@ -34,6 +34,10 @@ class PlanContext:
     # A placement to start from (a MIP start, e.g. one layer's optimum repeated over a
     # period): the planner's placement is never worse than it in the planner's objective.
     start: tuple[int, ...] | None = None
+    # ``graph`` is ``ddg.unroll(layer, period)``: ``period`` copies of one layer's graph
+    # (``unrolled``), which the throughput planner aggregates on two devices.
+    layer: Graph | None = None
+    period: int = 1
 
 
 @dataclass
@@ -61,6 +65,18 @@ def start_values(x: list[list[int]], start: tuple[int, ...] | None) -> dict[int,
     if start is None:
         return None
     return {col: float(d == start[k]) for k, row in enumerate(x) for d, col in enumerate(row)}
+
+
+def unrolled(one: PlanContext, period: int) -> PlanContext:
+    """One layer's planner context over ``period`` layers (``ddg.unroll``; itself for 1)."""
+    from dataclasses import replace
+
+    from pimbuild.gpus import ddg
+
+    if period == 1:
+        return one
+    return replace(one, graph=ddg.unroll(one.graph, period), times=one.times * period,
+                   layer=one.graph, period=period)
 
 
 def place(name: str, ctx: PlanContext) -> Plan:

@@ -16,13 +16,16 @@ not), and ``w[b][e][d]`` when it is sent from ``e`` to ``d``:
 ``c_b`` is the transfer time of ``b``, ``kappa`` ``gpus.comm_on_device``. For a fixed ``x`` the
 smallest feasible ``r``, ``w`` are exactly the transfers ``ddg.transfers`` lists, so the optimum
 equals the cost model's minimum (checked against brute force in the tests).
+
+A period of identical layers on two devices (``PlanContext.layer``) is solved with the layers
+counted instead of placed (``_layers``): the same optimum, from three small MILPs.
 """
 
 from __future__ import annotations
 
 from pimbuild.gpus.cost import cycle_time
 from pimbuild.gpus.ddg import HOME
-from pimbuild.gpus.planners import Plan, PlanContext, solved, start_values
+from pimbuild.gpus.planners import Plan, PlanContext, _layers, solved, start_values
 from pimbuild.milp import US, Model
 
 
@@ -38,6 +41,12 @@ def placement(x: list[list[int]], values) -> list[int]:
 
 
 def place(ctx: PlanContext) -> Plan:
+    if _layers.applies(ctx):
+        return _layers.place(ctx)
+    return per_kernel(ctx)
+
+
+def per_kernel(ctx: PlanContext) -> Plan:
     g, n_dev = ctx.graph, ctx.n_dev
     m = Model()
     c = m.var(cost=1.0)

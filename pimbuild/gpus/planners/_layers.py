@@ -1,0 +1,203 @@
+"""The throughput MILP over a period of identical layers on two devices, with the layers
+aggregated (docs/design.md §10).
+
+``ddg.unroll`` copies one layer's graph ``N`` times. Per kernel (``throughput``), the MILP has
+``N`` near-identical blocks of binaries, and its LP relaxation (every kernel split in one
+proportion) leaves branch-and-bound a partition problem that takes seconds to close at N = 30.
+Layers are interchangeable, so here they are counted instead of placed:
+
+- A *group* of ``n`` layers has, per kernel ``k``, an integer ``y[k]`` in ``[0, n]``: in how
+  many of its layers ``k`` runs on device 1. Compute is linear in ``y``.
+- Over a group, a buffer written by ``s`` is received on device 1 at least ``y[v] - y[s]``
+  times for each reader ``v``, on device 0 at least ``y[s] - y[v]`` times, and at least
+  ``y[s]`` times if it is a result that goes home. The *nested* layers (layer ``j`` of the
+  group has ``k`` on device 1 iff ``j < y[k]``) meet all these bounds at once: in layer ``j``
+  the buffer is received on device 1 iff ``y[s] <= j < max_v y[v]``. So the least cost of a
+  group is a function of its ``y``, and the MILP over ``y`` is exact.
+- An input every layer reads from home is sent once per period (``ddg.unroll`` shares it):
+  a binary ``z`` with ``n z >= y[v]``.
+- The carried hidden state crosses layers: layer ``j`` reads it where layer ``j - 1``'s exit
+  kernel ``w`` (its writer) ran. A layer is then a pattern with an entry side and an exit
+  side, and a period a cycle of patterns, each entering where the one before it exits (a
+  closed walk over the two sides). Either every layer exits on the same device: one group of
+  ``N`` layers with ``y[w]`` fixed at 0 or at ``N`` and each layer entering where it exits;
+  or some layer enters on 0 and exits on 1, and another enters on 1 and exits on 0: those
+  two as groups of one with their entry fixed, and the other ``N - 2`` layers as a group
+  whose layers enter where they exit (the nested layers of that group do). In that order
+  the cycle closes: the 0 -> 1 layer, the group's layers that exit on 1, the 1 -> 0 layer,
+  the group's layers that exit on 0. Every placement of the period falls in one of the
+  three cases and costs at least that case's MILP optimum, so the least of the three is the
+  per-kernel MILP's optimum.
+
+It applies when one kernel writes everything the layer carries and nothing in the layer
+reads that (``applies``); otherwise ``throughput`` solves per kernel.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pimbuild.gpus.cost import cycle_time
+from pimbuild.gpus.ddg import Graph
+from pimbuild.gpus.planners import Plan, PlanContext
+from pimbuild.milp import US, Model
+
+ENTRY = -1  # a buffer's source: the exit kernel of the layer before
+
+
+@dataclass(frozen=True)
+class Buffer:
+    seconds: float  # one transfer, in microseconds (``milp.US``)
+    source: int | None  # a kernel of the same layer, ENTRY, or None: home, for every layer
+    readers: tuple[int, ...]
+    home: bool  # a result that must reach the home device
+
+
+@dataclass(frozen=True)
+class Group:
+    n: int  # layers it stands for
+    y: list[int]  # column per kernel: in how many of the group's layers it is on device 1
+    entry: int | None  # the device the carried input comes from; None: its exit kernel's
+
+
+def carried(g: Graph) -> list[str]:
+    """The layer's results that the next layer reads (not the same layer's state)."""
+    return [o for b, o in g.carry.items() if b not in g.state]
+
+
+def applies(ctx: PlanContext) -> bool:
+    g = ctx.layer
+    if g is None or ctx.n_dev != 2 or ctx.period < 2:
+        return False
+    writers = {g.producer.get(o) for o in carried(g)}
+    return len(writers) <= 1 and None not in writers and not any(
+        g.readers.get(o) for o in carried(g))
+
+
+def buffers(g: Graph, ctx: PlanContext) -> list[Buffer]:
+    out = []
+    for b, size in g.buffer_bytes.items():
+        readers, home = g.readers.get(b, ()), b in g.outputs
+        source = ENTRY if b in g.carry and b not in g.state else g.source(b)
+        if readers or (home and source is not None):
+            out.append(Buffer(US * ctx.link.seconds(size), source, readers, home))
+    return out
+
+
+def source_terms(buf: Buffer, group: Group, w: int | None) -> tuple[list[int], float]:
+    """In how many of the group's layers the buffer's source is on device 1, as columns
+    plus a constant."""
+    if buf.source != ENTRY:
+        return [group.y[buf.source]], 0.0
+    if group.entry is None:
+        return [group.y[w]], 0.0
+    return [], float(group.entry * group.n)
+
+
+def receives(m: Model, buf: Buffer, group: Group, w: int | None,
+             received: tuple[dict, dict]) -> None:
+    """The buffer's receives on each device over the group's layers, at their lower bounds."""
+    s, const = source_terms(buf, group, w)
+    on1, on0 = m.var(0, group.n), m.var(0, group.n)
+    for v in buf.readers:
+        m.row([(on1, 1.0), (group.y[v], -1.0)] + [(c, 1.0) for c in s], lo=-const)
+        m.row([(on0, 1.0), (group.y[v], 1.0)] + [(c, -1.0) for c in s], lo=const)
+    if buf.home:
+        m.row([(on0, 1.0)] + [(c, -1.0) for c in s], lo=const)
+    received[0][on0], received[1][on1] = buf.seconds, buf.seconds
+
+
+def shared(m: Model, buf: Buffer, groups: list[Group], received: tuple[dict, dict]) -> None:
+    """An input from home that every layer reads: sent to device 1 once if any layer reads
+    it there."""
+    z = m.var(0, 1, binary=True)
+    for group in groups:
+        for v in buf.readers:
+            m.row([(z, float(group.n)), (group.y[v], -1.0)], lo=0)
+    received[1][z] = buf.seconds
+
+
+def model(ctx: PlanContext, bufs: list[Buffer], w: int | None,
+          spec: list[tuple[int, int | None, int | None]]) -> tuple[Model, list[Group]]:
+    """The MILP of one case: ``spec`` is (layers, entry device or None, exit device fixed
+    or None) per group."""
+    n_k = len(ctx.layer.kernels)
+    t = ctx.times[:n_k]
+    m = Model()
+    c = m.var(cost=1.0)
+    groups = []
+    for n, entry, exit_on in spec:
+        y = [m.var(0, n, integer=True) for _ in range(n_k)]
+        if exit_on is not None:
+            m.lower[y[w]] = m.upper[y[w]] = float(exit_on * n)
+        groups.append(Group(n, y, entry))
+    received: tuple[dict, dict] = ({}, {})
+    for buf in bufs:
+        if buf.source is None:
+            shared(m, buf, groups, received)
+        else:
+            for group in groups:
+                receives(m, buf, group, w, received)
+    moved = [(col, -ctx.comm_on_device * sec) for side in received for col, sec in side.items()]
+    ys = [(group, k) for group in groups for k in range(n_k)]
+    m.row([(c, 1.0)] + [(g.y[k], -US * t[k][1]) for g, k in ys] + moved, lo=0)
+    m.row([(c, 1.0)] + [(g.y[k], US * t[k][0]) for g, k in ys] + moved,
+          lo=sum(g.n * US * t[k][0] for g, k in ys))
+    for side in received:
+        m.row([(c, 1.0)] + [(col, -sec) for col, sec in side.items()], lo=0)
+    return m, groups
+
+
+def nested(group: Group, values) -> list[list[int]]:
+    """The group's layers: layer ``j`` has kernel ``k`` on device 1 iff ``j < y[k]``."""
+    y = [round(values[col]) for col in group.y]
+    return [[int(j < yk) for yk in y] for j in range(group.n)]
+
+
+def cases(n: int, w: int | None) -> list[list[tuple[int, int | None, int | None]]]:
+    if w is None:  # nothing carried: one group
+        return [[(n, None, None)]]
+    return [[(n - 2, None, None), (1, 0, 1), (1, 1, 0)], [(n, None, 0)], [(n, None, 1)]]
+
+
+def period(groups: list[Group], values, w: int | None) -> list[int]:
+    """The placement of the period's layers, in an order where each layer enters where the
+    one before it exits."""
+    layers = [layer for group in groups for layer in nested(group, values)]
+    if len(groups) == 3:  # the mixed case (``cases``)
+        rest, up, down = (nested(group, values) for group in groups)
+        layers = up + [x for x in rest if x[w]] + down + [x for x in rest if not x[w]]
+    return [d for layer in layers for d in layer]
+
+
+def place(ctx: PlanContext) -> Plan:
+    g = ctx.layer
+    writers = {g.producer[o] for o in carried(g)}
+    w = writers.pop() if writers else None
+    bufs = buffers(g, ctx)
+    best, cutoff, bound, size, statuses, seconds = None, None, float("inf"), [0, 0], [], 0.0
+    for spec in cases(ctx.period, w):  # each after the first only for a better placement
+        m, groups = model(ctx, bufs, w, spec)
+        values, objective, took, status = m.solve(ctx.time_limit_s, ctx.mip_gap,
+                                                  ctx.incumbent, cutoff=cutoff)
+        bound = min(bound, status["bound"] / US)
+        size = [size[0] + len(m.cost), size[1] + len(m.rows)]
+        statuses.append(status["status"])
+        seconds += took
+        if values is None:
+            continue
+        chosen = period(groups, values, w)
+        achieved = cycle_time(ctx.graph, chosen, ctx.times, ctx.link, 2, ctx.comm_on_device)
+        if best is None or achieved < best[1]:
+            best, cutoff = (chosen, achieved), objective
+    chosen, achieved = best
+    if ctx.start is not None:  # never worse than the start (a stopped solve could be)
+        start = cycle_time(ctx.graph, list(ctx.start), ctx.times, ctx.link, 2,
+                           ctx.comm_on_device)
+        if start < achieved:
+            chosen, achieved = list(ctx.start), start
+    status = next((s for s in statuses if s not in ("Optimal", "Cut off")), "Optimal")
+    return Plan(chosen, achieved, seconds, {
+        "formulation": f"{ctx.period} layers aggregated ({len(statuses)} case(s))",
+        "variables": size[0], "constraints": size[1], "solver_status": status,
+        "bound_s": bound, "gap": max(0.0, achieved - bound) / achieved if achieved else 0.0})
