@@ -135,7 +135,9 @@ def periods_table(store: Path, tmp: Path) -> list[dict]:
                              "x_rd": r["throughput"]
                              / base["request distribution"]["throughput"],
                              "seconds": seconds, "status": plan.info["solver_status"],
-                             "proven_gap": plan.info["gap"]})
+                             "proven_gap": plan.info["gap"],
+                             "formulation": "aggregated" if "formulation" in plan.info
+                             else "per kernel"})
                 console.print(rows[-1])
     return rows
 
@@ -148,14 +150,15 @@ def periods_markdown(periods: list[dict]) -> list[str]:
              "Each cell: planned throughput over the layer pipeline's (x PP) and over request "
              "distribution's (x RD), and the MILP's seconds; a period equal to the model's "
              "layers plans the whole model.", "",
-             "| pair | model | period | kernels | throughput | x PP | x RD | solve s | status |",
-             "|---|---|---:|---:|---:|---:|---:|---:|---|"]
+             "| pair | model | period | kernels | throughput | x PP | x RD | MILP | solve s | "
+             "status |", "|---|---|---:|---:|---:|---:|---:|---|---:|---|"]
     for r in periods:
         status = r["status"] if r["status"] == "Optimal" else \
             f"{r['status']} ({r['proven_gap']:.2%} gap)"
         lines.append(f"| {r['pair']} | {r['model']} | {r['period']} of {r['layers']} | "
                      f"{r['kernels']} | {r['throughput']:.4g} {r['unit']} | {r['x_pp']:.2f} | "
-                     f"{r['x_rd']:.2f} | {r['seconds']:.2f} | {status} |")
+                     f"{r['x_rd']:.2f} | {r.get('formulation', 'per kernel')} | "
+                     f"{r['seconds']:.2f} | {status} |")
     return lines
 
 
@@ -320,9 +323,19 @@ def markdown(rows, serving, solve, checks, w) -> str:
                      f"{pl / single:.2f} | {pl / base['request distribution']['throughput']:.2f}"
                      f" | {x_af} | {x_pp} | "
                      f"{r['fig2_count']:.0%} / {r['fig2_time']:.0%} | {r['solve_s']:.3g} |")
+    lines += serving_markdown(serving, w) + solve_markdown(solve)
+    if checks:
+        lines += ["", "## Partitioned program on two processes vs eager", "",
+                  "| model | max rel. error | transfers | build s |", "|---|---:|---:|---:|"]
+        lines += [f"| {c['model']} | {c['max_rel_error']:.2g} | {c['transfers']} | "
+                  f"{c['build_s']:.1f} |" for c in checks]
+    return "\n".join(lines) + "\n"
+
+
+def serving_markdown(serving: list[dict], w: workload.Workload) -> list[str]:
     if not serving:
-        return "\n".join(lines) + "\n"
-    lines += ["", f"## Llama-3-8B serving: {w.input_len} input, {w.output_len} output tokens, "
+        return []
+    lines = ["", f"## Llama-3-8B serving: {w.input_len} input, {w.output_len} output tokens, "
               f"batch {w.batch}", ""]
     names = list(serving[0]["tokens_per_s"])
     lines += ["| pair | " + " | ".join(names) + " | PD prefill on, bottleneck |",
@@ -343,7 +356,14 @@ def markdown(rows, serving, solve, checks, w) -> str:
               f"(paper {PAPER['over PD']}x), {over['AF']:.2f}x over AF (paper "
               f"{PAPER['over AF']}x); Perf/$ {ppd['PD']:.2f}x over PD (paper "
               f"{PAPER['Perf/$ over PD']}x), {ppd['AF']:.2f}x over AF (paper "
-              f"{PAPER['Perf/$ over AF']}x).", "", "## Throughput MILP solve time", "",
+              f"{PAPER['Perf/$ over AF']}x)."]
+    return lines
+
+
+def solve_markdown(solve: list[dict]) -> list[str]:
+    if not solve:
+        return []
+    lines = ["", "## Throughput MILP solve time", "",
               "Per layer: the cycle time over the layers planned together, against one "
               "layer's placement reused for every layer (the paper's reuse, what `decide` "
               "does).", "",
@@ -361,12 +381,7 @@ def markdown(rows, serving, solve, checks, w) -> str:
         lines.append(f"| {s['devices']} | {s['kernels']} | {s.get('formulation', 'per kernel')}"
                      f" | {s['gap']} | {s['seconds']:.2f} | "
                      f"{s['status']} | {proven} | {cyc} | {per} |")
-    if checks:
-        lines += ["", "## Partitioned program on two processes vs eager", "",
-                  "| model | max rel. error | transfers | build s |", "|---|---:|---:|---:|"]
-        lines += [f"| {c['model']} | {c['max_rel_error']:.2g} | {c['transfers']} | "
-                  f"{c['build_s']:.1f} |" for c in checks]
-    return "\n".join(lines) + "\n"
+    return lines
 
 
 def main() -> None:
