@@ -66,7 +66,8 @@ class Model:
         self.rows.append((lo, hi, summed))
 
     def solve(self, time_limit_s: float = 60.0, gap: float = 0.0, incumbent: bool = False,
-              start: dict[int, float] | None = None, cutoff: float | None = None
+              start: dict[int, float] | None = None, cutoff: float | None = None,
+              options: dict[str, Any] | None = None
               ) -> tuple[np.ndarray | None, float, float, dict[str, Any]]:
         """(column values, objective, seconds, {status, bound}): optimal, or within
         relative ``gap`` of the best bound. When HiGHS stops otherwise (its time limit), the
@@ -75,12 +76,14 @@ class Model:
         feasible solution, which HiGHS completes and starts from (a MIP start): what it
         returns is never worse. ``cutoff``: only solutions below it are of interest (HiGHS's
         ``objective_bound``): when the model has none, this returns ``(None, inf, seconds,
-        {"status": "Cut off", "bound": cutoff})``."""
+        {"status": "Cut off", "bound": cutoff})``. ``options``: more HiGHS options."""
         h = silent_highs()
         h.setOptionValue("time_limit", float(time_limit_s))
         h.setOptionValue("mip_rel_gap", float(gap))
         if cutoff is not None:
             h.setOptionValue("objective_bound", float(cutoff))
+        for name, value in (options or {}).items():
+            h.setOptionValue(name, value)
         n = len(self.cost)
         h.addCols(n, np.array(self.cost), np.array(self.lower), np.array(self.upper), 0,
                   np.zeros(0, np.int32), np.zeros(0, np.int32), np.zeros(0))
