@@ -411,6 +411,26 @@ def test_layers_are_placed_per_kernel_where_counting_them_would_not_be_exact() -
         min(cost.cycle_time(ctx.graph, p, ctx.times, LINK, 2, 1.0) for p in every), rel=1e-7)
 
 
+def test_the_monitors_other_placement_over_a_period_is_one_layers_repeated() -> None:
+    """The online monitor's latency placement for a throughput period: the latency planner
+    on one layer (``one_layer`` undoes ``unrolled``), repeated over the period."""
+    from pimbuild.gpus import serving
+    from pimbuild.gpus.planners import one_layer, unrolled
+
+    rng = random.Random(11)
+    one = PlanContext(layer_graph(rng, 6), layer_times(rng, 6, True), LINK, 2, 1.0)
+    ctx = unrolled(one, 8)
+    back = one_layer(ctx)
+    assert (back.graph, back.times, back.period, back.layer) == (one.graph, one.times, 1, None)
+    planned = place("throughput", ctx).place
+    alt = serving.alternative("latency", ctx, planned)
+    assert alt == alt[:6] * 8
+    best = place("latency", one).objective
+    assert cost.critical_path(one.graph, alt[:6], one.times, LINK, 2) == pytest.approx(best)
+    alone = serving.alternative("latency", one, planned[:6])
+    assert cost.critical_path(one.graph, alone, one.times, LINK, 2) == pytest.approx(best)
+
+
 def test_a_period_of_layers_contains_the_layer_pipeline() -> None:
     """Planned over the model's layers (``gpus.period`` = layers), the throughput MILP's
     cycle per layer is at most the layer pipeline's and one layer's placement reused: both

@@ -428,13 +428,24 @@ def _phase(ctx: Any, place: list[int], data: dict[str, Any], device: int | None 
                  data.get("layers", 1), data.get("prompt", 0))
 
 
+def alternative(policy: str, ctx: Any, planned: list[int]) -> list[int]:
+    """The monitor's other placement: planner ``policy`` started from the planned placement.
+    Over a period of layers, one layer's placement repeated (FluidGPU's reuse): the
+    latency MILP over a whole model's layers does not finish (Llama-3-8B's 32: past 60 s)."""
+    from pimbuild.gpus import planners
+
+    one = planners.one_layer(ctx)
+    n = len(one.graph.kernels)
+    plan = planners.place(policy, replace(one, start=tuple(planned[:n])))
+    return plan.place * (len(planned) // n)
+
+
 def systems(pre: tuple, dec: tuple, devices: list[Any], policy: str, monitor: bool
             ) -> dict[str, System]:
     """The planned system (with the other policy's placements for the monitor) and the
     baselines: each device alone, request distribution, PD (both ways round), AF (both
     ways round, where the model has attention and other kernels). ``pre``/``dec``: (planner
     context, planned placement, kernels.json) of the prefill and decode phases."""
-    from pimbuild.gpus import planners
     from pimbuild.gpus.simulate import af_split
 
     (pc, pp, pd_), (dc, dp, dd) = pre, dec
@@ -443,8 +454,7 @@ def systems(pre: tuple, dec: tuple, devices: list[Any], policy: str, monitor: bo
     plans = {policy: Plan(_phase(pc, pp, pd_, kept=kept), _phase(dc, dp, dd))}
     other = {"throughput": "latency", "latency": "throughput"}.get(policy)
     if monitor and other:  # the other policy's placements, started from the planned ones
-        alt = [planners.place(other, replace(c, start=tuple(p))).place
-               for c, p in ((pc, pp), (dc, dp))]
+        alt = [alternative(other, c, p) for c, p in ((pc, pp), (dc, dp))]
         plans[other] = Plan(_phase(pc, alt[0], pd_, kept=kept), _phase(dc, alt[1], dd))
     out = {"planned": System(plans, n, price)}
     alone = {}

@@ -79,5 +79,15 @@ def unrolled(one: PlanContext, period: int) -> PlanContext:
                    layer=one.graph, period=period)
 
 
+def one_layer(ctx: PlanContext) -> PlanContext:
+    """The context of one layer of a period (``unrolled``'s inverse; itself for one layer)."""
+    from dataclasses import replace
+
+    if ctx.layer is None:
+        return ctx
+    return replace(ctx, graph=ctx.layer, times=ctx.times[:len(ctx.layer.kernels)], layer=None,
+                   period=1, start=None)
+
+
 def place(name: str, ctx: PlanContext) -> Plan:
     return PLANNERS.get(name)(ctx)

@@ -51,7 +51,7 @@ OPTIONS = {"mip_allow_restart": False}
 
 @dataclass(frozen=True)
 class Buffer:
-    seconds: float  # one transfer, in microseconds (``milp.US``)
+    us: float  # one transfer, in microseconds (``milp.US``)
     source: int | None  # a kernel of the same layer, ENTRY, or None: home, for every layer
     readers: tuple[int, ...]
     home: bool  # a result that must reach the home device
@@ -108,7 +108,7 @@ def receives(m: Model, buf: Buffer, group: Group, w: int | None,
         m.row([(on0, 1.0), (group.y[v], 1.0)] + [(c, -1.0) for c in s], lo=const)
     if buf.home:
         m.row([(on0, 1.0)] + [(c, -1.0) for c in s], lo=const)
-    received[0][on0], received[1][on1] = buf.seconds, buf.seconds
+    received[0][on0], received[1][on1] = buf.us, buf.us
 
 
 def shared(m: Model, buf: Buffer, groups: list[Group], received: tuple[dict, dict]) -> None:
@@ -118,7 +118,7 @@ def shared(m: Model, buf: Buffer, groups: list[Group], received: tuple[dict, dic
     for group in groups:
         for v in buf.readers:
             m.row([(z, float(group.n)), (group.y[v], -1.0)], lo=0)
-    received[1][z] = buf.seconds
+    received[1][z] = buf.us
 
 
 def model(ctx: PlanContext, bufs: list[Buffer], w: int | None,
