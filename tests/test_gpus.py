@@ -411,6 +411,24 @@ def test_layers_are_placed_per_kernel_where_counting_them_would_not_be_exact() -
         min(cost.cycle_time(ctx.graph, p, ctx.times, LINK, 2, 1.0) for p in every), rel=1e-7)
 
 
+def test_counted_layers_out_of_time_keep_the_start_or_fail() -> None:
+    """The counted layers' MILPs share the planner's time limit; out of time with nothing
+    found they return the start (``incumbent``) with no bound, or fail."""
+    from dataclasses import replace
+
+    from pimbuild.gpus.planners import unrolled
+
+    rng = random.Random(9)
+    ctx = unrolled(PlanContext(layer_graph(rng, 5), layer_times(rng, 5, True), LINK, 2, 1.0),
+                   6)
+    start = tuple([0] * 30)
+    plan = place("throughput", replace(ctx, time_limit_s=0.0, incumbent=True, start=start))
+    assert plan.place == list(start)
+    assert plan.info["solver_status"] == "Time limit reached" and plan.info["gap"] == 1.0
+    with pytest.raises(RuntimeError, match="Time limit"):
+        place("throughput", replace(ctx, time_limit_s=0.0, start=start))
+
+
 def test_the_monitors_other_placement_over_a_period_is_one_layers_repeated() -> None:
     """The online monitor's latency placement for a throughput period: the latency planner
     on one layer (``one_layer`` undoes ``unrolled``), repeated over the period."""

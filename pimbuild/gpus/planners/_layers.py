@@ -35,12 +35,13 @@ reads that (``applies``); otherwise ``throughput`` solves per kernel.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 from pimbuild.gpus.cost import cycle_time
 from pimbuild.gpus.ddg import Graph
 from pimbuild.gpus.planners import Plan, PlanContext
-from pimbuild.milp import US, Model
+from pimbuild.milp import INF, US, Model
 
 ENTRY = -1  # a buffer's source: the exit kernel of the layer before
 # HiGHS restarts its root after presolving; here that repeats seconds of root cuts on an
@@ -174,17 +175,32 @@ def period(groups: list[Group], values, w: int | None) -> list[int]:
     return [d for layer in layers for d in layer]
 
 
+def solve(m: Model, ctx: PlanContext, deadline: float, cutoff: float | None):
+    """``Model.solve`` within what is left of the planner's time limit. A case HiGHS stopped
+    without a placement is skipped when the planner may return its best (``incumbent``), with
+    no bound (0)."""
+    left = deadline - time.perf_counter()
+    try:
+        if left <= 0:
+            raise RuntimeError("HiGHS ended with Time limit reached")
+        return m.solve(left, ctx.mip_gap, ctx.incumbent, cutoff=cutoff, options=OPTIONS)
+    except RuntimeError as e:
+        if not ctx.incumbent:
+            raise
+        return None, INF, 0.0, {"status": str(e).removeprefix("HiGHS ended with "),
+                                "bound": 0.0}
+
+
 def place(ctx: PlanContext) -> Plan:
     g = ctx.layer
     writers = {g.producer[o] for o in carried(g)}
     w = writers.pop() if writers else None
     bufs = buffers(g, ctx)
-    best, cutoff, bound, size, statuses, seconds = None, None, float("inf"), [0, 0], [], 0.0
+    deadline = time.perf_counter() + ctx.time_limit_s
+    best, cutoff, bound, size, statuses, seconds = None, None, INF, [0, 0], [], 0.0
     for spec in cases(ctx.period, w):  # each after the first only for a better placement
         m, groups = model(ctx, bufs, w, spec)
-        values, objective, took, status = m.solve(ctx.time_limit_s, ctx.mip_gap,
-                                                  ctx.incumbent, cutoff=cutoff,
-                                                  options=OPTIONS)
+        values, objective, took, status = solve(m, ctx, deadline, cutoff)
         bound = min(bound, status["bound"] / US)
         size = [size[0] + len(m.cost), size[1] + len(m.rows)]
         statuses.append(status["status"])
@@ -195,12 +211,14 @@ def place(ctx: PlanContext) -> Plan:
         achieved = cycle_time(ctx.graph, chosen, ctx.times, ctx.link, 2, ctx.comm_on_device)
         if best is None or achieved < best[1]:
             best, cutoff = (chosen, achieved), objective
-    chosen, achieved = best
     if ctx.start is not None:  # never worse than the start (a stopped solve could be)
         start = cycle_time(ctx.graph, list(ctx.start), ctx.times, ctx.link, 2,
                            ctx.comm_on_device)
-        if start < achieved:
-            chosen, achieved = list(ctx.start), start
+        if best is None or start < best[1]:
+            best = list(ctx.start), start
+    if best is None:
+        raise RuntimeError(f"HiGHS ended with {statuses[0]}")
+    chosen, achieved = best
     status = next((s for s in statuses if s not in ("Optimal", "Cut off")), "Optimal")
     return Plan(chosen, achieved, seconds, {
         "formulation": f"{ctx.period} layers aggregated ({len(statuses)} case(s))",
