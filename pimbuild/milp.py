@@ -17,6 +17,9 @@ INF = highspy.kHighsInf
 # Models state times in microseconds: HiGHS's tolerances are absolute (1e-7), and kernels
 # of a few microseconds stated in seconds would sit at the tolerance.
 US = 1e6
+# Statuses of a search that ran to its end (with a cutoff: nothing below it, or the optimum)
+SEARCHED = (highspy.HighsModelStatus.kOptimal, highspy.HighsModelStatus.kInfeasible,
+            highspy.HighsModelStatus.kObjectiveBound)
 
 
 def silent_highs() -> highspy.Highs:
@@ -76,7 +79,9 @@ class Model:
         feasible solution, which HiGHS completes and starts from (a MIP start): what it
         returns is never worse. ``cutoff``: only solutions below it are of interest (HiGHS's
         ``objective_bound``): when the model has none, this returns ``(None, inf, seconds,
-        {"status": "Cut off", "bound": cutoff})``. ``options``: more HiGHS options."""
+        {"status": "Cut off", "bound": cutoff})``; stopped before it found one or proved
+        there is none, the same with HiGHS's status and bound if ``incumbent``, else it
+        raises. ``options``: more HiGHS options."""
         h = silent_highs()
         h.setOptionValue("time_limit", float(time_limit_s))
         h.setOptionValue("mip_rel_gap", float(gap))
@@ -109,7 +114,12 @@ class Model:
         status, info = h.getModelStatus(), h.getInfo()
         found = info.primal_solution_status == 2  # kSolutionStatusFeasible
         if cutoff is not None and (not found or info.objective_function_value >= cutoff):
-            return None, INF, seconds, {"status": "Cut off", "bound": cutoff}
+            if status in SEARCHED:  # nothing below the cutoff, proven
+                return None, INF, seconds, {"status": "Cut off", "bound": cutoff}
+            if incumbent:  # stopped before it could tell, nothing better found
+                return None, INF, seconds, {"status": h.modelStatusToString(status),
+                                            "bound": info.mip_dual_bound}
+            raise RuntimeError(f"HiGHS ended with {h.modelStatusToString(status)}")
         if status != highspy.HighsModelStatus.kOptimal and not (incumbent and found):
             raise RuntimeError(f"HiGHS ended with {h.modelStatusToString(status)}")
         objective = info.objective_function_value
