@@ -56,6 +56,7 @@ class Buffer:
     source: int | None  # a kernel of the same layer, ENTRY, or None: home, for every layer
     readers: tuple[int, ...]
     home: bool  # a result that must reach the home device
+    writer: int | None = None  # ENTRY: the kernel that writes it in the layer before
 
 
 @dataclass(frozen=True)
@@ -83,26 +84,27 @@ def buffers(g: Graph, ctx: PlanContext) -> list[Buffer]:
     out = []
     for b, size in g.buffer_bytes.items():
         readers, home = g.readers.get(b, ()), b in g.outputs
-        source = ENTRY if b in g.carry and b not in g.state else g.source(b)
+        entry = b in g.carry and b not in g.state
+        source = ENTRY if entry else g.source(b)
         if readers or (home and source is not None):
-            out.append(Buffer(US * ctx.link.seconds(size), source, readers, home))
+            out.append(Buffer(US * ctx.link.seconds(size), source, readers, home,
+                              g.producer.get(g.carry[b]) if entry else None))
     return out
 
 
-def source_terms(buf: Buffer, group: Group, w: int | None) -> tuple[list[int], float]:
+def source_terms(buf: Buffer, group: Group) -> tuple[list[int], float]:
     """In how many of the group's layers the buffer's source is on device 1, as columns
     plus a constant."""
     if buf.source != ENTRY:
         return [group.y[buf.source]], 0.0
     if group.entry is None:
-        return [group.y[w]], 0.0
+        return [group.y[buf.writer]], 0.0
     return [], float(group.entry * group.n)
 
 
-def receives(m: Model, buf: Buffer, group: Group, w: int | None,
-             received: tuple[dict, dict]) -> None:
+def receives(m: Model, buf: Buffer, group: Group, received: tuple[dict, dict]) -> None:
     """The buffer's receives on each device over the group's layers, at their lower bounds."""
-    s, const = source_terms(buf, group, w)
+    s, const = source_terms(buf, group)
     on1, on0 = m.var(0, group.n), m.var(0, group.n)
     for v in buf.readers:
         m.row([(on1, 1.0), (group.y[v], -1.0)] + [(c, 1.0) for c in s], lo=-const)
@@ -142,7 +144,7 @@ def model(ctx: PlanContext, bufs: list[Buffer], w: int | None,
             shared(m, buf, groups, received)
         else:
             for group in groups:
-                receives(m, buf, group, w, received)
+                receives(m, buf, group, received)
     moved = [(col, -ctx.comm_on_device * sec) for side in received for col, sec in side.items()]
     ys = [(group, k) for group in groups for k in range(n_k)]
     m.row([(c, 1.0)] + [(g.y[k], -US * t[k][1]) for g, k in ys] + moved, lo=0)
