@@ -30,7 +30,7 @@ from common import quiet_build  # noqa: E402
 from pimbuild.cli import CONFIG_MODULE  # noqa: E402
 from pimbuild.config import register_configs  # noqa: E402
 from pimbuild.console import console  # noqa: E402
-from pimbuild.gpus import cost, ddg, decide, simulate, workload  # noqa: E402
+from pimbuild.gpus import cost, ddg, simulate, workload  # noqa: E402
 from pimbuild.gpus.planners import PlanContext, place, throughput, unrolled  # noqa: E402
 from pimbuild.targets.gpus import GpuTarget  # noqa: E402
 
@@ -77,7 +77,7 @@ def period_evaluate(one: PlanContext, placement: dict, unit: simulate.Unit, pric
     """A placement of ``placement["period"]`` layers (``--set gpus.period=...``) evaluated
     on one layer's graph unrolled as decide placed it."""
     period = placement.get("period", 1)
-    return simulate.evaluate(decide.unrolled(one, period), placement["place"],
+    return simulate.evaluate(unrolled(one, period), placement["place"],
                              replace(unit, period=period), price)
 
 
@@ -124,7 +124,7 @@ def periods_table(store: Path, tmp: Path) -> list[dict]:
             price = sum(d.price_per_hour for d in target.devices)
             base = simulate.baselines(one, list(target.devices), unit)
             for period in sorted({p for p in (*PERIODS, unit.layers) if unit.layers % p == 0}):
-                ctx = replace(decide.unrolled(one, period), time_limit_s=30.0, incumbent=True)
+                ctx = replace(unrolled(one, period), time_limit_s=30.0, incumbent=True)
                 began = time.perf_counter()
                 plan = place("throughput", ctx)
                 seconds = time.perf_counter() - began

@@ -62,13 +62,6 @@ def layer_context(inputs: Inputs, p: Params) -> Any:
                        p.time_limit_s, p.mip_gap, p.on_time_limit == "best")
 
 
-def unrolled(one: Any, period: int) -> Any:
-    """One layer's planner context over ``period`` layers (``ddg.unroll``; itself for 1)."""
-    from pimbuild.gpus import planners
-
-    return planners.unrolled(one, period)
-
-
 def context(inputs: Inputs, p: Params, one: Any = None) -> Any:
     """The planner context of ``p.period`` layers: one layer's (``one``, else read from the
     stage inputs) unrolled that many times. A period that does not divide the model's layers
@@ -79,7 +72,9 @@ def context(inputs: Inputs, p: Params, one: Any = None) -> Any:
         raise StageError(NAME, f"gpus.period={p.period} does not divide the model's {n} "
                                f"layer(s): choose one of "
                                f"{', '.join(str(d) for d in range(1, n + 1) if n % d == 0)}")
-    return unrolled(one, p.period)
+    from pimbuild.gpus import planners
+
+    return planners.unrolled(one, p.period)
 
 
 def objective(policy: str, ctx: Any):

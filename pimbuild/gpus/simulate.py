@@ -147,10 +147,12 @@ def layer_pipeline(ctx: Any, devices: list[Any], unit: Unit, price: float
     are; its latency is the whole forward's and ``on_device`` counts the model's kernels.
     None for one layer or other than two devices."""
 
+    from pimbuild.gpus import planners
+
     layers, n = unit.layers, len(ctx.graph.kernels)
     if layers < 2 or ctx.n_dev != 2:
         return None
-    whole = decide.unrolled(ctx, layers)
+    whole = planners.unrolled(ctx, layers)
     once = Unit(layers, unit.tokens, unit.name, unit.forwards_per_request, period=layers)
     best = None
     for first in (0, 1):

@@ -71,12 +71,16 @@ def carried(g: Graph) -> list[str]:
     return [o for b, o in g.carry.items() if b not in g.state]
 
 
+def writers(g: Graph) -> set[int | None]:
+    """The kernels writing what the layer carries (None: a carried result no kernel writes)."""
+    return {g.producer.get(o) for o in carried(g)}
+
+
 def applies(ctx: PlanContext) -> bool:
     g = ctx.layer
     if g is None or ctx.n_dev != 2 or ctx.period < 2:
         return False
-    writers = {g.producer.get(o) for o in carried(g)}
-    return len(writers) <= 1 and None not in writers and not any(
+    return len(writers(g)) <= 1 and None not in writers(g) and not any(
         g.readers.get(o) for o in carried(g))
 
 
@@ -170,10 +174,11 @@ def cases(n: int, w: int | None) -> list[list[tuple[int, int | None, int | None]
 def period(groups: list[Group], values, w: int | None) -> list[int]:
     """The placement of the period's layers, in an order where each layer enters where the
     one before it exits."""
-    layers = [layer for group in groups for layer in nested(group, values)]
     if len(groups) == 3:  # the mixed case (``cases``)
         rest, up, down = (nested(group, values) for group in groups)
         layers = up + [x for x in rest if x[w]] + down + [x for x in rest if not x[w]]
+    else:
+        layers = nested(groups[0], values)
     return [d for layer in layers for d in layer]
 
 
@@ -195,8 +200,7 @@ def solve(m: Model, ctx: PlanContext, deadline: float, cutoff: float | None):
 
 def place(ctx: PlanContext) -> Plan:
     g = ctx.layer
-    writers = {g.producer[o] for o in carried(g)}
-    w = writers.pop() if writers else None
+    w = next(iter(writers(g)), None)  # the exit kernel (``applies``: at most one)
     bufs = buffers(g, ctx)
     deadline = time.perf_counter() + ctx.time_limit_s
     best, cutoff, bound, size, statuses, seconds = None, None, INF, [0, 0], [], 0.0
