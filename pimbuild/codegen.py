@@ -17,6 +17,13 @@ The reduction loops go outside the parallel dimension instead, which becomes the
 loop: it reads ``W``'s rows and updates the accumulators contiguously, and LLVM vectorizes
 it. Each sum still adds its terms in the same order.
 
+With several rows of ``x`` (a product over a few tokens), up to ``ROWS`` of them are jammed
+too, so each weight row loaded serves them all. The rows then run innermost (``_swap``) when
+what moves with them fits in ``ROW_OPERAND_BYTES``: each block of weight rows is loaded from
+memory once and used by every row of ``x``, which stays in the L2, instead of the whole
+weight streaming from memory once per block of rows (a 32-token encoder layer's FFN,
+768 x 3072: 3.9 -> 2.8 ms, eager 3.1, on this project's AMD EPYC VM).
+
 This runs where the program is compiled (instrument, reinsert, calibrate), after extract has
 read ``scf.mlir``: the nests the tool reasons about (their ids, iteration counts and data
 volumes) stay those of the paper; only the code that runs them changes. MLIR has an
@@ -32,11 +39,14 @@ from torch_mlir import ir
 from torch_mlir.dialects import scf
 
 from pimbuild import mlir
-from pimbuild.loops import constant_index, owner, view_root
+from pimbuild.loops import constant_index, memref_bytes, owner, view_root
 
 # Rows of a product jammed together at most (``_block``): each shares the weight row loaded.
 ROWS = 4
 ROWS_ATTR = "pimbuild.rows"
+# The rows of a product run innermost when the buffers that move with them hold at most this
+# (x of every row): half the smallest L2 of the hosts here (1 MiB on the AMD EPYC VMs).
+ROW_OPERAND_BYTES = 512 * 1024
 
 
 @dataclass
@@ -184,16 +194,19 @@ def _jam(loops: list[ir.Operation], accs: list[Accumulator], maps: list[dict],
 
 def _row_dim(parallel: ir.Operation, d: int, loops: list[ir.Operation],
              accs: list[Accumulator]) -> tuple[int, int] | None:
-    """The next dimension outside ``d`` with more than one iteration (``_blocked_dim``)
-    when every accumulator's address moves with it and some buffer the reduction reads does
-    not (a weight row that rows of x share; attention's heads share nothing, so they are
-    not jammed)."""
+    """The innermost dimension outside ``d`` with an even number of iterations
+    (``_blocked_dim``) where every accumulator's address moves with it and some buffer the
+    reduction reads does not (a weight row that rows of x share; attention's heads share
+    nothing, so they are not jammed). One that does not qualify is passed over: a fused
+    QKV projection's three chunks (x shared, an odd count) come before its tokens."""
     outer = _blocked_dim(parallel, below=d)
-    if outer is None:
-        return None
-    row = parallel.regions[0].blocks[0].arguments[outer[0]]
-    moves = all(row in list(a.store.operands)[2:] for a in accs)
-    return outer if moves and _shared(loops, accs, row) else None
+    while outer is not None:
+        row = parallel.regions[0].blocks[0].arguments[outer[0]]
+        moves = all(row in list(a.store.operands)[2:] for a in accs)
+        if moves and outer[1] % 2 == 0 and _shared(loops, accs, row):
+            return outer
+        outer = _blocked_dim(parallel, below=outer[0])
+    return None
 
 
 def _reads(loops: list[ir.Operation], accs: list[Accumulator]) -> list[list[ir.Value]]:
@@ -210,6 +223,32 @@ def _shared(loops: list[ir.Operation], accs: list[Accumulator], row: ir.Value) -
     return any(all(isinstance(owner(i), ir.Block) or _constant(i) is not None for i in index)
                and row not in index and any(i in ivs for i in index)
                for index in _reads(loops, accs))
+
+
+def _row_operand_bytes(loops: list[ir.Operation], accs: list[Accumulator],
+                       row: ir.Value) -> int:
+    """Bytes of the buffers the reduction reads at an address that moves with ``row`` (whole
+    buffers, each once); unbounded when one has a dynamic shape."""
+    body = [op.operation for op in loops[-1].regions[0].blocks[0].operations]
+    buffers = {view_root(op.operands[0]): op.operands[0] for op in body
+               if op.name == "memref.load" and not any(op == a.load for a in accs)
+               and row in list(op.operands)[1:]}
+    if not all(ir.MemRefType(b.type).has_static_shape for b in buffers.values()):
+        return 1 << 62
+    return sum(memref_bytes(b.type)[2] for b in buffers.values())
+
+
+def _swap(parallel: ir.Operation, a: int, b: int) -> None:
+    """Exchange dimensions ``a`` and ``b`` of ``parallel`` (bounds, steps and induction
+    variables): its iterations are independent, so only their order changes."""
+    n = len(parallel.regions[0].blocks[0].arguments)
+    for k in range(3):
+        first, second = parallel.operands[k * n + a], parallel.operands[k * n + b]
+        parallel.operands[k * n + a], parallel.operands[k * n + b] = second, first
+    ivs = parallel.regions[0].blocks[0].arguments
+    uses = [[(use.owner, use.operand_number) for use in ivs[i].uses] for i in (a, b)]
+    for (user, i), iv in [(u, ivs[b]) for u in uses[0]] + [(u, ivs[a]) for u in uses[1]]:
+        user.operands[i] = iv
 
 
 def _step(parallel: ir.Operation, d: int, step: int) -> None:
@@ -248,6 +287,8 @@ def _block(parallel: ir.Operation, factor: int) -> bool:
     rows = _row_dim(parallel, d, loops, accs)
     r = _factor(rows[1], len(accs), min(ROWS, factor // (2 * len(accs)))) if rows else 1
     u = _factor(trips, len(accs) * r, factor)
+    inner = r > 1 and _row_operand_bytes(loops, accs, body.arguments[rows[0]]) \
+        <= ROW_OPERAND_BYTES
     here, loc = ir.InsertionPoint(loops[0]), loops[0].location
     cols = _offsets(iv, u, here, loc)
     lines = _offsets(body.arguments[rows[0]], r, here, loc) if r > 1 else [None]
@@ -263,7 +304,9 @@ def _block(parallel: ir.Operation, factor: int) -> bool:
     _step(parallel, d, u)
     if r > 1:
         _step(parallel, rows[0], r)
-        _mark_rows(parallel, r)
+        if inner:  # rows innermost: every row shares each weight row loaded
+            _swap(parallel, d, rows[0])
+        _mark_rows(parallel, rows[1] if inner else r)
     return True
 
 

@@ -58,7 +58,7 @@ def trip_counts(op: ir.Operation) -> list[int]:
             for lb, u, s in zip(lbs, ubs, steps, strict=True)]
 
 
-def _memref_bytes(t: ir.Type) -> tuple[list[int], str, int]:
+def memref_bytes(t: ir.Type) -> tuple[list[int], str, int]:
     mt = ir.MemRefType(t)
     element = str(mt.element_type)
     return list(mt.shape), element, math.prod(mt.shape) * ELEMENT_BYTES.get(element, 4)
@@ -96,7 +96,7 @@ class Allocations:
         return (defining, ir.OpResult(value).result_number)
 
     def _add(self, key: Any, ident: str, t: ir.Type, role: str, name: str) -> None:
-        shape, element, nbytes = _memref_bytes(t)
+        shape, element, nbytes = memref_bytes(t)
         self._ids[key] = ident
         self.table[ident] = {"role": role, "name": name, "shape": shape, "dtype": element,
                              "bytes": nbytes}
@@ -195,7 +195,7 @@ def read_extents(op: ir.Operation, accesses: list, reads: dict[str, int],
         whole = (mlir.defined_inside(value, op) or value.type.typeid != ir.MemRefType.static_typeid
                  or not ir.MemRefType(value.type).has_static_shape)
         views.setdefault(name, {})[value] = (reads[name] if whole
-                                             else _memref_bytes(value.type)[2])
+                                             else memref_bytes(value.type)[2])
     return {name: min(reads[name], sum(seen.values())) for name, seen in views.items()}
 
 

@@ -230,17 +230,86 @@ def test_interchanged_product_computes_the_same_values(tmp_path: Path, rows: int
     np.testing.assert_allclose(y, x @ w, rtol=1e-5, atol=1e-5)
 
 
-def test_rows_share_each_weight_row() -> None:
+def rows_attr(module: ir.Module) -> list[int]:
+    return [ir.IntegerAttr(op.attributes[codegen.ROWS_ATTR]).value
+            for op in mlir.walk(module.operation) if codegen.ROWS_ATTR in op.attributes]
+
+
+def test_rows_share_each_weight_row(monkeypatch: pytest.MonkeyPatch) -> None:
     """With more than one row (nn.Linear on a few tokens), up to ROWS rows are jammed with
-    the columns: 4 rows x 2 columns at factor 8, 8 accumulators as with one row."""
+    the columns: 4 rows x 2 columns at factor 8, 8 accumulators as with one row. Past
+    ROW_OPERAND_BYTES of x the rows stay outside the columns: the weight streams once per
+    block of rows (pimbuild.rows: 4)."""
+    monkeypatch.setattr(codegen, "ROW_OPERAND_BYTES", 4 * 32 * 4 - 1)  # x: 4 x 32 floats
     module = parse(LINEAR, I=4, J=64, K=32)
     assert codegen.register_block(module, 8) == 1
     text = str(module)
     assert re.search(r"to \(%c4, %c64\) step \(%c4(_\d+)?, %c2(_\d+)?\)", text)
     assert text.count("iter_args") == 1 and len(re.findall(r"memref\.store", text)) == 1 + 8
-    two = parse(LINEAR, I=2, J=64, K=32)  # 2 rows: 2 x 4
+    assert rows_attr(module) == [4]
+    two = parse(LINEAR, I=2, J=64, K=32)  # 2 rows: 2 x 4 (their x fits: rows innermost)
     assert codegen.register_block(two, 8) == 1
-    assert re.search(r"step \(%c2(_\d+)?, %c4(_\d+)?\)", str(two))
+    assert re.search(r"to \(%c64, %c2\) step \(%c4(_\d+)?, %c2(_\d+)?\)", str(two))
+
+
+def test_rows_run_innermost_when_their_operand_fits() -> None:
+    """x of every row within ROW_OPERAND_BYTES: the columns run outside the rows, so each
+    block of weight rows is loaded once for all of them (pimbuild.rows: every row)."""
+    module = parse(LINEAR, I=8, J=64, K=32)
+    assert codegen.register_block(module, 8) == 1
+    text = str(module)
+    assert re.search(r"to \(%c64, %c8\) step \(%c2(_\d+)?, %c4(_\d+)?\)", text)
+    assert rows_attr(module) == [8]
+    # The column index now comes from the outer dimension, the row index from the inner one.
+    header = re.search(r"scf\.parallel \((%\w+), (%\w+)\) = .* to \(%c64, %c8\)", text)
+    outer, inner = header.groups()
+    assert re.search(rf"memref\.load %arg1\[{outer}, ", text)  # W[j, k]
+    assert re.search(rf"memref\.load %arg0\[{inner}, ", text)  # x[i, k]
+
+
+# y[i, c, j] = sum_k x[i, k] * W[c, j, k]: a fused QKV projection's three chunks, which share
+# x (and nothing else) and come between the tokens and the columns.
+CHUNKS = """
+func.func @mv(%x: memref<${I}x${K}xf32>, %W: memref<3x${J}x${K}xf32>,
+              %y: memref<${I}x3x${J}xf32>) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c3 = arith.constant 3 : index
+  %cI = arith.constant ${I} : index
+  %cJ = arith.constant ${J} : index
+  %cK = arith.constant ${K} : index
+  %zero = arith.constant 0.0 : f32
+  scf.parallel (%i, %c, %j) = (%c0, %c0, %c0) to (%cI, %c3, %cJ) step (%c1, %c1, %c1) {
+    memref.store %zero, %y[%i, %c, %j] : memref<${I}x3x${J}xf32>
+    scf.reduce
+  }
+  scf.parallel (%i, %c, %j) = (%c0, %c0, %c0) to (%cI, %c3, %cJ) step (%c1, %c1, %c1) {
+    scf.for %k = %c0 to %cK step %c1 {
+      %0 = memref.load %x[%i, %k] : memref<${I}x${K}xf32>
+      %1 = memref.load %W[%c, %j, %k] : memref<3x${J}x${K}xf32>
+      %2 = memref.load %y[%i, %c, %j] : memref<${I}x3x${J}xf32>
+      %3 = arith.mulf %0, %1 fastmath<reassoc,contract> : f32
+      %4 = arith.addf %2, %3 fastmath<reassoc,contract> : f32
+      memref.store %4, %y[%i, %c, %j] : memref<${I}x3x${J}xf32>
+    }
+    scf.reduce
+  }
+  return
+}
+"""
+
+
+def test_rows_past_an_odd_dimension_are_jammed(tmp_path: Path) -> None:
+    """The chunks (3, odd) are passed over for the tokens outside them, which share W."""
+    module = parse(CHUNKS, I=8, J=16, K=24)
+    assert codegen.register_block(module, 8) == 1
+    assert rows_attr(module) == [8]
+    rng = np.random.default_rng(4)
+    x, w = rng.standard_normal((8, 24)).astype(np.float32), \
+        rng.standard_normal((3, 16, 24)).astype(np.float32)
+    blocked, y = run(parse(CHUNKS, I=8, J=16, K=24), 8, [x, w], (8, 3, 16), tmp_path)
+    assert blocked == 1
+    np.testing.assert_allclose(y, np.einsum("ik,cjk->icj", x, w), rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize(("rows", "factor"), [(4, 8), (6, 8), (3, 4)])
