@@ -194,19 +194,19 @@ def _jam(loops: list[ir.Operation], accs: list[Accumulator], maps: list[dict],
 
 def _row_dim(parallel: ir.Operation, d: int, loops: list[ir.Operation],
              accs: list[Accumulator]) -> tuple[int, int] | None:
-    """The innermost dimension outside ``d`` with an even number of iterations
-    (``_blocked_dim``) where every accumulator's address moves with it and some buffer the
-    reduction reads does not (a weight row that rows of x share; attention's heads share
-    nothing, so they are not jammed). One that does not qualify is passed over: a fused
-    QKV projection's three chunks (x shared, an odd count) come before its tokens."""
-    outer = _blocked_dim(parallel, below=d)
+    """The dimension of the rows: outside ``d``, with more than one iteration
+    (``_blocked_dim``), every accumulator's address moving with it and some buffer the
+    reduction reads not (a weight row that rows of x share; attention's heads share nothing,
+    so they are not jammed). The innermost such with an even number of iterations, which can
+    be jammed, else the innermost: a fused QKV projection's three chunks (x shared, an odd
+    count) come before its tokens; ViT's 17 tokens cannot be jammed but can run innermost."""
+    found, outer = [], _blocked_dim(parallel, below=d)
     while outer is not None:
         row = parallel.regions[0].blocks[0].arguments[outer[0]]
-        moves = all(row in list(a.store.operands)[2:] for a in accs)
-        if moves and outer[1] % 2 == 0 and _shared(loops, accs, row):
-            return outer
+        if all(row in list(a.store.operands)[2:] for a in accs) and _shared(loops, accs, row):
+            found.append(outer)
         outer = _blocked_dim(parallel, below=outer[0])
-    return None
+    return next((dim for dim in found if dim[1] % 2 == 0), found[0] if found else None)
 
 
 def _reads(loops: list[ir.Operation], accs: list[Accumulator]) -> list[list[ir.Value]]:
@@ -287,7 +287,7 @@ def _block(parallel: ir.Operation, factor: int) -> bool:
     rows = _row_dim(parallel, d, loops, accs)
     r = _factor(rows[1], len(accs), min(ROWS, factor // (2 * len(accs)))) if rows else 1
     u = _factor(trips, len(accs) * r, factor)
-    inner = r > 1 and _row_operand_bytes(loops, accs, body.arguments[rows[0]]) \
+    inner = rows is not None and _row_operand_bytes(loops, accs, body.arguments[rows[0]]) \
         <= ROW_OPERAND_BYTES
     here, loc = ir.InsertionPoint(loops[0]), loops[0].location
     cols = _offsets(iv, u, here, loc)
@@ -304,8 +304,9 @@ def _block(parallel: ir.Operation, factor: int) -> bool:
     _step(parallel, d, u)
     if r > 1:
         _step(parallel, rows[0], r)
-        if inner:  # rows innermost: every row shares each weight row loaded
-            _swap(parallel, d, rows[0])
+    if inner:  # rows innermost: every row shares each block of weight rows loaded
+        _swap(parallel, d, rows[0])
+    if r > 1 or inner:
         _mark_rows(parallel, rows[1] if inner else r)
     return True
 

@@ -267,6 +267,15 @@ def test_rows_run_innermost_when_their_operand_fits() -> None:
     assert re.search(rf"memref\.load %arg0\[{inner}, ", text)  # x[i, k]
 
 
+def test_an_odd_number_of_rows_runs_innermost_unjammed() -> None:
+    """17 rows (ViT's tokens) cannot be jammed, but each block of weight rows is still
+    loaded once for all of them."""
+    module = parse(LINEAR, I=17, J=64, K=32)
+    assert codegen.register_block(module, 8) == 1
+    assert re.search(r"to \(%c64, %c17\) step \(%c8(_\d+)?, %c1\)", str(module))
+    assert rows_attr(module) == [17]
+
+
 # y[i, c, j] = sum_k x[i, k] * W[c, j, k]: a fused QKV projection's three chunks, which share
 # x (and nothing else) and come between the tokens and the columns.
 CHUNKS = """
