@@ -47,6 +47,9 @@ ROWS_ATTR = "pimbuild.rows"
 # The rows of a product run innermost when the buffers that move with them hold at most this
 # (x of every row): half the smallest L2 of the hosts here (1 MiB on the AMD EPYC VMs).
 ROW_OPERAND_BYTES = 512 * 1024
+# ``x @ W`` (the interchanged form) with its rows innermost runs over blocks of W's columns
+# of at most this many bytes, which stay in the L2 while every row uses them.
+COLUMN_BLOCK_BYTES = 256 * 1024
 
 
 @dataclass
@@ -228,7 +231,8 @@ def _shared(loops: list[ir.Operation], accs: list[Accumulator], row: ir.Value) -
 def _row_operand_bytes(loops: list[ir.Operation], accs: list[Accumulator],
                        row: ir.Value) -> int:
     """Bytes of the buffers the reduction reads at an address that moves with ``row`` (whole
-    buffers, each once); unbounded when one has a dynamic shape."""
+    buffers, each once; the weight when ``row`` is a column's index); unbounded when one has
+    a dynamic shape."""
     body = [op.operation for op in loops[-1].regions[0].blocks[0].operations]
     buffers = {view_root(op.operands[0]): op.operands[0] for op in body
                if op.name == "memref.load" and not any(op == a.load for a in accs)
@@ -236,6 +240,19 @@ def _row_operand_bytes(loops: list[ir.Operation], accs: list[Accumulator],
     if not all(ir.MemRefType(b.type).has_static_shape for b in buffers.values()):
         return 1 << 62
     return sum(memref_bytes(b.type)[2] for b in buffers.values())
+
+
+def _column_block(loops: list[ir.Operation], accs: list[Accumulator], iv: ir.Value,
+                  trips: int) -> int:
+    """Columns per block for ``x @ W`` with its rows innermost: ``trips`` halved while its
+    share of W exceeds COLUMN_BLOCK_BYTES, down to 16 columns (a few vectors); ``trips`` (one
+    block) when W fits whole or no such count fits (GPT-2's 3072 x 768: 24 columns of 12 KiB
+    are past it, so it stays whole)."""
+    column = _row_operand_bytes(loops, accs, iv) / trips
+    block = trips
+    while block * column > COLUMN_BLOCK_BYTES and block % 2 == 0 and block // 2 >= 16:
+        block //= 2
+    return block if block * column <= COLUMN_BLOCK_BYTES else trips
 
 
 def _swap(parallel: ir.Operation, a: int, b: int) -> None:
@@ -263,6 +280,14 @@ def _mark_rows(parallel: ir.Operation, r: int) -> None:
     (``ROWS_ATTR``): the footprint counter backend models the traffic with it."""
     i64 = ir.IntegerType.get_signless(64)
     parallel.attributes[ROWS_ATTR] = ir.IntegerAttr.get(i64, r)
+
+
+def _add(iv: ir.Value, k: int, here: ir.InsertionPoint, loc: ir.Location) -> ir.Value:
+    """``iv + k``."""
+    c = _index_constant(k, here, loc)
+    with here, loc:
+        return ir.Operation.create("arith.addi", results=[ir.IndexType.get()],
+                                   operands=[iv, c]).result
 
 
 def _offsets(iv: ir.Value, u: int, here: ir.InsertionPoint, loc: ir.Location) -> list[ir.Value]:
@@ -324,7 +349,9 @@ def _strided(loops: list[ir.Operation], accs: list[Accumulator], iv: ir.Value) -
 
 def _interchange(parallel: ir.Operation, min_trips: int = 8) -> bool:
     """Reduction loops outside the innermost parallel dimension (``_strided`` nests), and up
-    to ROWS rows in each iteration of the new innermost loop."""
+    to ROWS rows in each iteration of the new innermost loop. With its rows' x within
+    ROW_OPERAND_BYTES, that loop covers a block of columns (``_column_block``) and the rows
+    run inside the blocks: each block of W is read from memory once for every row."""
     loops, dim = _reduction_loops(parallel), _blocked_dim(parallel)
     if loops is None or dim is None or dim[1] < min_trips:
         return False
@@ -336,13 +363,19 @@ def _interchange(parallel: ir.Operation, min_trips: int = 8) -> bool:
     here, loc = ir.InsertionPoint(loops[0]), loops[0].location
     rows = _row_dim(parallel, d, loops, accs)
     r = _factor(rows[1], 1, ROWS) if rows else 1
+    fits = rows is not None and _row_operand_bytes(loops, accs, body.arguments[rows[0]]) \
+        <= ROW_OPERAND_BYTES
+    block = _column_block(loops, accs, iv, trips) if fits else trips
     lines = _offsets(body.arguments[rows[0]], r, here, loc) if r > 1 else []
     nest = []
     with loc:
         for loop in loops:
             ip = ir.InsertionPoint(nest[-1].body) if nest else here
             nest.append(scf.ForOp(*list(loop.operands)[:3], [], ip=ip))
-        bounds = [_index_constant(v, ir.InsertionPoint(nest[0]), loc) for v in (0, trips, 1)]
+        first = ir.InsertionPoint(nest[0])
+        bounds = [_index_constant(v, first, loc) for v in (0, trips, 1)]
+        if block < trips:  # from this block's first column, ``block`` of them
+            bounds[:2] = [iv, _add(iv, block, first, loc)]
         nest.append(scf.ForOp(*bounds, [], ip=ir.InsertionPoint(nest[-1].body)))
     mapping = {loop.regions[0].blocks[0].arguments[0]: new.induction_variable
                for loop, new in zip(loops, nest, strict=False)}
@@ -365,10 +398,13 @@ def _interchange(parallel: ir.Operation, min_trips: int = 8) -> bool:
             with ir.InsertionPoint(level.body):
                 scf.YieldOp([])
     loops[0].erase()
-    _step(parallel, d, trips)
+    _step(parallel, d, block)
     if r > 1:
         _step(parallel, rows[0], r)
-        _mark_rows(parallel, r)
+    if block < trips:  # rows innermost: every row shares each block of W read
+        _swap(parallel, d, rows[0])
+    if r > 1 or block < trips:
+        _mark_rows(parallel, rows[1] if block < trips else r)
     return True
 
 

@@ -235,6 +235,33 @@ def rows_attr(module: ir.Module) -> list[int]:
             for op in mlir.walk(module.operation) if codegen.ROWS_ATTR in op.attributes]
 
 
+def test_column_strided_rows_run_inside_blocks_of_columns(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """x @ W whose W (32 x 64 floats, 8 KiB) is past COLUMN_BLOCK_BYTES: blocks of 16
+    columns (2 KiB of W each), the rows inside them (pimbuild.rows: every row), and the
+    innermost loop over the block's columns; the same values."""
+    monkeypatch.setattr(codegen, "COLUMN_BLOCK_BYTES", 2048)
+    module = parse(XW, I=8, J=64, K=32)
+    assert codegen.interchange(module) == 1
+    text = str(module)
+    assert re.search(r"to \(%c64, %c8\) step \(%c16(_\d+)?, %c4(_\d+)?\)", text)
+    assert rows_attr(module) == [8]
+    header = re.search(r"scf\.parallel \((%\w+), (%\w+)\) = .* to \(%c64, %c8\)", text)
+    outer, inner = header.groups()
+    assert re.search(rf"scf\.for %\w+ = {outer} to %\w+ step", text)  # from the block's first
+    assert re.search(rf"memref\.load %arg0\[{inner}, ", text)  # x[i, k]: rows inside
+    rng = np.random.default_rng(5)
+    x, w = rng.standard_normal((8, 32)).astype(np.float32), \
+        rng.standard_normal((32, 64)).astype(np.float32)
+    changed, y = run(parse(XW, I=8, J=64, K=32), 8, [x, w], (8, 64), tmp_path)
+    assert changed == 1
+    np.testing.assert_allclose(y, x @ w, rtol=1e-5, atol=1e-5)
+    whole = parse(XW, I=8, J=64, K=32)  # W within the limit: one block, rows outside
+    monkeypatch.setattr(codegen, "COLUMN_BLOCK_BYTES", 8192)
+    assert codegen.interchange(whole) == 1
+    assert re.search(r"to \(%c8, %c64\) step \(%c4(_\d+)?, %c64(_\d+)?\)", str(whole))
+
+
 def test_rows_share_each_weight_row(monkeypatch: pytest.MonkeyPatch) -> None:
     """With more than one row (nn.Linear on a few tokens), up to ROWS rows are jammed with
     the columns: 4 rows x 2 columns at factor 8, 8 accumulators as with one row. Past
