@@ -19,10 +19,13 @@ it. Each sum still adds its terms in the same order.
 
 With several rows of ``x`` (a product over a few tokens), up to ``ROWS`` of them are jammed
 too, so each weight row loaded serves them all. The rows then run innermost (``_swap``) when
-what moves with them fits in ``ROW_OPERAND_BYTES``: each block of weight rows is loaded from
-memory once and used by every row of ``x``, which stays in the L2, instead of the whole
-weight streaming from memory once per block of rows (a 32-token encoder layer's FFN,
-768 x 3072: 3.9 -> 2.8 ms, eager 3.1, on this project's AMD EPYC VM).
+the weight moves with the columns (``_weight_moves``: nn.Linear's, not a convolution's
+filter) and what moves with the rows fits in ``ROW_OPERAND_BYTES``: each block of weight
+rows is loaded from memory once and used by every row of ``x``, which stays in the L2,
+instead of the whole weight streaming from memory once per block of rows (a 32-token
+encoder layer's FFN, 768 x 3072: 3.9 -> 2.8 ms, eager 3.1, on this project's AMD EPYC VM).
+``x @ W`` in the interchanged form does the same over blocks of W's columns
+(``COLUMN_BLOCK_BYTES``).
 
 This runs where the program is compiled (instrument, reinsert, calibrate), after extract has
 read ``scf.mlir``: the nests the tool reasons about (their ids, iteration counts and data
@@ -228,15 +231,39 @@ def _shared(loops: list[ir.Operation], accs: list[Accumulator], row: ir.Value) -
                for index in _reads(loops, accs))
 
 
+def _depends(value: ir.Value, iv: ir.Value) -> bool:
+    """Whether ``value`` is ``iv`` or computed from it (a convolution's ``oh * 2 + kh``)."""
+    if value == iv:
+        return True
+    op = owner(value)
+    return not isinstance(op, ir.Block) and any(_depends(v, iv) for v in op.operands)
+
+
+def _loads(loops: list[ir.Operation], accs: list[Accumulator]) -> list[ir.Operation]:
+    """The loads of the innermost reduction loop but the accumulators'."""
+    body = [op.operation for op in loops[-1].regions[0].blocks[0].operations]
+    return [op for op in body if op.name == "memref.load"
+            and not any(op == a.load for a in accs)]
+
+
+def _weight_moves(loops: list[ir.Operation], accs: list[Accumulator], column: ir.Value,
+                  row: ir.Value) -> bool:
+    """Whether a buffer the rows share is read at an address that moves with the column:
+    a weight row per column (nn.Linear's W[j, k]), which running the rows innermost reads
+    once for all of them. A convolution's filter does not move with the output column, and
+    its input's rows are strided views: those stay as they are."""
+    return any(any(_depends(i, column) for i in op.operands[1:])
+               and not any(_depends(i, row) for i in op.operands[1:])
+               for op in _loads(loops, accs))
+
+
 def _row_operand_bytes(loops: list[ir.Operation], accs: list[Accumulator],
                        row: ir.Value) -> int:
     """Bytes of the buffers the reduction reads at an address that moves with ``row`` (whole
     buffers, each once; the weight when ``row`` is a column's index); unbounded when one has
     a dynamic shape."""
-    body = [op.operation for op in loops[-1].regions[0].blocks[0].operations]
-    buffers = {view_root(op.operands[0]): op.operands[0] for op in body
-               if op.name == "memref.load" and not any(op == a.load for a in accs)
-               and row in list(op.operands)[1:]}
+    buffers = {view_root(op.operands[0]): op.operands[0] for op in _loads(loops, accs)
+               if any(_depends(i, row) for i in list(op.operands)[1:])}
     if not all(ir.MemRefType(b.type).has_static_shape for b in buffers.values()):
         return 1 << 62
     return sum(memref_bytes(b.type)[2] for b in buffers.values())
@@ -312,8 +339,8 @@ def _block(parallel: ir.Operation, factor: int) -> bool:
     rows = _row_dim(parallel, d, loops, accs)
     r = _factor(rows[1], len(accs), min(ROWS, factor // (2 * len(accs)))) if rows else 1
     u = _factor(trips, len(accs) * r, factor)
-    inner = rows is not None and _row_operand_bytes(loops, accs, body.arguments[rows[0]]) \
-        <= ROW_OPERAND_BYTES
+    inner = rows is not None and _weight_moves(loops, accs, iv, body.arguments[rows[0]]) \
+        and _row_operand_bytes(loops, accs, body.arguments[rows[0]]) <= ROW_OPERAND_BYTES
     here, loc = ir.InsertionPoint(loops[0]), loops[0].location
     cols = _offsets(iv, u, here, loc)
     lines = _offsets(body.arguments[rows[0]], r, here, loc) if r > 1 else [None]

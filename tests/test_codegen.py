@@ -303,6 +303,64 @@ def test_an_odd_number_of_rows_runs_innermost_unjammed() -> None:
     assert rows_attr(module) == [17]
 
 
+# A 3x3 convolution: y[f, p, q] = sum_{c,a,b} x[c, p + a, q + b] * w[f, c, a, b]. Its rows
+# (p) share the filter, which does not move with the output column (q).
+CONV = """
+func.func @mv(%x: memref<2x10x10xf32>, %w: memref<4x2x3x3xf32>, %y: memref<4x8x8xf32>) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c2 = arith.constant 2 : index
+  %c3 = arith.constant 3 : index
+  %c4 = arith.constant 4 : index
+  %c8 = arith.constant 8 : index
+  %zero = arith.constant 0.0 : f32
+  scf.parallel (%f, %p, %q) = (%c0, %c0, %c0) to (%c4, %c8, %c8) step (%c1, %c1, %c1) {
+    memref.store %zero, %y[%f, %p, %q] : memref<4x8x8xf32>
+    scf.reduce
+  }
+  scf.parallel (%f, %p, %q) = (%c0, %c0, %c0) to (%c4, %c8, %c8) step (%c1, %c1, %c1) {
+    scf.for %c = %c0 to %c2 step %c1 {
+      scf.for %a = %c0 to %c3 step %c1 {
+        scf.for %b = %c0 to %c3 step %c1 {
+          %pa = arith.addi %p, %a : index
+          %qb = arith.addi %q, %b : index
+          %0 = memref.load %x[%c, %pa, %qb] : memref<2x10x10xf32>
+          %1 = memref.load %w[%f, %c, %a, %b] : memref<4x2x3x3xf32>
+          %2 = memref.load %y[%f, %p, %q] : memref<4x8x8xf32>
+          %3 = arith.mulf %0, %1 : f32
+          %4 = arith.addf %2, %3 : f32
+          memref.store %4, %y[%f, %p, %q] : memref<4x8x8xf32>
+        }
+      }
+    }
+    scf.reduce
+  }
+  return
+}
+"""
+
+
+def test_convolution_rows_stay_outside(tmp_path: Path) -> None:
+    """A convolution's rows are jammed (they share the filter) but stay outside its columns:
+    the filter does not move with them, so nothing would be read once more rarely."""
+    module = ir.Module.parse(CONV, context=mlir.new_context())
+    assert codegen.register_block(module, 8) == 1
+    assert re.search(r"to \(%c4, %c8, %c8\) step \(%c1, %c4(_\d+)?, %c2(_\d+)?\)",
+                     str(module))
+    assert rows_attr(module) == [4]
+    rng = np.random.default_rng(6)
+    x, w = rng.standard_normal((2, 10, 10)).astype(np.float32), \
+        rng.standard_normal((4, 2, 3, 3)).astype(np.float32)
+    want = np.zeros((4, 8, 8), np.float32)
+    for a in range(3):
+        for b in range(3):
+            want += np.einsum("cpq,fc->fpq", x[:, a:a + 8, b:b + 8], w[:, :, a, b])
+    blocked, y = run(ir.Module.parse(CONV, context=mlir.new_context()), 8, [x, w],
+                     (4, 8, 8), tmp_path)
+    assert blocked == 1
+    np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-5)
+
+
 # y[i, c, j] = sum_k x[i, k] * W[c, j, k]: a fused QKV projection's three chunks, which share
 # x (and nothing else) and come between the tokens and the columns.
 CHUNKS = """
