@@ -342,7 +342,8 @@ func.func @mv(%x: memref<2x10x10xf32>, %w: memref<4x2x3x3xf32>, %y: memref<4x8x8
 
 def test_convolution_rows_stay_outside(tmp_path: Path) -> None:
     """A convolution's rows are jammed (they share the filter) but stay outside its columns:
-    the filter does not move with them, so nothing would be read once more rarely."""
+    the filter does not move with the columns, so running the rows inside would save no
+    weight traffic and only stride through the input."""
     module = ir.Module.parse(CONV, context=mlir.new_context())
     assert codegen.register_block(module, 8) == 1
     assert re.search(r"to \(%c4, %c8, %c8\) step \(%c1, %c4(_\d+)?, %c2(_\d+)?\)",
