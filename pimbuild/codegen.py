@@ -203,16 +203,20 @@ def _row_dim(parallel: ir.Operation, d: int, loops: list[ir.Operation],
     """The dimension of the rows: outside ``d``, with more than one iteration
     (``_blocked_dim``), every accumulator's address moving with it and some buffer the
     reduction reads not (a weight row that rows of x share; attention's heads share nothing,
-    so they are not jammed). The innermost such with an even number of iterations, which can
-    be jammed, else the innermost: a fused QKV projection's three chunks (x shared, an odd
-    count) come before its tokens; ViT's 17 tokens cannot be jammed but can run innermost."""
-    found, outer = [], _blocked_dim(parallel, below=d)
+    so they are not jammed). Among those, the ones that share the weight (``_weight_moves``)
+    first, then an even number of iterations (which can be jammed), then the innermost: a
+    fused QKV projection's three chunks, or ViT's heads, share x but not the weight, and
+    come before the tokens, which share it; ViT's 17 tokens cannot be jammed but can run
+    innermost (10-13% on ViT-B and BERT-base against taking the heads)."""
+    ivs, found, outer = parallel.regions[0].blocks[0].arguments, [], _blocked_dim(parallel, d)
     while outer is not None:
-        row = parallel.regions[0].blocks[0].arguments[outer[0]]
+        row = ivs[outer[0]]
         if all(row in list(a.store.operands)[2:] for a in accs) and _shared(loops, accs, row):
             found.append(outer)
         outer = _blocked_dim(parallel, below=outer[0])
-    return next((dim for dim in found if dim[1] % 2 == 0), found[0] if found else None)
+    weight = [dim for dim in found if _weight_moves(loops, accs, ivs[d], ivs[dim[0]])]
+    pool = weight or found
+    return next((dim for dim in pool if dim[1] % 2 == 0), pool[0] if pool else None)
 
 
 def _reads(loops: list[ir.Operation], accs: list[Accumulator]) -> list[list[ir.Value]]:

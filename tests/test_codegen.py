@@ -394,6 +394,26 @@ func.func @mv(%x: memref<${I}x${K}xf32>, %W: memref<3x${J}x${K}xf32>,
 """
 
 
+# The same with four heads (an even count) and five tokens: the heads share x, the tokens W.
+HEADS_X = CHUNKS.replace("%c3 = arith.constant 3", "%c4 = arith.constant 4") \
+    .replace("%c3,", "%c4,").replace("3x${J}", "4x${J}")
+
+
+def test_rows_that_share_the_weight_come_first(tmp_path: Path) -> None:
+    """Of two dimensions whose rows could be jammed, the tokens (which share W, five: odd)
+    are taken over the heads (which share only x, four: even), and run innermost."""
+    module = parse(HEADS_X, I=5, J=16, K=24)
+    assert codegen.register_block(module, 8) == 1
+    assert re.search(r"to \(%c16, %c4, %c5\) step \(%c8(_\d+)?, %c1, %c1\)", str(module))
+    assert rows_attr(module) == [5]
+    rng = np.random.default_rng(7)
+    x, w = rng.standard_normal((5, 24)).astype(np.float32), \
+        rng.standard_normal((4, 16, 24)).astype(np.float32)
+    blocked, y = run(parse(HEADS_X, I=5, J=16, K=24), 8, [x, w], (5, 4, 16), tmp_path)
+    assert blocked == 1
+    np.testing.assert_allclose(y, np.einsum("ik,cjk->icj", x, w), rtol=1e-5, atol=1e-5)
+
+
 def test_rows_past_an_odd_dimension_are_jammed(tmp_path: Path) -> None:
     """The chunks (3, odd) are passed over for the tokens outside them, which share W."""
     module = parse(CHUNKS, I=8, J=16, K=24)
