@@ -219,11 +219,16 @@ def _row_dim(parallel: ir.Operation, d: int, loops: list[ir.Operation],
     return next((dim for dim in pool if dim[1] % 2 == 0), pool[0] if pool else None)
 
 
+def _loads(loops: list[ir.Operation], accs: list[Accumulator]) -> list[ir.Operation]:
+    """The loads of the innermost reduction loop but the accumulators'."""
+    body = [op.operation for op in loops[-1].regions[0].blocks[0].operations]
+    return [op for op in body if op.name == "memref.load"
+            and not any(op == a.load for a in accs)]
+
+
 def _reads(loops: list[ir.Operation], accs: list[Accumulator]) -> list[list[ir.Value]]:
     """The indices of every load in the innermost reduction loop but the accumulators'."""
-    body = [op.operation for op in loops[-1].regions[0].blocks[0].operations]
-    return [list(op.operands)[1:] for op in body if op.name == "memref.load"
-            and not any(op == a.load for a in accs)]
+    return [list(op.operands)[1:] for op in _loads(loops, accs)]
 
 
 def _shared(loops: list[ir.Operation], accs: list[Accumulator], row: ir.Value) -> bool:
@@ -241,13 +246,6 @@ def _depends(value: ir.Value, iv: ir.Value) -> bool:
         return True
     op = owner(value)
     return not isinstance(op, ir.Block) and any(_depends(v, iv) for v in op.operands)
-
-
-def _loads(loops: list[ir.Operation], accs: list[Accumulator]) -> list[ir.Operation]:
-    """The loads of the innermost reduction loop but the accumulators'."""
-    body = [op.operation for op in loops[-1].regions[0].blocks[0].operations]
-    return [op for op in body if op.name == "memref.load"
-            and not any(op == a.load for a in accs)]
 
 
 def _weight_moves(loops: list[ir.Operation], accs: list[Accumulator], column: ir.Value,
@@ -323,10 +321,7 @@ def _add(iv: ir.Value, k: int, here: ir.InsertionPoint, loc: ir.Location) -> ir.
 
 def _offsets(iv: ir.Value, u: int, here: ir.InsertionPoint, loc: ir.Location) -> list[ir.Value]:
     """``iv, iv + 1, ..., iv + u - 1``."""
-    consts = [_index_constant(k, here, loc) for k in range(1, u)]
-    with here, loc:
-        return [iv] + [ir.Operation.create("arith.addi", results=[ir.IndexType.get()],
-                                           operands=[iv, c]).result for c in consts]
+    return [iv] + [_add(iv, k, here, loc) for k in range(1, u)]
 
 
 def _block(parallel: ir.Operation, factor: int) -> bool:
