@@ -85,6 +85,11 @@ class Model:
         h = silent_highs()
         h.setOptionValue("time_limit", float(time_limit_s))
         h.setOptionValue("mip_rel_gap", float(gap))
+        # HiGHS accepts MIP solutions within 1e-6 of a row but checks its optimum against the
+        # primal tolerance (1e-7) and ends with "Solve error" when it misses: seen on a
+        # period's model (tests/test_milp.py). One tolerance for both.
+        h.setOptionValue("mip_feasibility_tolerance",
+                         h.getOptionValue("primal_feasibility_tolerance")[1])
         if cutoff is not None:
             h.setOptionValue("objective_bound", float(cutoff))
         for name, value in (options or {}).items():

@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import gzip
+import json
 import math
+from pathlib import Path
 
-from pimbuild.milp import Model
+import numpy as np
+import pytest
+
+from pimbuild.milp import INF, Model
 
 
 def split(weights: list[int]) -> Model:
@@ -28,3 +34,32 @@ def test_a_cutoff_below_the_optimum_cuts_the_model_off_and_above_it_changes_noth
     assert objective == 22 and values is not None and status["status"] == "Optimal"
     values, objective, _, _ = m.solve(cutoff=30, options={"mip_allow_restart": False})
     assert objective == 22
+
+
+def stored(name: str) -> Model:
+    """A model saved as JSON (``None``: an infinite bound)."""
+    data = json.loads(gzip.open(Path(__file__).parent / "data" / name, "rt").read())
+    m = Model()
+    for lo, hi, cost in zip(data["lower"], data["upper"], data["cost"], strict=True):
+        m.var(lo, INF if hi is None else hi, cost)
+    m.integer = data["integer"]
+    for lo, hi, terms in data["rows"]:
+        m.row([(col, coef) for col, coef in terms], -INF if lo is None else lo,
+              INF if hi is None else hi)
+    return m
+
+
+def test_a_solution_within_the_mip_tolerance_is_not_rejected_as_a_solve_error() -> None:
+    """The mixed case of a GPT-J period (H100 + RTX Pro 6000, the second device's kernels
+    0.8x as long; ``gpus.planners._layers``). With HiGHS's default MIP feasibility tolerance
+    (1e-6, ten times its primal one) and root reduced-cost fixing off, HiGHS's optimum broke
+    its final check by 1e-6 and it ended with "Solve error" on every try on the 2-core VM."""
+    m = stored("solve_error_period.json.gz")
+    values, objective, _, status = m.solve(
+        options={"mip_allow_restart": False, "mip_heuristic_run_root_reduced_cost": False})
+    assert status["status"] == "Optimal" and values is not None
+    assert objective == pytest.approx(3498.3515629464, rel=1e-9)
+    x = np.asarray(values)
+    for lo, hi, terms in m.rows:  # within the primal tolerance on every row
+        activity = sum(coef * x[col] for col, coef in terms.items())
+        assert lo - 1e-7 <= activity <= hi + 1e-7
