@@ -44,10 +44,15 @@ from pimbuild.gpus.planners import Plan, PlanContext
 from pimbuild.milp import INF, US, Model
 
 ENTRY = -1  # a buffer's source: the exit kernel of the layer before
-# HiGHS restarts its root after presolving; here that repeats seconds of root cuts on an
-# optimum usually found at the root. Without: 57 periods of the bench's models and pairs
-# 46.0 s -> 36.1 s in all, the slowest 2.9 s -> 1.4 s, the same optima (docs/design.md §10).
-OPTIONS = {"mip_allow_restart": False}
+# HiGHS's root cuts close little of these models' gap (what is left is whole layers against
+# the transfers a split layer costs) and take most of their time: GPT-J, H100 + RTX Pro 6000,
+# 1,203 cuts moved the root bound from 3827.5 to 3829.1 of the optimum's 3833.1 in 0.9 s.
+# So no restart after presolve (it repeated those cuts), a cut pool of at most 10 and no
+# reduced-cost fixing at the root: 60 periods of the bench's models and pairs 49.5 s ->
+# 20.3 s in all, the slowest 2.5 s -> 1.0 s; 75 periods with the second device's kernel
+# times scaled (held out) 64.7 s -> 26.6 s; the same optima (docs/design.md §10).
+OPTIONS = {"mip_allow_restart": False, "mip_pool_soft_limit": 10,
+           "mip_heuristic_run_root_reduced_cost": False}
 
 
 @dataclass(frozen=True)
