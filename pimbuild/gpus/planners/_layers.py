@@ -48,9 +48,9 @@ ENTRY = -1  # a buffer's source: the exit kernel of the layer before
 # the transfers a split layer costs) and take most of their time: GPT-J, H100 + RTX Pro 6000,
 # 1,203 cuts moved the root bound from 3827.5 to 3829.1 of the optimum's 3833.1 in 0.9 s.
 # So no restart after presolve (it repeated those cuts), a cut pool of at most 10 and no
-# reduced-cost fixing at the root: 60 periods of the bench's models and pairs 49.5 s ->
-# 20.3 s in all, the slowest 2.5 s -> 1.0 s; 75 periods with the second device's kernel
-# times scaled (held out) 64.7 s -> 26.6 s; the same optima (docs/design.md §10).
+# reduced-cost fixing at the root: 60 periods of the bench's models and pairs 43.5 s ->
+# 18.3 s in all, the slowest 1.8 s -> 1.0 s; 75 held out (the second device's kernel times
+# scaled) 64.4 s -> 27.1 s, the slowest 2.5 s -> 1.1 s; the same optima (docs/design.md §10).
 OPTIONS = {"mip_allow_restart": False, "mip_pool_soft_limit": 10,
            "mip_heuristic_run_root_reduced_cost": False}
 
