@@ -202,16 +202,24 @@ def test_blocked_split_reduction_computes_the_same_values(tmp_path: Path, factor
 
 def test_column_strided_product_runs_its_reduction_outside() -> None:
     """x @ W with W stored (K, N): the reduction loop goes outside j, which becomes the
-    innermost loop over W's row, with 4 rows of x per iteration reading that row once;
-    nn.Linear's layout (MATVEC) is left to register blocking."""
+    innermost loop over W's row, with 4 rows of x per iteration reading that row once and
+    TERMS (4) terms of each sum per iteration: the accumulators loaded and stored once for
+    them, x's loads before the j loop; nn.Linear's layout (MATVEC) is left to register
+    blocking."""
     module = parse(XW, I=4, J=64, K=32)
     assert codegen.interchange(module) == 1
     text = str(module)
     assert re.search(r"to \(%c4, %c64\) step \(%c4(_\d+)?, %c64(_\d+)?\)", text)
-    assert text.count("memref.load %arg1[") == 1 and text.count("memref.load %arg0[") == 4
-    k = re.search(r"scf.for (%arg\d+) = %c0 to %c32 ", text)
+    k = re.search(r"scf.for (%arg\d+) = %c0 to %c32 step %c4\S* ", text)
     j = re.search(r"scf.for (%arg\d+) = %c0\S* to %c64\S* ", text)
     assert k and j and k.start() < j.start()  # the reduction loop outside, j innermost
+    w_loads = [m.start() for m in re.finditer(r"memref.load %arg1\[", text)]
+    x_loads = [m.start() for m in re.finditer(r"memref.load %arg0\[", text)]
+    assert len(w_loads) == 4 and min(w_loads) > j.start()  # a row of W per term, shared
+    assert len(x_loads) == 16 and k.start() < min(x_loads) < max(x_loads) < j.start()
+    stores = [m.start() for m in re.finditer(r"memref.store %\d+, %arg2\[", text)]
+    assert text.count("memref.load %arg2[") == 4 and len(stores) == 4  # once per 4 terms
+    assert min(stores) > max(w_loads)
     assert text.index(f"memref.load %arg1[{k[1]}, {j[1]}]") > j.start()
     assert codegen.register_block(module, 8) == 0  # nothing left for blocking
     linear = parse(MATVEC, J=64, K=32)
@@ -219,13 +227,15 @@ def test_column_strided_product_runs_its_reduction_outside() -> None:
     assert codegen.interchange(parse(XW, I=4, J=4, K=32)) == 0  # too short to vectorize
 
 
-@pytest.mark.parametrize(("rows", "factor"), [(3, 1), (4, 8), (6, 8)])
+@pytest.mark.parametrize(("rows", "factor", "k"), [(3, 1, 40), (4, 8, 40), (6, 8, 40),
+                                                 (4, 8, 6), (4, 8, 5)])
 def test_interchanged_product_computes_the_same_values(tmp_path: Path, rows: int,
-                                                       factor: int) -> None:
+                                                       factor: int, k: int) -> None:
+    """K = 40, 6, 5: 4, 2 and 1 terms per pass over the columns (``_unroll``)."""
     rng = np.random.default_rng(2)
-    x, w = rng.standard_normal((rows, 40)).astype(np.float32), \
-        rng.standard_normal((40, 24)).astype(np.float32)
-    changed, y = run(parse(XW, I=rows, J=24, K=40), factor, [x, w], (rows, 24), tmp_path)
+    x, w = rng.standard_normal((rows, k)).astype(np.float32), \
+        rng.standard_normal((k, 24)).astype(np.float32)
+    changed, y = run(parse(XW, I=rows, J=24, K=k), factor, [x, w], (rows, 24), tmp_path)
     assert changed == 1
     np.testing.assert_allclose(y, x @ w, rtol=1e-5, atol=1e-5)
 
