@@ -17,7 +17,7 @@ from torch_mlir import ir
 from torch_mlir.execution_engine import ExecutionEngine
 from torch_mlir.runtime import get_ranked_memref_descriptor
 
-from pimbuild import codegen, mlir
+from pimbuild import codegen, mlir, vecmath
 from pimbuild.errors import StageError
 
 # scf + memref -> LLVM dialect. Deallocation runs here, after extract has counted the nests.
@@ -44,11 +44,13 @@ def prepare_for_llvm(module: ir.Module) -> None:
 def to_llvm(module: ir.Module, register_block: int, *, stage: str, failure_dir: Path,
             inspect: Callable[[ir.Module], None] | None = None) -> dict[str, int]:
     """Host code generation in place: loop interchange and register blocking
-    (``pimbuild.codegen``), C interfaces, bf16 arithmetic as f32 (``mlir.EMULATE_BF16``), then
-    the LLVM dialect. Returns how many nests each of the first two rewrote. ``inspect`` sees
-    the module after them, while its loops are still loops."""
+    (``pimbuild.codegen``), f32 exp and tanh as arithmetic (``pimbuild.vecmath``), C
+    interfaces, bf16 arithmetic as f32 (``mlir.EMULATE_BF16``), then the LLVM dialect.
+    Returns how many nests (ops) each of the first three rewrote. ``inspect`` sees the module
+    after them, while its loops are still loops."""
     done = {"interchanged_nests": codegen.interchange(module),
-            "register_blocked_nests": codegen.register_block(module, register_block)}
+            "register_blocked_nests": codegen.register_block(module, register_block),
+            "vectorized_math_ops": vecmath.expand(module)}
     if inspect is not None:
         inspect(module)
     prepare_for_llvm(module)

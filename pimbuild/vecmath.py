@@ -1,0 +1,125 @@
+"""Host code generation: ``math.exp`` and ``math.tanh`` on f32 as arithmetic that LLVM
+vectorizes.
+
+``convert-math-to-llvm`` turns ``math.exp`` into ``llvm.exp``, and ``convert-math-to-libm``
+``math.tanh`` into a call of libm's ``tanhf``. The ExecutionEngine has no vector math library,
+so LLVM calls libm once per element and the loop around it stays scalar: GPT-2's GELU
+(``tanh``), softmax and SiLU (``exp``) ran at one element per call. MLIR's
+``math-polynomial-approximation`` would rewrite them, but it is a test pass that this
+torch-mlir build does not register. So ``expand`` rewrites the two ops here, before the LLVM
+dialect, into floating-point and integer arithmetic only:
+
+- ``exp``: Cody-Waite reduction ``x = n ln2 + r`` with ``|r| <= ln2 / 2`` and ``n`` an
+  integer, Cephes ``expf``'s polynomial for ``e^r`` (S. L. Moshier, Cephes Math Library; about
+  one ulp), and ``2^n`` built from exponent bits in two halves so that results down to
+  float32's smallest subnormal round as IEEE multiplication rounds them. ``x`` is clamped to
+  ``[-104, 88.75]`` first: past the ends the result is 0 or overflows to ``inf``, as libm's. A
+  NaN passes through.
+- ``tanh``: its odd Taylor polynomial to ``x^9`` for ``|x| < 1/4`` (error under 1e-8
+  relative), else ``sign(x) (1 - e) / (1 + e)`` with ``e = exp(-2|x|)`` (the form of MLIR's
+  ``math-expand-ops``), which cancels only where ``e`` is near 1, which is what the polynomial
+  covers.
+
+Other types and other math ops keep their libm calls. Tests check both against numpy's
+float64 results on grids, at the ends and on NaN and infinities (``tests/test_vecmath.py``).
+"""
+
+from __future__ import annotations
+
+from torch_mlir import ir
+from torch_mlir.dialects import arith, math
+
+from pimbuild import mlir
+
+LOG2E = 1.44269504088896341
+LN2_HI, LN2_LO = 0.693359375, -2.12194440e-4  # ln 2 = LN2_HI + LN2_LO; LN2_HI * n is exact
+EXP_POLY = (1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2,
+            1.6666665459e-1, 5.0000001201e-1)  # Cephes expf, highest power first
+EXP_MIN, EXP_MAX = -104.0, 88.75  # below: 0 (under 2^-149 / 2); above: past FLT_MAX
+TANH_SMALL = 0.25
+TANH_POLY = (62 / 2835, -17 / 315, 2 / 15, -1 / 3)  # tanh x = x + x^3 P(x^2), highest first
+
+
+class _Builder:
+    """Scalar f32 arithmetic inserted before one op."""
+
+    def __init__(self, before: ir.Operation) -> None:
+        self.ip, self.loc = ir.InsertionPoint(before), before.location
+        self.f32, self.i32 = ir.F32Type.get(), ir.IntegerType.get_signless(32)
+
+    def const(self, value: float) -> ir.Value:
+        return arith.ConstantOp(self.f32, float(value), loc=self.loc, ip=self.ip).result
+
+    def int_const(self, value: int) -> ir.Value:
+        return arith.ConstantOp(self.i32, value, loc=self.loc, ip=self.ip).result
+
+    def op(self, cls, *operands, **kw) -> ir.Value:
+        return cls(*operands, loc=self.loc, ip=self.ip, **kw).result
+
+    def poly(self, x: ir.Value, coefficients: tuple[float, ...]) -> ir.Value:
+        """Horner's rule, highest power first."""
+        p = self.const(coefficients[0])
+        for c in coefficients[1:]:
+            p = self.op(arith.AddFOp, self.op(arith.MulFOp, p, x), self.const(c))
+        return p
+
+    def cmp(self, predicate: str, a: ir.Value, b: ir.Value) -> ir.Value:
+        return self.op(arith.CmpFOp, getattr(arith.CmpFPredicate, predicate.upper()), a, b)
+
+    def pow2(self, k: ir.Value) -> ir.Value:
+        """2^k for an i32 k in [-126, 127], from its exponent bits."""
+        biased = self.op(arith.AddIOp, k, self.int_const(127))
+        bits = self.op(arith.ShLIOp, biased, self.int_const(23))
+        return self.op(arith.BitcastOp, self.f32, bits)
+
+    def exp(self, x: ir.Value) -> ir.Value:
+        clamped = self.op(arith.MinimumFOp, self.op(arith.MaximumFOp, x, self.const(EXP_MIN)),
+                          self.const(EXP_MAX))
+        half = self.const(0.5)
+        n = self.op(math.FloorOp, self.op(arith.AddFOp,
+                                          self.op(arith.MulFOp, clamped, self.const(LOG2E)),
+                                          half))
+        r = self.op(arith.SubFOp, clamped, self.op(arith.MulFOp, n, self.const(LN2_HI)))
+        r = self.op(arith.SubFOp, r, self.op(arith.MulFOp, n, self.const(LN2_LO)))
+        p = self.poly(r, EXP_POLY)
+        y = self.op(arith.AddFOp, self.op(arith.AddFOp, self.op(
+            arith.MulFOp, p, self.op(arith.MulFOp, r, r)), r), self.const(1.0))
+        k = self.op(arith.FPToSIOp, self.i32, n)  # in [-150, 128]
+        k1 = self.op(arith.ShRSIOp, k, self.int_const(1))
+        k2 = self.op(arith.SubIOp, k, k1)
+        y = self.op(arith.MulFOp, self.op(arith.MulFOp, y, self.pow2(k1)), self.pow2(k2))
+        return self.op(arith.SelectOp, self.cmp("uno", x, x), x, y)
+
+    def tanh(self, x: ir.Value) -> ir.Value:
+        ax = self.op(math.AbsFOp, x)  # tanh |x|, then x's sign (-0 stays -0)
+        x2 = self.op(arith.MulFOp, ax, ax)
+        small = self.op(arith.AddFOp, ax, self.op(arith.MulFOp, self.op(arith.MulFOp, ax, x2),
+                                                  self.poly(x2, TANH_POLY)))
+        e = self.exp(self.op(arith.MulFOp, ax, self.const(-2.0)))
+        one = self.const(1.0)
+        large = self.op(arith.DivFOp, self.op(arith.SubFOp, one, e),
+                        self.op(arith.AddFOp, one, e))
+        near = self.cmp("olt", ax, self.const(TANH_SMALL))
+        return self.op(math.CopySignOp, self.op(arith.SelectOp, near, small, large), x)
+
+
+def expand(module: ir.Module) -> int:
+    """Rewrite every f32 ``math.exp`` and ``math.tanh`` of ``module`` outside functions marked
+    ``pimbuild.target`` (``codegen.register_block``); returns how many it rewrote."""
+    done = 0
+    with module.context:
+        for func in module.body.operations:
+            if "pimbuild.target" in func.operation.attributes:
+                continue
+            for op in [o for o in mlir.walk(func.operation)
+                       if o.name in ("math.exp", "math.tanh")]:
+                if op.operands[0].type != ir.F32Type.get():
+                    continue
+                b = _Builder(op)
+                with op.location:
+                    value = b.exp(op.operands[0]) if op.name == "math.exp" else b.tanh(
+                        op.operands[0])
+                op.results[0].replace_all_uses_with(value)
+                op.erase()
+                done += 1
+    return done
