@@ -1,13 +1,13 @@
-"""Host code generation: ``math.exp`` and ``math.tanh`` on f32 as arithmetic that LLVM
-vectorizes.
+"""Host code generation: ``math.exp``, ``math.tanh`` and ``math.erf`` on f32 as arithmetic
+that LLVM vectorizes.
 
 ``convert-math-to-llvm`` turns ``math.exp`` into ``llvm.exp``, and ``convert-math-to-libm``
-``math.tanh`` into a call of libm's ``tanhf``. The ExecutionEngine has no vector math library,
-so LLVM calls libm once per element and the loop around it stays scalar: GPT-2's GELU
-(``tanh``), softmax and SiLU (``exp``) ran at one element per call. MLIR's
-``math-polynomial-approximation`` would rewrite them, but it is a test pass that this
-torch-mlir build does not register. So ``expand`` rewrites the two ops here, before the LLVM
-dialect, into floating-point and integer arithmetic only:
+``math.tanh`` and ``math.erf`` into calls of libm's ``tanhf`` and ``erff``. The
+ExecutionEngine has no vector math library, so LLVM calls libm once per element and the loop
+around it stays scalar: GPT-2's GELU (``tanh``), BERT's (``erf``), softmax and SiLU (``exp``)
+ran at one element per call. MLIR's ``math-polynomial-approximation`` would rewrite them, but
+it is a test pass that this torch-mlir build does not register. So ``expand`` rewrites the
+three here, before the LLVM dialect, into floating-point and integer arithmetic only:
 
 - ``exp``: Cody-Waite reduction ``x = n ln2 + r`` with ``|r| <= ln2 / 2`` and ``n`` an
   integer, Cephes ``expf``'s polynomial for ``e^r`` (S. L. Moshier, Cephes Math Library; about
@@ -19,9 +19,11 @@ dialect, into floating-point and integer arithmetic only:
   relative), else ``sign(x) (1 - e) / (1 + e)`` with ``e = exp(-2|x|)`` (the form of MLIR's
   ``math-expand-ops``), which cancels only where ``e`` is near 1, which is what the polynomial
   covers.
+- ``erf``: ``x P(x^2)`` for ``|x| < 1`` and ``1 - e^(-x^2) R(1 / (1 + |x| / 2))`` past it,
+  polynomials fitted here (``ERF_POLY``, ``ERFC_POLY``).
 
-Other types and other math ops keep their libm calls. Tests check both against numpy's
-float64 results on grids, at the ends and on NaN and infinities (``tests/test_vecmath.py``).
+Other types and other math ops keep their libm calls. Tests check all three against float64
+results on grids, at the ends and on NaN and infinities (``tests/test_vecmath.py``).
 """
 
 from __future__ import annotations
@@ -37,6 +39,16 @@ EXP_POLY = (1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2,
             1.6666665459e-1, 5.0000001201e-1)  # Cephes expf, highest power first
 EXP_MIN, EXP_MAX = -104.0, 88.75  # below: 0 (under 2^-149 / 2); above: past FLT_MAX
 TANH_SMALL = 0.25
+# erf x = x P(x^2) for |x| < 1, else 1 - e^(-x^2) R(1 / (1 + |x| / 2)): least-squares fits of
+# erf(x) / x on [0, 1] and erfc(x) e^(x^2) on [1, 4] (past 3.92 erf rounds to 1 in float32),
+# float64 against Python's math.erf, coefficients rounded to float32, highest power first
+# (the fit: ``tests/test_vecmath.py`` checks its error).
+ERF_POLY = (8.006874122656882e-05, -8.053751080296934e-04, 5.192957818508148e-03,
+            -2.68560703843832e-02, 1.1283634603023529e-01, -3.761262893676758e-01,
+            1.128379225730896)
+ERFC_POLY = (1.5302813611924648e-02, 5.938032642006874e-02, -3.693329989910126e-01,
+             4.65311735868454e-01, -4.529064521193504e-02, 3.257880210876465e-01,
+             2.6483339071273804e-01, 2.842314839363098e-01, -1.1509779142215848e-04)
 TANH_POLY = (62 / 2835, -17 / 315, 2 / 15, -1 / 3)  # tanh x = x + x^3 P(x^2), highest first
 
 
@@ -103,22 +115,37 @@ class _Builder:
         return self.op(math.CopySignOp, self.op(arith.SelectOp, near, small, large), x)
 
 
+    def erf(self, x: ir.Value) -> ir.Value:
+        ax = self.op(math.AbsFOp, x)  # erf |x|, then x's sign
+        z = self.op(arith.MulFOp, ax, ax)
+        small = self.op(arith.MulFOp, ax, self.poly(z, ERF_POLY))
+        one = self.const(1.0)
+        t = self.op(arith.DivFOp, one, self.op(arith.AddFOp, one, self.op(
+            arith.MulFOp, ax, self.const(0.5))))
+        tail = self.op(arith.MulFOp, self.exp(self.op(arith.NegFOp, z)),
+                       self.poly(t, ERFC_POLY))
+        large = self.op(arith.SubFOp, one, tail)
+        near = self.cmp("olt", ax, one)
+        return self.op(math.CopySignOp, self.op(arith.SelectOp, near, small, large), x)
+
+
+REWRITES = {"math.exp": _Builder.exp, "math.tanh": _Builder.tanh, "math.erf": _Builder.erf}
+
+
 def expand(module: ir.Module) -> int:
-    """Rewrite every f32 ``math.exp`` and ``math.tanh`` of ``module`` outside functions marked
-    ``pimbuild.target`` (``codegen.register_block``); returns how many it rewrote."""
+    """Rewrite every f32 ``math.exp``, ``math.tanh`` and ``math.erf`` of ``module`` outside
+    functions marked ``pimbuild.target`` (``codegen.register_block``); returns how many it
+    rewrote."""
     done = 0
     with module.context:
         for func in module.body.operations:
             if "pimbuild.target" in func.operation.attributes:
                 continue
-            for op in [o for o in mlir.walk(func.operation)
-                       if o.name in ("math.exp", "math.tanh")]:
+            for op in [o for o in mlir.walk(func.operation) if o.name in REWRITES]:
                 if op.operands[0].type != ir.F32Type.get():
                     continue
-                b = _Builder(op)
                 with op.location:
-                    value = b.exp(op.operands[0]) if op.name == "math.exp" else b.tanh(
-                        op.operands[0])
+                    value = REWRITES[op.name](_Builder(op), op.operands[0])
                 op.results[0].replace_all_uses_with(value)
                 op.erase()
                 done += 1
