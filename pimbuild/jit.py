@@ -44,7 +44,7 @@ def prepare_for_llvm(module: ir.Module) -> None:
 def to_llvm(module: ir.Module, register_block: int, *, stage: str, failure_dir: Path,
             inspect: Callable[[ir.Module], None] | None = None) -> dict[str, int]:
     """Host code generation in place: loop interchange and register blocking
-    (``pimbuild.codegen``), f32 exp and tanh as arithmetic (``pimbuild.vecmath``), C
+    (``pimbuild.codegen``), f32 exp, tanh and erf as arithmetic (``pimbuild.vecmath``), C
     interfaces, bf16 arithmetic as f32 (``mlir.EMULATE_BF16``), then the LLVM dialect.
     Returns how many nests (ops) each of the first three rewrote. ``inspect`` sees the module
     after them, while its loops are still loops."""

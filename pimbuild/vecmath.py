@@ -114,7 +114,6 @@ class _Builder:
         near = self.cmp("olt", ax, self.const(TANH_SMALL))
         return self.op(math.CopySignOp, self.op(arith.SelectOp, near, small, large), x)
 
-
     def erf(self, x: ir.Value) -> ir.Value:
         ax = self.op(math.AbsFOp, x)  # erf |x|, then x's sign
         z = self.op(arith.MulFOp, ax, ax)
