@@ -464,8 +464,8 @@ def _columns(loops: list[ir.Operation], accs: list[Accumulator], maps: list[dict
         renamed = [{**m, k: term} for m in maps]
         for op in ops:
             first = None
+            a = next((i for i, x in enumerate(accs) if op in (x.load, x.store)), None)
             for row, m in enumerate(renamed):
-                a = next((i for i, x in enumerate(accs) if op in (x.load, x.store)), None)
                 if a is not None and op == accs[a].load and t > 0:
                     m[op.result] = carried[row][a]
                     continue
@@ -487,8 +487,8 @@ def interchange(module: ir.Module) -> int:
     """Move the reduction loops of every nest that strides down its weight's columns
     (``_strided``) outside its innermost parallel dimension; returns how many it moved.
     Functions marked ``pimbuild.target`` are left alone (``register_block``)."""
-    nests = [op for func in module.body.operations if not _offloaded(func.operation)
-             for op in mlir.walk(func.operation) if op.name == "scf.parallel"]
+    nests = [op for func in mlir.host_functions(module)
+             for op in mlir.walk(func) if op.name == "scf.parallel"]
     with module.context:
         return sum(_interchange(op) for op in nests)
 
@@ -502,11 +502,7 @@ def register_block(module: ir.Module, factor: int) -> int:
     device compiler's business, so blocking them would only cost compile time."""
     if factor <= 1:
         return 0
-    nests = [op for func in module.body.operations if not _offloaded(func.operation)
-             for op in mlir.walk(func.operation) if op.name == "scf.parallel"]
+    nests = [op for func in mlir.host_functions(module)
+             for op in mlir.walk(func) if op.name == "scf.parallel"]
     with module.context:
         return sum(_block(op, factor) for op in nests)
-
-
-def _offloaded(op: ir.Operation) -> bool:
-    return "pimbuild.target" in op.attributes

@@ -218,6 +218,16 @@ def call_marker(name: str, ident: int, loc: ir.Location) -> None:
     call(name, [const.result], loc)
 
 
+TARGET = "pimbuild.target"  # marks a function ``outline`` made for a device's unit
+
+
+def host_functions(module: ir.Module) -> list[ir.Operation]:
+    """The functions of ``module`` the host compiles for itself: all but those marked
+    ``TARGET``, which the host runs only to check the hybrid program."""
+    return [op.operation for op in module.body.operations
+            if TARGET not in op.operation.attributes]
+
+
 def function(module: ir.Module, name: str) -> ir.Operation:
     """The ``func.func`` called ``name``."""
     return next(op.operation for op in module.body.operations

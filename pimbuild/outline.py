@@ -28,7 +28,7 @@ def outline(module: ir.Module, nest: ir.Operation, ident: int, boundary: Boundar
             "sym_name": ir.StringAttr.get(name),
             "function_type": ir.TypeAttr.get(ir.FunctionType.get([a.type for a in args], [])),
             "sym_visibility": ir.StringAttr.get("private"),
-            "pimbuild.target": ir.StringAttr.get(boundary.device),
+            mlir.TARGET: ir.StringAttr.get(boundary.device),
             "pimbuild.nest": ir.IntegerAttr.get(ir.IntegerType.get_signless(64), ident)})
     with nest.location:
         block = func.regions[0].blocks.append(*[a.type for a in args])

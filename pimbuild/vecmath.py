@@ -132,15 +132,12 @@ REWRITES = {"math.exp": _Builder.exp, "math.tanh": _Builder.tanh, "math.erf": _B
 
 
 def expand(module: ir.Module) -> int:
-    """Rewrite every f32 ``math.exp``, ``math.tanh`` and ``math.erf`` of ``module`` outside
-    functions marked ``pimbuild.target`` (``codegen.register_block``); returns how many it
-    rewrote."""
+    """Rewrite every f32 ``math.exp``, ``math.tanh`` and ``math.erf`` in ``module``'s host
+    functions (``mlir.host_functions``); returns how many it rewrote."""
     done = 0
     with module.context:
-        for func in module.body.operations:
-            if "pimbuild.target" in func.operation.attributes:
-                continue
-            for op in [o for o in mlir.walk(func.operation) if o.name in REWRITES]:
+        for func in mlir.host_functions(module):
+            for op in [o for o in mlir.walk(func) if o.name in REWRITES]:
                 if op.operands[0].type != ir.F32Type.get():
                     continue
                 with op.location:
