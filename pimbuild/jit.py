@@ -17,14 +17,15 @@ from torch_mlir import ir
 from torch_mlir.execution_engine import ExecutionEngine
 from torch_mlir.runtime import get_ranked_memref_descriptor
 
-from pimbuild import codegen, mlir, vecmath
+from pimbuild import codegen, mlir, vecmath, vectile
 from pimbuild.errors import StageError
 
 # scf + memref -> LLVM dialect. Deallocation runs here, after extract has counted the nests.
 SCF_TO_LLVM = (
     "builtin.module("
     "func.func(buffer-deallocation-pipeline),"
-    " lower-affine, convert-scf-to-cf, expand-strided-metadata, finalize-memref-to-llvm,"
+    " lower-affine, convert-scf-to-cf, convert-vector-to-llvm, expand-strided-metadata,"
+    " finalize-memref-to-llvm,"
     " convert-math-to-llvm, convert-math-to-libm, convert-arith-to-llvm,"
     " convert-func-to-llvm, convert-cf-to-llvm, convert-ub-to-llvm,"
     " reconcile-unrealized-casts)"
@@ -48,7 +49,8 @@ def to_llvm(module: ir.Module, register_block: int, *, stage: str, failure_dir: 
     interfaces, bf16 arithmetic as f32 (``mlir.EMULATE_BF16``), then the LLVM dialect.
     Returns how many nests (ops) each of the first three rewrote. ``inspect`` sees the module
     after them, while its loops are still loops."""
-    done = {"interchanged_nests": codegen.interchange(module),
+    done = {"vector_tiled_nests": vectile.tile(module) if register_block > 1 else 0,
+            "interchanged_nests": codegen.interchange(module),
             "register_blocked_nests": codegen.register_block(module, register_block),
             "vectorized_math_ops": vecmath.expand(module)}
     if inspect is not None:

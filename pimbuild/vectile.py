@@ -1,0 +1,306 @@
+"""Host code generation: register tiles of vectors for reduction nests whose output columns
+are contiguous (docs/design.md §8).
+
+A convolution (``out[f, oh, ow] += in[c, oh s + kh, ow s + kw] w[f, c, kh, kw]``), ``x @ W``
+with ``W`` stored (K, N) (``out[i, j] += x[i, k] W[k, j]``) and attention's probabilities x V
+have one thing in common: along the innermost output dimension (the *column*, ``ow`` or
+``j``) every operand is either the same (``w[f, c, kh, kw]``, ``x[i, k]``) or read at an
+address that moves by a constant stride ``s`` (1 or 2) along its innermost dimension. So
+``LANES`` columns can be computed as one vector: the first kind broadcast, the second a
+vector load (every other lane of a longer load at ``s = 2``).
+
+``tile`` gives such a nest a tile of ``rows x VECTORS`` vectors of accumulators that stay in
+registers through the whole reduction, as oneDNN's direct convolution keeps its output
+block, and writes them once at the end. The *rows* are an outer output dimension that some
+vector load does not move with (a convolution's output channels ``f``: the input's vector
+is loaded once for all of them; the rows of ``x``: ``W``'s is), so each vector loaded
+serves every row of the tile. Before this, ``codegen.interchange`` ran these nests with the
+accumulators in memory, loaded and stored once per ``codegen.TERMS`` terms (or, for a
+convolution, whose innermost reduction loop has 7, 3 or 1 trips, once per term), and
+``codegen.register_block`` as scalars. Each sum adds its terms in the same order as before.
+
+It runs first (``jit.to_llvm``); the nests it tiles no longer have the form the other two
+look for. Which nests it tiles, and only those, is the business of ``_plan``: anything in
+the innermost reduction body that is not a load, an accumulator's store, index arithmetic
+or one of ``FLOAT_OPS`` on f32 leaves the nest as it was.
+"""
+
+from __future__ import annotations
+
+from torch_mlir import ir
+from torch_mlir.dialects import scf
+
+from pimbuild import codegen, mlir
+from pimbuild.codegen import Accumulator, _add, _blocked_dim, _constant, _depends, _factor
+from pimbuild.loops import owner
+
+LANES = 8  # f32 lanes of a 256-bit register (AVX2); 4 where the columns do not divide by 8
+VECTORS = 2  # vectors of columns per row of the tile, where the columns divide by them
+TILE = 8  # vectors in a tile (rows x vectors): 8 of the 16 AVX2 registers hold accumulators,
+# enough independent sums to keep two FMA units of 4 cycles' latency busy
+# Ops without side effects: the copies of one for the tile's rows and vectors are merged
+# when their operands are the same.
+PURE = ("arith.", "math.", "affine.apply")
+FLOAT_OPS = {"arith.addf", "arith.subf", "arith.mulf", "arith.divf", "arith.maximumf",
+             "arith.minimumf", "arith.negf"}
+
+
+def tile(module: ir.Module) -> int:
+    """Tile every nest of ``module``'s host functions that ``_plan`` accepts; returns how
+    many it tiled."""
+    nests = [op for func in mlir.host_functions(module)
+             for op in mlir.walk(func) if op.name == "scf.parallel"]
+    with module.context:
+        return sum(_tile(op) for op in nests)
+
+
+def _slope(value: ir.Value, iv: ir.Value) -> int | None:
+    """How far ``value`` (an index) moves when ``iv`` moves by one: 0 when it does not
+    depend on ``iv``, None when it is not affine in it (or not computed by ops this knows)."""
+    if not _depends(value, iv):
+        return 0
+    if value == iv:
+        return 1
+    op = owner(value)
+    if op.name in ("arith.addi", "arith.subi"):
+        a, b = (_slope(v, iv) for v in op.operands)
+        if a is None or b is None:
+            return None
+        return a + b if op.name == "arith.addi" else a - b
+    if op.name == "arith.muli":
+        for k, other in ((0, 1), (1, 0)):
+            c = _constant(op.operands[k])
+            if c is not None:
+                s = _slope(op.operands[other], iv)
+                return None if s is None else c * s
+        return None
+    if op.name == "affine.apply":
+        amap = ir.AffineMapAttr(op.attributes["map"]).value
+        if len(amap.results) != 1:
+            return None
+        slopes = [_slope(v, iv) for v in op.operands]
+        if any(s is None for s in slopes):
+            return None
+        total = 0
+        for position, s in enumerate(slopes):
+            if s:
+                c = _coefficient(amap.results[0], position, amap.n_dims)
+                if c is None:
+                    return None
+                total += c * s
+        return total
+    return None
+
+
+def _coefficient(e: ir.AffineExpr, position: int, n_dims: int) -> int | None:
+    """The coefficient of operand ``position`` (a dim, then the symbols) in ``e``; None
+    when ``e`` is not linear in it."""
+    if isinstance(e, ir.AffineDimExpr):
+        return int(e.position == position)
+    if isinstance(e, ir.AffineSymbolExpr):
+        return int(e.position + n_dims == position)
+    if isinstance(e, ir.AffineConstantExpr):
+        return 0
+    if isinstance(e, ir.AffineAddExpr):
+        a, b = (_coefficient(x, position, n_dims) for x in (e.lhs, e.rhs))
+        return None if a is None or b is None else a + b
+    if isinstance(e, ir.AffineMulExpr):
+        for c, x in ((e.lhs, e.rhs), (e.rhs, e.lhs)):
+            if isinstance(c, ir.AffineConstantExpr):
+                k = _coefficient(x, position, n_dims)
+                return None if k is None else c.value * k
+    return None
+
+
+def _contiguous(memref: ir.Value) -> bool:
+    strides, _ = ir.MemRefType(memref.type).get_strides_and_offset()
+    return bool(strides) and strides[-1] == 1
+
+
+def _plan(loops: list[ir.Operation], accs: list[Accumulator],
+          col: ir.Value) -> dict[int, int] | None:
+    """For each load of the innermost reduction body (by position), the stride of its
+    address along the columns (0: a broadcast); None when the nest cannot be tiled."""
+    f32 = ir.F32Type.get()
+    ops = [op.operation for op in loops[-1].regions[0].blocks[0].operations][:-1]
+    acc_ops = [a.load for a in accs] + [a.store for a in accs]
+    if any(ir.MemRefType(a.store.operands[1].type).element_type != f32
+           or list(a.store.operands)[-1] != col or not _contiguous(a.store.operands[1])
+           or any(_depends(i, col) for i in list(a.store.operands)[2:-1]) for a in accs):
+        return None
+    slopes, varying = {}, {a.load.result for a in accs}
+    for n, op in enumerate(ops):
+        if any(op == a for a in acc_ops):
+            continue
+        operands = list(op.operands)
+        if not op.name.startswith(PURE) and op.name != "memref.load":
+            return None  # a call, a store to something else: copies may not be merged
+        if op.name == "memref.load":
+            *outer, inner = operands[1:] or [None]
+            s = _slope(inner, col) if inner is not None else 0
+            if any(_depends(i, col) for i in outer) or s not in (0, 1, 2):
+                return None
+            if s and (op.result.type != f32 or not _contiguous(operands[0])):
+                return None
+            slopes[n] = s
+            if s:
+                varying.add(op.result)
+        elif any(v in varying for v in operands):
+            if op.name not in FLOAT_OPS or op.results[0].type != f32:
+                return None
+            varying.update(op.results)
+        elif any(_depends(r, col) and not isinstance(r.type, ir.IndexType)
+                 for r in op.results):
+            return None  # a value that moves with the column but is not an address
+    return slopes
+
+
+def _row_dim(parallel: ir.Operation, d: int, loops: list[ir.Operation],
+             accs: list[Accumulator], slopes: dict[int, int]) -> tuple[int, int] | None:
+    """The rows of the tile: an outer dimension (``_blocked_dim``) that every accumulator's
+    address moves with and some vector load does not (its vector then serves every row);
+    the innermost such one."""
+    ivs, dim = parallel.regions[0].blocks[0].arguments, _blocked_dim(parallel, d)
+    ops = [op.operation for op in loops[-1].regions[0].blocks[0].operations]
+    vectors = [ops[n] for n, s in slopes.items() if s]
+    while dim is not None:
+        row = ivs[dim[0]]
+        if all(row in list(a.store.operands)[2:] for a in accs) and any(
+                not any(_depends(i, row) for i in list(op.operands)[1:]) for op in vectors):
+            return dim
+        dim = _blocked_dim(parallel, below=dim[0])
+    return None
+
+
+def _tile(parallel: ir.Operation) -> bool:
+    loops, dim = codegen._reduction_loops(parallel), _blocked_dim(parallel)
+    if loops is None or dim is None:
+        return False
+    (d, trips), body = dim, parallel.regions[0].blocks[0]
+    col = body.arguments[d]
+    accs = codegen._accumulators(loops, col)
+    slopes = _plan(loops, accs, col) if accs else None
+    lanes = next((n for n in (LANES, LANES // 2) if trips % n == 0), None)
+    if slopes is None or lanes is None:
+        return False
+    v = VECTORS if trips % (VECTORS * lanes) == 0 else 1
+    rows = _row_dim(parallel, d, loops, accs, slopes)
+    r = _factor(rows[1], 1, TILE // v) if rows else 1
+    here, loc = ir.InsertionPoint(loops[0]), loops[0].location
+    cols = [col] + [_add(col, k * lanes, here, loc) for k in range(1, v)]
+    lines = codegen._offsets(body.arguments[rows[0]], r, here, loc) if r > 1 else [None]
+    maps = [{col: c, **({body.arguments[rows[0]]: line} if line is not None else {})}
+            for line in lines for c in cols]
+    inner = rows is not None and codegen._row_operand_bytes(
+        loops, accs, body.arguments[rows[0]]) <= codegen.ROW_OPERAND_BYTES
+    _Emitter(loops, accs, slopes, lanes, loc).emit(maps, here)
+    loops[0].erase()
+    codegen._step(parallel, d, v * lanes)
+    if r > 1:
+        codegen._step(parallel, rows[0], r)
+    if inner:  # rows innermost: each block of vectors loaded serves every row
+        codegen._swap(parallel, d, rows[0])
+    if r > 1 or inner:
+        codegen._mark_rows(parallel, rows[1] if inner else r)
+    return True
+
+
+class _Emitter:
+    """The tiled nest: the accumulators' vectors loaded before the reduction loops, carried
+    through them as ``iter_args``, stored after them."""
+
+    def __init__(self, loops: list[ir.Operation], accs: list[Accumulator],
+                 slopes: dict[int, int], lanes: int, loc: ir.Location) -> None:
+        self.loops, self.accs, self.slopes, self.loc = loops, accs, slopes, loc
+        with loc:
+            self.vector = ir.VectorType.get([lanes], ir.F32Type.get())
+        self.cache: dict = {}  # (op position, operands) -> results: one copy for every row
+
+    def emit(self, maps: list[dict], here: ir.InsertionPoint) -> None:
+        inits = [self._load_vector(a.load, dict(m), here, 1) for a in self.accs for m in maps]
+        nest = []
+        with self.loc:
+            for loop in self.loops:
+                carried = nest[-1].inner_iter_args if nest else inits
+                ip = ir.InsertionPoint(nest[-1].body) if nest else here
+                nest.append(scf.ForOp(*list(loop.operands)[:3], carried, ip=ip))
+        renamed = {loop.regions[0].blocks[0].arguments[0]: new.induction_variable
+                   for loop, new in zip(self.loops, nest, strict=True)}
+        inner, u = ir.InsertionPoint(nest[-1].body), len(maps)
+        yields = [None] * len(inits)
+        for k, m in enumerate(maps):
+            mapping = {**m, **renamed}
+            for a, acc in enumerate(self.accs):
+                mapping[acc.load.result] = nest[-1].inner_iter_args[a * u + k]
+            yields_k = self._body(mapping, inner)
+            for a in range(len(self.accs)):
+                yields[a * u + k] = yields_k[a]
+        with self.loc:
+            for level, values in zip(nest, [n.results for n in nest[1:]] + [yields],
+                                     strict=True):
+                with ir.InsertionPoint(level.body):
+                    scf.YieldOp(list(values))
+        for a, acc in enumerate(self.accs):
+            for k, m in enumerate(maps):
+                index = [m.get(i, i) for i in list(acc.store.operands)[2:]]
+                with here, self.loc:
+                    ir.Operation.create("vector.store", operands=[
+                        nest[0].results[a * u + k], acc.store.operands[1], *index])
+
+    def _body(self, mapping: dict, ip: ir.InsertionPoint) -> list[ir.Value]:
+        """One copy of the reduction body; returns each accumulator's new value."""
+        ops = [op.operation for op in self.loops[-1].regions[0].blocks[0].operations][:-1]
+        new = [None] * len(self.accs)
+        for n, op in enumerate(ops):
+            store = next((a for a, x in enumerate(self.accs) if op == x.store), None)
+            if store is not None:
+                new[store] = self._as_vector(mapping[op.operands[0]], ip)
+            elif any(op == x.load for x in self.accs):
+                continue
+            else:
+                key = (n, *[mapping.get(v, v) for v in op.operands])
+                if key not in self.cache:
+                    self.cache[key] = self._one(op, n, mapping, ip)
+                mapping.update(zip(op.results, self.cache[key], strict=True))
+        return new
+
+    def _one(self, op: ir.Operation, n: int, mapping: dict,
+             ip: ir.InsertionPoint) -> list[ir.Value]:
+        if self.slopes.get(n):
+            return [self._load_vector(op, mapping, ip, self.slopes[n])]
+        operands = [mapping.get(v, v) for v in op.operands]
+        if op.name in FLOAT_OPS and any(isinstance(v.type, ir.VectorType) for v in operands):
+            operands = [self._as_vector(v, ip) for v in operands]
+            with ip, self.loc:
+                attributes = {name: op.attributes[name] for name in op.attributes}
+                return list(ir.Operation.create(op.name, results=[self.vector],
+                                                operands=operands,
+                                                attributes=attributes).results)
+        return list(codegen._clone(op, dict(mapping), ip).results)
+
+    def _load_vector(self, load: ir.Operation, mapping: dict, ip: ir.InsertionPoint,
+                     stride: int) -> ir.Value:
+        """``lanes`` elements of ``load``'s buffer from its address under ``mapping``, every
+        ``stride``-th: a vector load of just the elements the lanes read, then a shuffle."""
+        lanes = self.vector.shape[0]
+        index = [mapping.get(i, i) for i in list(load.operands)[1:]]
+        with ip, self.loc:
+            span = ir.VectorType.get([stride * (lanes - 1) + 1], ir.F32Type.get())
+            loaded = ir.Operation.create("vector.load", results=[span],
+                                         operands=[load.operands[0], *index]).result
+            if stride == 1:
+                return loaded
+            mask = ir.DenseI64ArrayAttr.get([stride * k for k in range(lanes)])
+            return ir.Operation.create("vector.shuffle", results=[self.vector],
+                                       operands=[loaded, loaded],
+                                       attributes={"mask": mask}).result
+
+    def _as_vector(self, value: ir.Value, ip: ir.InsertionPoint) -> ir.Value:
+        if isinstance(value.type, ir.VectorType):
+            return value
+        key = ("broadcast", value)
+        if key not in self.cache:
+            with ip, self.loc:
+                self.cache[key] = ir.Operation.create("vector.broadcast", results=[self.vector],
+                                                      operands=[value]).result
+        return self.cache[key]
