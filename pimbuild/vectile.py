@@ -1,5 +1,5 @@
 """Host code generation: register tiles of vectors for reduction nests whose output columns
-are contiguous (docs/design.md §8).
+are contiguous (the instrument stage, docs/design.md §1; README, `lowering.register_block`).
 
 A convolution (``out[f, oh, ow] += in[c, oh s + kh, ow s + kw] w[f, c, kh, kw]``), ``x @ W``
 with ``W`` stored (K, N) (``out[i, j] += x[i, k] W[k, j]``) and attention's probabilities x V
@@ -36,6 +36,7 @@ from pimbuild.loops import owner
 
 LANES = 8  # f32 lanes of a 256-bit register (AVX2); 4 where the columns do not divide by 8
 VECTORS = 2  # vectors of columns per row of the tile, where the columns divide by them
+# (more where there are fewer than TILE // VECTORS rows)
 TILE = 8  # vectors in a tile (rows x vectors): 8 of the 16 AVX2 registers hold accumulators,
 # enough independent sums to keep two FMA units of 4 cycles' latency busy
 # Ops without side effects: the copies of one for the tile's rows and vectors are merged
@@ -186,6 +187,8 @@ def _tile(parallel: ir.Operation) -> bool:
     v = VECTORS if trips % (VECTORS * lanes) == 0 else 1
     rows = _row_dim(parallel, d, loops, accs, slopes)
     r = _factor(rows[1], 1, TILE // v) if rows else 1
+    while r * v < TILE and trips % (2 * v * lanes) == 0:
+        v *= 2  # few rows (a decode step's heads): more vectors, as many sums in flight
     here, loc = ir.InsertionPoint(loops[0]), loops[0].location
     cols = [col] + [_add(col, k * lanes, here, loc) for k in range(1, v)]
     lines = codegen._offsets(body.arguments[rows[0]], r, here, loc) if r > 1 else [None]
