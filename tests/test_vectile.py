@@ -95,6 +95,15 @@ def test_convolution_gets_a_tile_of_output_channels_by_columns() -> None:
     assert vectile.tile(module) == 0 and codegen.register_block(module, 8) == 0
 
 
+def test_one_row_gets_more_vectors() -> None:
+    """Without rows (one token's x @ W, a decode step's heads) the tile takes more vectors of
+    columns instead, up to TILE: 8 sums in flight, not 2."""
+    module = parse(XW, I=1, J=64, K=16)
+    assert vectile.tile(module) == 1
+    assert str(module).count("vector.store") == vectile.TILE == 8
+    assert re.search(r"step \(%c1, %c64(_\d+)?\)", str(module))  # 8 vectors of 8 columns
+
+
 @pytest.mark.parametrize(("s", "f", "p"), [(1, 8, 16), (2, 8, 16), (1, 2, 12), (2, 6, 8),
                                            (1, 16, 32)])
 def test_tiled_convolution_computes_the_same_values(tmp_path: Path, s: int, f: int,
