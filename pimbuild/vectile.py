@@ -159,23 +159,42 @@ def _plan(loops: list[ir.Operation], accs: list[Accumulator],
 def _row_dim(parallel: ir.Operation, d: int, loops: list[ir.Operation],
              accs: list[Accumulator], slopes: dict[int, int]) -> tuple[int, int] | None:
     """The rows of the tile: an outer dimension (``_blocked_dim``) that every accumulator's
-    address moves with and some vector load does not (its vector then serves every row);
-    the innermost such one."""
-    ivs, dim = parallel.regions[0].blocks[0].arguments, _blocked_dim(parallel, d)
+    address moves with and some vector load does not (its vector then serves every row),
+    the innermost such one; else one that some broadcast does not move with (a depthwise
+    convolution's output rows share its filter value)."""
+    ivs = parallel.regions[0].blocks[0].arguments
     ops = [op.operation for op in loops[-1].regions[0].blocks[0].operations]
-    vectors = [ops[n] for n, s in slopes.items() if s]
+    dims, dim = [], _blocked_dim(parallel, d)
     while dim is not None:
-        row = ivs[dim[0]]
-        if all(row in list(a.store.operands)[2:] for a in accs) and any(
-                not any(_depends(i, row) for i in list(op.operands)[1:]) for op in vectors):
-            return dim
+        if all(ivs[dim[0]] in list(a.store.operands)[2:] for a in accs):
+            dims.append(dim)
         dim = _blocked_dim(parallel, below=dim[0])
+    for shared in ([n for n, s in slopes.items() if s], list(slopes)):
+        for dim in dims:
+            if any(not any(_depends(i, ivs[dim[0]]) for i in list(ops[n].operands)[1:])
+                   for n in shared):
+                return dim
     return None
 
 
+def _column(parallel: ir.Operation, loops: list[ir.Operation]) -> tuple[int, int] | None:
+    """The dimension whose index is innermost in the first store's address (the columns),
+    with its trip count; None when that is not a dimension of ``parallel`` from 0 by 1."""
+    body = loops[-1].regions[0].blocks[0]
+    store = next((op.operation for op in body.operations
+                  if op.operation.name == "memref.store"), None)
+    ivs = list(parallel.regions[0].blocks[0].arguments)
+    if store is None or len(store.operands) < 3 or store.operands[-1] not in ivs:
+        return None
+    d, n = ivs.index(store.operands[-1]), len(ivs)
+    lb, ub, step = (_constant(parallel.operands[k * n + d]) for k in range(3))
+    return (d, ub) if (lb, step) == (0, 1) and ub is not None and ub > 1 else None
+
+
 def _tile(parallel: ir.Operation) -> bool:
-    loops, dim = codegen._reduction_loops(parallel), _blocked_dim(parallel)
-    if loops is None or dim is None:
+    loops = codegen._reduction_loops(parallel)
+    dim = _column(parallel, loops) if loops is not None else None
+    if dim is None:
         return False
     (d, trips), body = dim, parallel.regions[0].blocks[0]
     col = body.arguments[d]
@@ -184,6 +203,10 @@ def _tile(parallel: ir.Operation) -> bool:
     lanes = next((n for n in (LANES, LANES // 2) if trips % n == 0), None)
     if slopes is None or lanes is None:
         return False
+    last = len(body.arguments) - 1
+    if d != last:  # the columns innermost (a depthwise convolution's channels were)
+        codegen._swap(parallel, d, last)
+        d, col = last, body.arguments[last]
     v = VECTORS if trips % (VECTORS * lanes) == 0 else 1
     rows = _row_dim(parallel, d, loops, accs, slopes)
     r = _factor(rows[1], 1, TILE // v) if rows else 1

@@ -53,6 +53,41 @@ func.func @mv(%x: memref<${C}x${H}x${H}xf32>, %w: memref<${F}x${C}x3x3xf32>,
 """
 
 
+# A depthwise convolution as linalg lowers it: y[c, p, q] = sum_{a,b} x[c, p + a, q + b] *
+# w[c, a, b], with the channels the innermost parallel dimension (strided in y and x).
+DEPTHWISE = """
+func.func @mv(%x: memref<${C}x${H}x${H}xf32>, %w: memref<${C}x3x3xf32>,
+              %y: memref<${C}x${P}x${P}xf32>) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c3 = arith.constant 3 : index
+  %cC = arith.constant ${C} : index
+  %cP = arith.constant ${P} : index
+  %zero = arith.constant 0.0 : f32
+  scf.parallel (%c, %p, %q) = (%c0, %c0, %c0) to (%cC, %cP, %cP) step (%c1, %c1, %c1) {
+    memref.store %zero, %y[%c, %p, %q] : memref<${C}x${P}x${P}xf32>
+    scf.reduce
+  }
+  scf.parallel (%p, %q, %c) = (%c0, %c0, %c0) to (%cP, %cP, %cC) step (%c1, %c1, %c1) {
+    scf.for %a = %c0 to %c3 step %c1 {
+      scf.for %b = %c0 to %c3 step %c1 {
+        %pa = arith.addi %p, %a : index
+        %qb = arith.addi %q, %b : index
+        %0 = memref.load %x[%c, %pa, %qb] : memref<${C}x${H}x${H}xf32>
+        %1 = memref.load %w[%c, %a, %b] : memref<${C}x3x3xf32>
+        %2 = memref.load %y[%c, %p, %q] : memref<${C}x${P}x${P}xf32>
+        %3 = arith.mulf %0, %1 fastmath<reassoc,contract> : f32
+        %4 = arith.addf %2, %3 fastmath<reassoc,contract> : f32
+        memref.store %4, %y[%c, %p, %q] : memref<${C}x${P}x${P}xf32>
+      }
+    }
+    scf.reduce
+  }
+  return
+}
+"""
+
+
 def conv(s: int, f: int = 8, c: int = 3, p: int = 16) -> tuple[str, dict]:
     return CONV, {"S": s, "F": f, "C": c, "P": p, "H": s * (p - 1) + 3}
 
@@ -128,6 +163,28 @@ def test_stride_two_loads_only_the_lanes_span() -> None:
     out = str(module)
     assert "vector<15xf32>" in out
     assert "vector.shuffle" in out and "[0, 2, 4, 6, 8, 10, 12, 14]" in out
+
+
+def test_depthwise_convolution_takes_its_columns_innermost(tmp_path: Path) -> None:
+    """The channels ran innermost; the output columns (q) go there instead, and the rows are
+    the output rows (p), which share the filter value broadcast (no vector is shared):
+    4 rows x 2 vectors of 8 at 16 columns. x is small, so the rows then run innermost
+    (pimbuild.rows: all 16). The same values."""
+    module = parse(DEPTHWISE, C=4, P=16, H=18)
+    assert vectile.tile(module) == 1
+    assert re.search(r"to \(%c16, %c4, %c16\) step \(%c16(_\d+)?, %c1, %c4(_\d+)?\)",
+                     str(module))
+    assert str(module).count("vector.store") == 8 and rows_attr(module) == [16]
+    rng = np.random.default_rng(9)
+    x = rng.standard_normal((4, 18, 18)).astype(np.float32)
+    w = rng.standard_normal((4, 3, 3)).astype(np.float32)
+    want = np.zeros((4, 16, 16), np.float32)
+    for a in range(3):
+        for b in range(3):
+            want += x[:, a:a + 16, b:b + 16] * w[:, a, b][:, None, None]
+    tiled, y = run(parse(DEPTHWISE, C=4, P=16, H=18), [x, w], (4, 16, 16), tmp_path)
+    assert tiled == 1
+    np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize(("i", "j", "k"), [(4, 32, 40), (3, 24, 7), (8, 12, 5), (1, 64, 16)])
