@@ -28,7 +28,7 @@ or one of ``FLOAT_OPS`` on f32 leaves the nest as it was.
 from __future__ import annotations
 
 from torch_mlir import ir
-from torch_mlir.dialects import scf
+from torch_mlir.dialects import arith, scf, vector
 
 from pimbuild import codegen, mlir
 from pimbuild.codegen import Accumulator, _add, _blocked_dim, _constant, _depends, _factor
@@ -191,6 +191,18 @@ def _column(parallel: ir.Operation, loops: list[ir.Operation]) -> tuple[int, int
     return (d, ub) if (lb, step) == (0, 1) and ub is not None and ub > 1 else None
 
 
+def _lanes(trips: int) -> tuple[int | None, int]:
+    """Lanes per vector for ``trips`` columns, and how many the last vector of a row uses
+    when it uses fewer (0: all): vectors of 8 where 8 divides the columns; where it does not,
+    up to TILE vectors of 8 covering every column, the last masked (ResNet's 28, 14 and 7;
+    not 4 or fewer); else vectors of 4; None when none of these fits."""
+    if trips % LANES == 0:
+        return LANES, 0
+    if LANES // 2 < trips <= TILE * LANES:
+        return LANES, trips % LANES
+    return (LANES // 2, 0) if trips % (LANES // 2) == 0 else (None, 0)
+
+
 def _tile(parallel: ir.Operation) -> bool:
     loops = codegen._reduction_loops(parallel)
     dim = _column(parallel, loops) if loops is not None else None
@@ -200,17 +212,17 @@ def _tile(parallel: ir.Operation) -> bool:
     col = body.arguments[d]
     accs = codegen._accumulators(loops, col)
     slopes = _plan(loops, accs, col) if accs else None
-    lanes = next((n for n in (LANES, LANES // 2) if trips % n == 0), None)
+    lanes, tail = _lanes(trips)
     if slopes is None or lanes is None:
         return False
     last = len(body.arguments) - 1
     if d != last:  # the columns innermost (a depthwise convolution's channels were)
         codegen._swap(parallel, d, last)
         d, col = last, body.arguments[last]
-    v = VECTORS if trips % (VECTORS * lanes) == 0 else 1
+    v = -(-trips // lanes) if tail else VECTORS if trips % (VECTORS * lanes) == 0 else 1
     rows = _row_dim(parallel, d, loops, accs, slopes)
     r = _factor(rows[1], 1, TILE // v) if rows else 1
-    while r * v < TILE and trips % (2 * v * lanes) == 0:
+    while not tail and r * v < TILE and trips % (2 * v * lanes) == 0:
         v *= 2  # few rows (a decode step's heads): more vectors, as many sums in flight
     here, loc = ir.InsertionPoint(loops[0]), loops[0].location
     cols = [col] + [_add(col, k * lanes, here, loc) for k in range(1, v)]
@@ -219,9 +231,10 @@ def _tile(parallel: ir.Operation) -> bool:
             for line in lines for c in cols]
     inner = rows is not None and codegen._row_operand_bytes(
         loops, accs, body.arguments[rows[0]]) <= codegen.ROW_OPERAND_BYTES
-    _Emitter(loops, accs, slopes, lanes, loc).emit(maps, here)
+    masks = [tail if tail and k % v == v - 1 else None for k in range(len(maps))]
+    _Emitter(loops, accs, slopes, lanes, loc).emit(maps, masks, here)
     loops[0].erase()
-    codegen._step(parallel, d, v * lanes)
+    codegen._step(parallel, d, min(v * lanes, trips))
     if r > 1:
         codegen._step(parallel, rows[0], r)
     if inner:  # rows innermost: each block of vectors loaded serves every row
@@ -242,8 +255,12 @@ class _Emitter:
             self.vector = ir.VectorType.get([lanes], ir.F32Type.get())
         self.cache: dict = {}  # (op position, operands) -> results: one copy for every row
 
-    def emit(self, maps: list[dict], here: ir.InsertionPoint) -> None:
-        inits = [self._load_vector(a.load, dict(m), here, 1) for a in self.accs for m in maps]
+    def emit(self, maps: list[dict], masks: list[int | None],
+             here: ir.InsertionPoint) -> None:
+        """One copy of the body per entry of ``maps``; ``masks``: for each, how many lanes
+        its vectors use when fewer than all (masked loads and stores), else None."""
+        inits = [self._load_vector(a.load, dict(m), here, 1, mask)
+                 for a in self.accs for m, mask in zip(maps, masks, strict=True)]
         nest = []
         with self.loc:
             for loop in self.loops:
@@ -258,7 +275,7 @@ class _Emitter:
             mapping = {**m, **renamed}
             for a, acc in enumerate(self.accs):
                 mapping[acc.load.result] = nest[-1].inner_iter_args[a * u + k]
-            yields_k = self._body(mapping, inner)
+            yields_k = self._body(mapping, inner, masks[k])
             for a in range(len(self.accs)):
                 yields[a * u + k] = yields_k[a]
         with self.loc:
@@ -269,11 +286,15 @@ class _Emitter:
         for a, acc in enumerate(self.accs):
             for k, m in enumerate(maps):
                 index = [m.get(i, i) for i in list(acc.store.operands)[2:]]
+                value, memref = nest[0].results[a * u + k], acc.store.operands[1]
                 with here, self.loc:
-                    ir.Operation.create("vector.store", operands=[
-                        nest[0].results[a * u + k], acc.store.operands[1], *index])
+                    if masks[k] is None:
+                        vector.StoreOp(value, memref, index)
+                    else:
+                        vector.MaskedStoreOp(memref, index, self._mask(masks[k], 1), value)
 
-    def _body(self, mapping: dict, ip: ir.InsertionPoint) -> list[ir.Value]:
+    def _body(self, mapping: dict, ip: ir.InsertionPoint,
+              mask: int | None) -> list[ir.Value]:
         """One copy of the reduction body; returns each accumulator's new value."""
         ops = [op.operation for op in self.loops[-1].regions[0].blocks[0].operations][:-1]
         new = [None] * len(self.accs)
@@ -286,14 +307,14 @@ class _Emitter:
             else:
                 key = (n, *[mapping.get(v, v) for v in op.operands])
                 if key not in self.cache:
-                    self.cache[key] = self._one(op, n, mapping, ip)
+                    self.cache[key] = self._one(op, n, mapping, ip, mask)
                 mapping.update(zip(op.results, self.cache[key], strict=True))
         return new
 
-    def _one(self, op: ir.Operation, n: int, mapping: dict,
-             ip: ir.InsertionPoint) -> list[ir.Value]:
+    def _one(self, op: ir.Operation, n: int, mapping: dict, ip: ir.InsertionPoint,
+             mask: int | None) -> list[ir.Value]:
         if self.slopes.get(n):
-            return [self._load_vector(op, mapping, ip, self.slopes[n])]
+            return [self._load_vector(op, mapping, ip, self.slopes[n], mask)]
         operands = [mapping.get(v, v) for v in op.operands]
         if op.name in FLOAT_OPS and any(isinstance(v.type, ir.VectorType) for v in operands):
             operands = [self._as_vector(v, ip) for v in operands]
@@ -305,21 +326,33 @@ class _Emitter:
         return list(codegen._clone(op, dict(mapping), ip).results)
 
     def _load_vector(self, load: ir.Operation, mapping: dict, ip: ir.InsertionPoint,
-                     stride: int) -> ir.Value:
+                     stride: int, mask: int | None) -> ir.Value:
         """``lanes`` elements of ``load``'s buffer from its address under ``mapping``, every
-        ``stride``-th: a vector load of just the elements the lanes read, then a shuffle."""
+        ``stride``-th: a vector load of just the elements the lanes read (of the first
+        ``mask`` lanes' if given; the others read as 0), then a shuffle."""
         lanes = self.vector.shape[0]
         index = [mapping.get(i, i) for i in list(load.operands)[1:]]
         with ip, self.loc:
             span = ir.VectorType.get([stride * (lanes - 1) + 1], ir.F32Type.get())
-            loaded = ir.Operation.create("vector.load", results=[span],
-                                         operands=[load.operands[0], *index]).result
+            if mask is None:
+                loaded = vector.LoadOp(span, load.operands[0], index).result
+            else:
+                zero = arith.ConstantOp(span, ir.DenseElementsAttr.get_splat(
+                    span, ir.FloatAttr.get(ir.F32Type.get(), 0.0))).result
+                loaded = vector.MaskedLoadOp(span, load.operands[0], index,
+                                             self._mask(mask, stride), zero).result
             if stride == 1:
                 return loaded
             mask = ir.DenseI64ArrayAttr.get([stride * k for k in range(lanes)])
             return ir.Operation.create("vector.shuffle", results=[self.vector],
                                        operands=[loaded, loaded],
                                        attributes={"mask": mask}).result
+
+    def _mask(self, used: int, stride: int) -> ir.Value:
+        """The mask of the elements the first ``used`` lanes read at ``stride``."""
+        span = stride * (self.vector.shape[0] - 1) + 1
+        bits = ir.VectorType.get([span], ir.IntegerType.get_signless(1))
+        return vector.ConstantMaskOp(bits, [stride * (used - 1) + 1]).result
 
     def _as_vector(self, value: ir.Value, ip: ir.InsertionPoint) -> ir.Value:
         if isinstance(value.type, ir.VectorType):

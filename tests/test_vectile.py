@@ -140,11 +140,13 @@ def test_one_row_gets_more_vectors() -> None:
 
 
 @pytest.mark.parametrize(("s", "f", "p"), [(1, 8, 16), (2, 8, 16), (1, 2, 12), (2, 6, 8),
-                                           (1, 16, 32)])
+                                           (1, 16, 32), (1, 4, 28), (2, 4, 14), (2, 8, 7),
+                                           (1, 2, 100)])
 def test_tiled_convolution_computes_the_same_values(tmp_path: Path, s: int, f: int,
                                                     p: int) -> None:
-    """Strides 1 and 2; 16, 12 (vectors of 4), 8 and 32 columns; 8, 2, 6 and 16 channels
-    (tiles of 4, 2, 2 and 4 rows or more with one vector)."""
+    """Strides 1 and 2; 16, 8 and 32 columns; 12, 28, 14 and 7 (the last vector of a row
+    masked) and 100 (vectors of 4); 8, 2, 6, 4 and 16 channels (tiles of 4, 2, 2 and 4 rows,
+    or more with one vector)."""
     text, dims = conv(s, f=f, p=p)
     rng = np.random.default_rng(s * 100 + p)
     x = rng.standard_normal((3, dims["H"], dims["H"])).astype(np.float32)
@@ -152,6 +154,21 @@ def test_tiled_convolution_computes_the_same_values(tmp_path: Path, s: int, f: i
     tiled, y = run(parse(text, **dims), [x, w], (f, p, p), tmp_path)
     assert tiled == 1
     np.testing.assert_allclose(y, conv_reference(x, w, s, p), rtol=1e-5, atol=1e-5)
+
+
+def test_a_row_that_does_not_divide_by_8_ends_in_a_masked_vector() -> None:
+    """28 columns: 4 vectors of 8 per row, the last one loading and storing only its first
+    4 lanes (at stride 2: the 7 elements they read), so nothing past the row is touched;
+    with 4 vectors a row, 2 rows."""
+    text, dims = conv(2, f=4, p=28)
+    module = parse(text, **dims)
+    assert vectile.tile(module) == 1
+    out = str(module)
+    assert out.count("vector.maskedstore") == 2 and out.count("vector.store") == 6
+    assert "vector.constant_mask [7] : vector<15xi1>" in out  # the input, stride 2
+    assert "vector.constant_mask [4] : vector<8xi1>" in out  # the sums
+    # one block of all 28 columns (outermost now), the rows (channels) innermost by 2
+    assert re.search(r"to \(%c28, %c28, %c4\) step \(%c28(_\d+)?, %c1, %c2(_\d+)?\)", out)
 
 
 def test_stride_two_loads_only_the_lanes_span() -> None:
@@ -187,7 +204,8 @@ def test_depthwise_convolution_takes_its_columns_innermost(tmp_path: Path) -> No
     np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize(("i", "j", "k"), [(4, 32, 40), (3, 24, 7), (8, 12, 5), (1, 64, 16)])
+@pytest.mark.parametrize(("i", "j", "k"), [(4, 32, 40), (3, 24, 7), (8, 12, 5), (1, 64, 16),
+                                           (2, 6, 9), (4, 20, 3)])
 def test_tiled_product_computes_the_same_values(tmp_path: Path, i: int, j: int,
                                                 k: int) -> None:
     """x @ W with W stored (K, N): rows of x by vectors of W's row."""
@@ -201,11 +219,11 @@ def test_tiled_product_computes_the_same_values(tmp_path: Path, i: int, j: int,
 
 def test_nests_it_cannot_tile_are_left_alone() -> None:
     """nn.Linear's layout (W[j, k]: the address moves with the column in an outer index),
-    columns that divide by neither 8 nor 4, a stride of 3, a math op it does not vectorize,
+    3 columns (too few for a vector), a stride of 3, a math op it does not vectorize,
     a column index used as a value, a call (whose copies could not be merged) and an
     accumulator whose outer index moves with the column."""
     assert vectile.tile(parse(LINEAR, I=4, J=64, K=32)) == 0
-    assert vectile.tile(parse(XW, I=4, J=6, K=32)) == 0
+    assert vectile.tile(parse(XW, I=4, J=3, K=32)) == 0
     text, dims = conv(3)
     assert vectile.tile(parse(text, **dims)) == 0
     exp = XW.replace("%3 = arith.mulf %0, %1 fastmath<reassoc,contract> : f32",
