@@ -11,13 +11,17 @@ vector load (every other lane of a longer load at ``s = 2``).
 
 ``tile`` gives such a nest a tile of ``rows x VECTORS`` vectors of accumulators that stay in
 registers through the whole reduction, as oneDNN's direct convolution keeps its output
-block, and writes them once at the end. The *rows* are an outer output dimension that some
-vector load does not move with (a convolution's output channels ``f``: the input's vector
-is loaded once for all of them; the rows of ``x``: ``W``'s is), so each vector loaded
-serves every row of the tile. Before this, ``codegen.interchange`` ran these nests with the
-accumulators in memory, loaded and stored once per ``codegen.TERMS`` terms (or, for a
-convolution, whose innermost reduction loop has 7, 3 or 1 trips, once per term), and
-``codegen.register_block`` as scalars. Each sum adds its terms in the same order as before.
+block, and writes them once at the end. The columns are the accumulator's innermost index
+(``_column``), moved to the innermost dimension if they are not there (linalg runs a
+depthwise convolution's channels innermost); a row of columns that 8 does not divide ends in
+a masked vector (``_lanes``). The *rows* are an outer output dimension that some vector load
+does not move with (a convolution's output channels ``f``: the input's vector is loaded once
+for all of them; the rows of ``x``: ``W``'s is), so each vector loaded serves every row of
+the tile; else one that some broadcast does not move with. Before this,
+``codegen.interchange`` ran these nests with the accumulators in memory, loaded and stored
+once per ``codegen.TERMS`` terms (or, for a convolution, whose innermost reduction loop has
+7, 3 or 1 trips, once per term), and ``codegen.register_block`` as scalars. Each sum adds
+its terms in the same order as before.
 
 It runs first (``jit.to_llvm``); the nests it tiles no longer have the form the other two
 look for. Which nests it tiles, and only those, is the business of ``_plan``: anything in
@@ -34,7 +38,7 @@ from pimbuild import codegen, mlir
 from pimbuild.codegen import Accumulator, _add, _blocked_dim, _constant, _depends, _factor
 from pimbuild.loops import owner
 
-LANES = 8  # f32 lanes of a 256-bit register (AVX2); 4 where the columns do not divide by 8
+LANES = 8  # f32 lanes of a 256-bit register (AVX2)
 VECTORS = 2  # vectors of columns per row of the tile, where the columns divide by them
 # (more where there are fewer than TILE // VECTORS rows)
 TILE = 8  # vectors in a tile (rows x vectors): 8 of the 16 AVX2 registers hold accumulators,
