@@ -40,6 +40,7 @@ outside affine, so this is written against the Python bindings.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from torch_mlir import ir
@@ -176,9 +177,14 @@ def _factor(trips: int, n_acc: int, factor: int) -> int:
 
 
 def _jam(loops: list[ir.Operation], accs: list[Accumulator], maps: list[dict],
-         inits: list[ir.Value], here: ir.InsertionPoint, loc: ir.Location) -> ir.Operation:
+         inits: list[ir.Value], here: ir.InsertionPoint, loc: ir.Location,
+         copy: Callable[[int, dict, ir.InsertionPoint], list[ir.Value]] | None = None,
+         ) -> ir.Operation:
     """A copy of the loop nest that carries ``inits`` as ``iter_args`` through every level and
-    runs ``len(maps)`` renamed copies of the innermost body in each iteration."""
+    runs ``len(maps)`` renamed copies of the innermost body in each iteration. ``copy(k,
+    mapping, ip)`` writes copy ``k`` (its accumulators' loads mapped to their ``iter_args``)
+    and returns each accumulator's new value; by default the body's ops cloned as they are
+    (``vectile`` writes vector ones)."""
     u, nest = len(maps), []
     with loc:
         for loop in loops:
@@ -192,17 +198,28 @@ def _jam(loops: list[ir.Operation], accs: list[Accumulator], maps: list[dict],
         mapping = {**maps[k], **renamed}
         for a, acc in enumerate(accs):
             mapping[acc.load.result] = nest[-1].inner_iter_args[a * u + k]
-        for op in [o.operation for o in loops[-1].regions[0].blocks[0].operations][:-1]:
-            acc = next((a for a, x in enumerate(accs) if op == x.store), None)
-            if acc is not None:
-                yields[acc * u + k] = mapping.get(op.operands[0], op.operands[0])
-            elif not any(op == x.load for x in accs):
-                _clone(op, mapping, inner)
+        for a, value in enumerate((copy or _scalar_copy(loops, accs))(k, mapping, inner)):
+            yields[a * u + k] = value
     with loc:
         for level, values in zip(nest, [n.results for n in nest[1:]] + [yields], strict=True):
             with ir.InsertionPoint(level.body):
                 scf.YieldOp(list(values))
     return nest[0]
+
+
+def _scalar_copy(loops: list[ir.Operation], accs: list[Accumulator]):
+    """``_jam``'s default copy: the innermost body's ops cloned, each accumulator's store
+    giving its new value."""
+    def copy(k: int, mapping: dict, inner: ir.InsertionPoint) -> list[ir.Value]:
+        new = [None] * len(accs)
+        for op in [o.operation for o in loops[-1].regions[0].blocks[0].operations][:-1]:
+            acc = next((a for a, x in enumerate(accs) if op == x.store), None)
+            if acc is not None:
+                new[acc] = mapping.get(op.operands[0], op.operands[0])
+            elif not any(op == x.load for x in accs):
+                _clone(op, mapping, inner)
+        return new
+    return copy
 
 
 def _row_dim(parallel: ir.Operation, d: int, loops: list[ir.Operation],

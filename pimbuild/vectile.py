@@ -32,7 +32,7 @@ or one of ``FLOAT_OPS`` on f32 leaves the nest as it was.
 from __future__ import annotations
 
 from torch_mlir import ir
-from torch_mlir.dialects import arith, scf, vector
+from torch_mlir.dialects import arith, vector
 
 from pimbuild import codegen, mlir
 from pimbuild.codegen import Accumulator, _add, _blocked_dim, _constant, _depends, _factor
@@ -265,32 +265,12 @@ class _Emitter:
         its vectors use when fewer than all (masked loads and stores), else None."""
         inits = [self._load_vector(a.load, dict(m), here, 1, mask)
                  for a in self.accs for m, mask in zip(maps, masks, strict=True)]
-        nest = []
-        with self.loc:
-            for loop in self.loops:
-                carried = nest[-1].inner_iter_args if nest else inits
-                ip = ir.InsertionPoint(nest[-1].body) if nest else here
-                nest.append(scf.ForOp(*list(loop.operands)[:3], carried, ip=ip))
-        renamed = {loop.regions[0].blocks[0].arguments[0]: new.induction_variable
-                   for loop, new in zip(self.loops, nest, strict=True)}
-        inner, u = ir.InsertionPoint(nest[-1].body), len(maps)
-        yields = [None] * len(inits)
-        for k, m in enumerate(maps):
-            mapping = {**m, **renamed}
-            for a, acc in enumerate(self.accs):
-                mapping[acc.load.result] = nest[-1].inner_iter_args[a * u + k]
-            yields_k = self._body(mapping, inner, masks[k])
-            for a in range(len(self.accs)):
-                yields[a * u + k] = yields_k[a]
-        with self.loc:
-            for level, values in zip(nest, [n.results for n in nest[1:]] + [yields],
-                                     strict=True):
-                with ir.InsertionPoint(level.body):
-                    scf.YieldOp(list(values))
+        nest = codegen._jam(self.loops, self.accs, maps, inits, here, self.loc,
+                            lambda k, mapping, ip: self._body(mapping, ip, masks[k]))
         for a, acc in enumerate(self.accs):
             for k, m in enumerate(maps):
                 index = [m.get(i, i) for i in list(acc.store.operands)[2:]]
-                value, memref = nest[0].results[a * u + k], acc.store.operands[1]
+                value, memref = nest.results[a * len(maps) + k], acc.store.operands[1]
                 with here, self.loc:
                     if masks[k] is None:
                         vector.StoreOp(value, memref, index)
