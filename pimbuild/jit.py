@@ -44,11 +44,12 @@ def prepare_for_llvm(module: ir.Module) -> None:
 
 def to_llvm(module: ir.Module, register_block: int, *, stage: str, failure_dir: Path,
             inspect: Callable[[ir.Module], None] | None = None) -> dict[str, int]:
-    """Host code generation in place: loop interchange and register blocking
-    (``pimbuild.codegen``), f32 exp, tanh and erf as arithmetic (``pimbuild.vecmath``), C
-    interfaces, bf16 arithmetic as f32 (``mlir.EMULATE_BF16``), then the LLVM dialect.
-    Returns how many nests (ops) each of the first three rewrote. ``inspect`` sees the module
-    after them, while its loops are still loops."""
+    """Host code generation in place: vector register tiles (``pimbuild.vectile``; not at
+    ``register_block`` 1, which leaves the host code as lowered), loop interchange and
+    register blocking (``pimbuild.codegen``), f32 exp, tanh and erf as arithmetic
+    (``pimbuild.vecmath``), C interfaces, bf16 arithmetic as f32 (``mlir.EMULATE_BF16``),
+    then the LLVM dialect. Returns how many nests (ops) each of the first four rewrote.
+    ``inspect`` sees the module after them, while its loops are still loops."""
     done = {"vector_tiled_nests": vectile.tile(module) if register_block > 1 else 0,
             "interchanged_nests": codegen.interchange(module),
             "register_blocked_nests": codegen.register_block(module, register_block),
