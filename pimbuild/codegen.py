@@ -194,11 +194,12 @@ def _jam(loops: list[ir.Operation], accs: list[Accumulator], maps: list[dict],
     renamed = {loop.regions[0].blocks[0].arguments[0]: new.induction_variable
                for loop, new in zip(loops, nest, strict=True)}
     inner, yields = ir.InsertionPoint(nest[-1].body), [None] * len(inits)
+    copy = copy or _scalar_copy(loops, accs)
     for k in range(u):
         mapping = {**maps[k], **renamed}
         for a, acc in enumerate(accs):
             mapping[acc.load.result] = nest[-1].inner_iter_args[a * u + k]
-        for a, value in enumerate((copy or _scalar_copy(loops, accs))(k, mapping, inner)):
+        for a, value in enumerate(copy(k, mapping, inner)):
             yields[a * u + k] = value
     with loc:
         for level, values in zip(nest, [n.results for n in nest[1:]] + [yields], strict=True):
@@ -500,12 +501,18 @@ def _columns(loops: list[ir.Operation], accs: list[Accumulator], maps: list[dict
                 first = first or (operands, new)
 
 
+def host_nests(module: ir.Module) -> list[ir.Operation]:
+    """Every ``scf.parallel`` of ``module``'s host functions (``mlir.host_functions``), in
+    program order: the nests host code generation rewrites."""
+    return [op for func in mlir.host_functions(module)
+            for op in mlir.walk(func) if op.name == "scf.parallel"]
+
+
 def interchange(module: ir.Module) -> int:
     """Move the reduction loops of every nest that strides down its weight's columns
     (``_strided``) outside its innermost parallel dimension; returns how many it moved.
     Functions marked ``pimbuild.target`` are left alone (``register_block``)."""
-    nests = [op for func in mlir.host_functions(module)
-             for op in mlir.walk(func) if op.name == "scf.parallel"]
+    nests = host_nests(module)
     with module.context:
         return sum(_interchange(op) for op in nests)
 
@@ -519,7 +526,6 @@ def register_block(module: ir.Module, factor: int) -> int:
     device compiler's business, so blocking them would only cost compile time."""
     if factor <= 1:
         return 0
-    nests = [op for func in mlir.host_functions(module)
-             for op in mlir.walk(func) if op.name == "scf.parallel"]
+    nests = host_nests(module)
     with module.context:
         return sum(_block(op, factor) for op in nests)

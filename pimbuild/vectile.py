@@ -34,7 +34,7 @@ from __future__ import annotations
 from torch_mlir import ir
 from torch_mlir.dialects import arith, vector
 
-from pimbuild import codegen, mlir
+from pimbuild import codegen
 from pimbuild.codegen import Accumulator, _add, _blocked_dim, _constant, _depends, _factor
 from pimbuild.loops import owner
 
@@ -53,8 +53,7 @@ FLOAT_OPS = {"arith.addf", "arith.subf", "arith.mulf", "arith.divf", "arith.maxi
 def tile(module: ir.Module) -> int:
     """Tile every nest of ``module``'s host functions that ``_plan`` accepts; returns how
     many it tiled."""
-    nests = [op for func in mlir.host_functions(module)
-             for op in mlir.walk(func) if op.name == "scf.parallel"]
+    nests = codegen.host_nests(module)
     with module.context:
         return sum(_tile(op) for op in nests)
 
