@@ -391,6 +391,70 @@ def test_layers_aggregated_equal_the_per_kernel_milp_and_alternate() -> None:
     assert alternating >= 2
 
 
+def two_streams(rng: random.Random, n: int) -> Graph:
+    """One layer carrying two streams written by two kernels (an MMDiT block's image and
+    text streams): ``h`` from the last kernel, ``c`` from the one before it; neither is read
+    in its own layer. A table every layer reads from home, sometimes a result home."""
+    sizes = {"h": 4096, "c": rng.choice([1024, 1 << 20]), "pos": rng.choice([256, 1 << 20])}
+    kernels, producer, readers = [], {}, {}
+    for k in range(n):
+        inner = sorted(b for b, p in producer.items() if p < n - 2)
+        reads = {b: sizes[b] for b in rng.sample(inner, min(len(inner), rng.randint(1, 2)))}
+        for b, p in (("h", 0.3), ("c", 0.3), ("pos", 0.2)):
+            if (k == 0 and b == "h") or (k == 1 and b == "c") or rng.random() < p:
+                reads[b] = sizes[b]
+        out = f"k{k}"
+        sizes[out] = {n - 1: sizes["h"], n - 2: sizes["c"]}.get(
+            k, rng.choice([1024, 65536, 1 << 20, 8 << 20]))
+        kernels.append(Kernel(k, out, "elementwise", 0, reads, {out: sizes[out]}))
+        for b in reads:
+            readers.setdefault(b, []).append(k)
+        producer[out] = k
+    home = (f"k{rng.randrange(n - 2)}",) if rng.random() < 0.5 else ()
+    return Graph(tuple(kernels), sizes, producer, {b: tuple(r) for b, r in readers.items()},
+                 ("h", "c", "pos"), home, {"h": f"k{n - 1}", "c": f"k{n - 2}"})
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_two_carried_streams_counted_equal_brute_force(seed: int) -> None:
+    """Two streams carried from two kernels: the layers are counted in cases where one
+    stream changes device and the other stays, and where both stay; the best of those is
+    brute force's over those periods. The per-kernel MILP then starts from it for the
+    periods where both change: the optimum is brute force's over the unrolled graph, the
+    placement returned costs what the planner reports, and the bound meets it."""
+    from pimbuild.gpus.planners import _layers, unrolled
+    from pimbuild.milp import US
+
+    rng = random.Random(seed)
+    n, period = [(3, 4), (4, 3), (3, 3), (5, 2)][seed % 4]
+    g = two_streams(rng, n)
+    kappa = (0.0, 0.5, 1.0)[seed % 3]
+    ctx = unrolled(PlanContext(g, layer_times(rng, n, seed % 4 < 2), LINK, 2, kappa), period)
+    plan = place("throughput", ctx)
+    assert "then per kernel" in plan.info["formulation"]
+    every = [list(p) for p in itertools.product(range(2), repeat=n * period)]
+    cycle = [cost.cycle_time(ctx.graph, p, ctx.times, LINK, 2, kappa) for p in every]
+    assert plan.objective == pytest.approx(min(cycle), rel=1e-7)
+    assert cost.cycle_time(ctx.graph, plan.place, ctx.times, LINK, 2, kappa) == \
+        pytest.approx(plan.objective, rel=1e-12)
+    assert plan.info["bound_s"] == pytest.approx(min(cycle), rel=1e-6)
+
+    def changes(p: list[int], w: int) -> bool:
+        return len({p[i * n + w] for i in range(period)}) == 2
+
+    one = [c for p, c in zip(every, cycle, strict=True)
+           if not (changes(p, n - 1) and changes(p, n - 2))]
+    counted = []
+    for spec in _layers.cases(period, [n - 2, n - 1]):
+        m, groups = _layers.model(ctx, _layers.buffers(g, ctx), spec)
+        values, objective, _, _ = m.solve()
+        placed = _layers.period(groups, values)
+        assert cost.cycle_time(ctx.graph, placed, ctx.times, LINK, 2, kappa) == \
+            pytest.approx(objective / US, rel=1e-9)
+        counted.append(objective / US)
+    assert min(counted) == pytest.approx(min(one), rel=1e-7)
+
+
 def test_layers_are_placed_per_kernel_where_counting_them_would_not_be_exact() -> None:
     """Three devices, or a carried result that its own layer also reads: the per-kernel
     MILP."""

@@ -29,14 +29,25 @@ Layers are interchangeable, so here they are counted instead of placed:
   three cases and costs at least that case's MILP optimum, so the least of the three is the
   per-kernel MILP's optimum.
 
-It applies when one kernel writes everything the layer carries and nothing in the layer
-reads that (``applies``); otherwise ``throughput`` solves per kernel.
+Two streams written by two kernels (an MMDiT block's image and text streams) make a layer's
+exit a state of two sides (``cases``). Where one stream changes device and the other stays on
+one, the three groups above with the other's exit fixed are exact; so is one group where
+every stream stays. Where both change, the per-kernel MILP runs last, from the best of those
+as its start: its own bound closes slowly on a whole model, so the optimum of one group of
+all the layers, each entering where it exits (``floor``: a lower bound on every period),
+bounds it, and it is skipped when the cases already meet that bound. (Counting that last
+case too, as a walk over the four exit states with a group per pair of states, was exact and
+slower: docs/design.md §10.)
+
+It applies when at most ``STREAMS`` kernels write what the layer carries and nothing in the
+layer reads that (``applies``); otherwise ``throughput`` solves per kernel.
 """
 
 from __future__ import annotations
 
+import itertools
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from pimbuild.gpus.cost import cycle_time
 from pimbuild.gpus.ddg import Graph
@@ -44,6 +55,7 @@ from pimbuild.gpus.planners import Plan, PlanContext
 from pimbuild.milp import INF, US, Model
 
 ENTRY = -1  # a buffer's source: the exit kernel of the layer before
+STREAMS = 2  # carried streams written by different kernels counted (2**STREAMS exit states)
 # HiGHS's root cuts close little of these models' gap (what is left is whole layers against
 # the transfers a split layer costs) and take most of their time: GPT-J, H100 + RTX Pro 6000,
 # 1,203 cuts moved the root bound from 3827.5 to 3829.1 of the optimum's 3833.1 in 0.9 s.
@@ -53,6 +65,14 @@ ENTRY = -1  # a buffer's source: the exit kernel of the layer before
 # scaled) 64.4 s -> 27.1 s, the slowest 2.5 s -> 1.1 s; the same optima (docs/design.md §10).
 OPTIONS = {"mip_allow_restart": False, "mip_pool_soft_limit": 10,
            "mip_heuristic_run_root_reduced_cost": False}
+# With a cutoff (``objective_bound``) HiGHS 1.16 ran RENS and RINS sub-MIPs at the root
+# without end, past its time limit, on some cutoffs and not others (MMDiT, 24 layers, A100 +
+# L40S: 118507.5 and 118507.6 hung, 118507.613 and 118506 took 0.4 s); with either off it
+# did not. The per-kernel MILP started from the cases' best hung the same way (MMDiT, 24
+# layers) and did not with both off. The later cases mostly prove that they cannot beat the
+# cutoff; the per-kernel MILP's start is already the cases' best.
+NO_SUBMIP = {"mip_heuristic_run_rens": False, "mip_heuristic_run_rins": False}
+CUTOFF_OPTIONS = {**OPTIONS, **NO_SUBMIP}
 
 
 @dataclass(frozen=True)
@@ -68,7 +88,9 @@ class Buffer:
 class Group:
     n: int  # layers it stands for
     y: list[int]  # column per kernel: in how many of the group's layers it is on device 1
-    entry: int | None  # the device the carried input comes from; None: its exit kernel's
+    # Per exit kernel (the writer of a carried stream): the device its stream enters from;
+    # a stream not named enters where the layer exits it.
+    entry: dict[int, int]
 
 
 def carried(g: Graph) -> list[str]:
@@ -85,7 +107,7 @@ def applies(ctx: PlanContext) -> bool:
     g = ctx.layer
     if g is None or ctx.n_dev != 2 or ctx.period < 2:
         return False
-    return len(writers(g)) <= 1 and None not in writers(g) and not any(
+    return len(writers(g)) <= STREAMS and None not in writers(g) and not any(
         g.readers.get(o) for o in carried(g))
 
 
@@ -101,14 +123,14 @@ def buffers(g: Graph, ctx: PlanContext) -> list[Buffer]:
     return out
 
 
-def source_terms(buf: Buffer, group: Group) -> tuple[list[int], float]:
+def source_terms(buf: Buffer, group: Group) -> tuple[list[tuple[int, float]], float]:
     """In how many of the group's layers the buffer's source is on device 1, as columns
-    plus a constant."""
+    with coefficients plus a constant."""
     if buf.source != ENTRY:
-        return [group.y[buf.source]], 0.0
-    if group.entry is None:
-        return [group.y[buf.writer]], 0.0
-    return [], float(group.entry * group.n)
+        return [(group.y[buf.source], 1.0)], 0.0
+    if buf.writer not in group.entry:
+        return [(group.y[buf.writer], 1.0)], 0.0
+    return [], float(group.entry[buf.writer] * group.n)
 
 
 def receives(m: Model, buf: Buffer, group: Group, received: tuple[dict, dict]) -> None:
@@ -116,10 +138,10 @@ def receives(m: Model, buf: Buffer, group: Group, received: tuple[dict, dict]) -
     s, const = source_terms(buf, group)
     on1, on0 = m.var(0, group.n), m.var(0, group.n)
     for v in buf.readers:
-        m.row([(on1, 1.0), (group.y[v], -1.0)] + [(c, 1.0) for c in s], lo=-const)
-        m.row([(on0, 1.0), (group.y[v], 1.0)] + [(c, -1.0) for c in s], lo=const)
+        m.row([(on1, 1.0), (group.y[v], -1.0)] + s, lo=-const)
+        m.row([(on0, 1.0), (group.y[v], 1.0)] + [(c, -a) for c, a in s], lo=const)
     if buf.home:
-        m.row([(on0, 1.0)] + [(c, -1.0) for c in s], lo=const)
+        m.row([(on0, 1.0)] + [(c, -a) for c, a in s], lo=const)
     received[0][on0], received[1][on1] = buf.us, buf.us
 
 
@@ -133,10 +155,13 @@ def shared(m: Model, buf: Buffer, groups: list[Group], received: tuple[dict, dic
     received[1][z] = buf.us
 
 
-def model(ctx: PlanContext, bufs: list[Buffer], w: int | None,
-          spec: list[tuple[int, int | None, int | None]]) -> tuple[Model, list[Group]]:
-    """The MILP of one case: ``spec`` is (layers, entry device or None, exit device fixed
-    or None) per group."""
+# (layers, entry, exit) of a group: per exit kernel, the device its stream enters from and
+# the one it exits on (fixed); a stream not named enters where it exits, and exits anywhere.
+Spec = tuple[int, dict[int, int], dict[int, int]]
+
+
+def model(ctx: PlanContext, bufs: list[Buffer], spec: list[Spec]) -> tuple[Model, list[Group]]:
+    """The MILP of one case: a ``Spec`` per group."""
     n_k = len(ctx.layer.kernels)
     t = ctx.times[:n_k]
     m = Model()
@@ -144,8 +169,8 @@ def model(ctx: PlanContext, bufs: list[Buffer], w: int | None,
     groups = []
     for n, entry, exit_on in spec:
         y = [m.var(0, n, integer=True) for _ in range(n_k)]
-        if exit_on is not None:
-            m.lower[y[w]] = m.upper[y[w]] = float(exit_on * n)
+        for w, side in exit_on.items():
+            m.lower[y[w]] = m.upper[y[w]] = float(side * n)
         groups.append(Group(n, y, entry))
     received: tuple[dict, dict] = ({}, {})
     for buf in bufs:
@@ -170,17 +195,30 @@ def nested(group: Group, values) -> list[list[int]]:
     return [[int(j < yk) for yk in y] for j in range(group.n)]
 
 
-def cases(n: int, w: int | None) -> list[list[tuple[int, int | None, int | None]]]:
-    if w is None:  # nothing carried: one group
-        return [[(n, None, None)]]
-    return [[(n - 2, None, None), (1, 0, 1), (1, 1, 0)], [(n, None, 0)], [(n, None, 1)]]
+def cases(n: int, ws: list[int]) -> list[list[Spec]]:
+    """The MILPs over the periods where at most one stream changes device (``ws``: the exit
+    kernels): one stream changes while the others stay on one device (the three groups of the
+    module docstring, the others' exits fixed), then every stream stays. With one stream that
+    is every period."""
+    if not ws:  # nothing carried: one group
+        return [[(n, {}, {})]]
+    out = []
+    for w in ws:
+        others = [v for v in ws if v != w]
+        for sides in itertools.product((0, 1), repeat=len(others)):
+            fixed = dict(zip(others, sides, strict=True))
+            out.append([(n - 2, fixed, fixed), (1, {**fixed, w: 0}, {**fixed, w: 1}),
+                        (1, {**fixed, w: 1}, {**fixed, w: 0})])
+    return out + [[(n, {}, dict(zip(ws, sides, strict=True)))]
+                  for sides in itertools.product((0, 1), repeat=len(ws))]
 
 
-def period(groups: list[Group], values, w: int | None) -> list[int]:
+def period(groups: list[Group], values) -> list[int]:
     """The placement of the period's layers, in an order where each layer enters where the
     one before it exits."""
-    if len(groups) == 3:  # the mixed case (``cases``)
-        rest, up, down = (nested(group, values) for group in groups)
+    if len(groups) == 3:  # one stream changes device (``cases``)
+        w = next(v for v in groups[1].entry if v not in groups[0].entry)
+        rest, up, down = (nested(g, values) for g in groups)
         layers = up + [x for x in rest if x[w]] + down + [x for x in rest if not x[w]]
     else:
         layers = nested(groups[0], values)
@@ -195,7 +233,8 @@ def solve(m: Model, ctx: PlanContext, deadline: float, cutoff: float | None):
     try:
         if left <= 0:
             raise RuntimeError("HiGHS ended with Time limit reached")
-        return m.solve(left, ctx.mip_gap, ctx.incumbent, cutoff=cutoff, options=OPTIONS)
+        return m.solve(left, ctx.mip_gap, ctx.incumbent, cutoff=cutoff,
+                       options=OPTIONS if cutoff is None else CUTOFF_OPTIONS)
     except RuntimeError as e:
         if not ctx.incumbent:
             raise
@@ -203,14 +242,44 @@ def solve(m: Model, ctx: PlanContext, deadline: float, cutoff: float | None):
                                 "bound": 0.0}
 
 
+def floor(ctx: PlanContext, bufs: list[Buffer], deadline: float) -> tuple[float, float]:
+    """A lower bound on every period's cycle time (microseconds) and the seconds it took:
+    one group of all the layers, each entering where it exits. Over a cycle of layers a
+    stream enters on device 1 as often as it exits there, so every placement costs at least
+    this group's optimum."""
+    m, _ = model(ctx, bufs, [(ctx.period, {}, {})])
+    try:
+        values, _, took, status = m.solve(max(0.0, deadline - time.perf_counter()),
+                                          ctx.mip_gap, True, options=OPTIONS)
+    except RuntimeError:  # out of time: no bound
+        return 0.0, 0.0
+    return (status["bound"] if values is not None else 0.0), took
+
+
+def both_change(ctx: PlanContext, bufs: list[Buffer], deadline: float,
+                best: tuple[list[int], float] | None) -> tuple[Plan | None, float, float]:
+    """The periods where two or more streams change device: the per-kernel MILP from the
+    best placement so far, unless ``floor`` shows nothing beats it. (its plan or None, the
+    bound on every period in microseconds, seconds)."""
+    from pimbuild.gpus.planners import throughput
+
+    low, took = floor(ctx, bufs, deadline)
+    if best is not None and US * best[1] <= low * (1 + ctx.mip_gap + 1e-9):
+        return None, low, took
+    left = max(0.0, deadline - time.perf_counter())
+    start = tuple(best[0]) if best is not None else ctx.start
+    plan = throughput.per_kernel(replace(ctx, time_limit_s=left, start=start), NO_SUBMIP)
+    return plan, max(low, US * plan.info["bound_s"]), took + plan.solve_s
+
+
 def place(ctx: PlanContext) -> Plan:
     g = ctx.layer
-    w = next(iter(writers(g)), None)  # the exit kernel (``applies``: at most one)
+    ws = sorted(writers(g))  # the exit kernels (``applies``: at most STREAMS)
     bufs = buffers(g, ctx)
     deadline = time.perf_counter() + ctx.time_limit_s
     best, cutoff, bound, size, statuses, seconds = None, None, INF, [0, 0], [], 0.0
-    for spec in cases(ctx.period, w):  # each after the first only for a better placement
-        m, groups = model(ctx, bufs, w, spec)
+    for spec in cases(ctx.period, ws):  # each after the first only for a better placement
+        m, groups = model(ctx, bufs, spec)
         values, objective, took, status = solve(m, ctx, deadline, cutoff)
         bound = min(bound, status["bound"] / US)
         size = [size[0] + len(m.cost), size[1] + len(m.rows)]
@@ -218,10 +287,18 @@ def place(ctx: PlanContext) -> Plan:
         seconds += took
         if values is None:
             continue
-        chosen = period(groups, values, w)
+        chosen = period(groups, values)
         achieved = cycle_time(ctx.graph, chosen, ctx.times, ctx.link, 2, ctx.comm_on_device)
         if best is None or achieved < best[1]:
             best, cutoff = (chosen, achieved), objective
+    if len(ws) > 1:
+        plan, low, took = both_change(ctx, bufs, deadline, best)
+        bound, seconds = low / US, seconds + took  # it bounds every period
+        if plan is not None:
+            size = [size[0] + plan.info["variables"], size[1] + plan.info["constraints"]]
+            statuses.append(plan.info["solver_status"])
+            if best is None or plan.objective < best[1]:
+                best = plan.place, plan.objective
     if ctx.start is not None:  # never worse than the start (a stopped solve could be)
         start = cycle_time(ctx.graph, list(ctx.start), ctx.times, ctx.link, 2,
                            ctx.comm_on_device)
@@ -232,6 +309,7 @@ def place(ctx: PlanContext) -> Plan:
     chosen, achieved = best
     status = next((s for s in statuses if s not in ("Optimal", "Cut off")), "Optimal")
     return Plan(chosen, achieved, seconds, {
-        "formulation": f"{ctx.period} layers aggregated ({len(statuses)} case(s))",
+        "formulation": f"{ctx.period} layers aggregated ({len(statuses)} case(s)"
+                       + (", then per kernel" if len(ws) > 1 else "") + ")",
         "variables": size[0], "constraints": size[1], "solver_status": status,
         "bound_s": bound, "gap": max(0.0, achieved - bound) / achieved if achieved else 0.0})

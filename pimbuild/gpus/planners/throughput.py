@@ -46,7 +46,8 @@ def place(ctx: PlanContext) -> Plan:
     return per_kernel(ctx)
 
 
-def per_kernel(ctx: PlanContext) -> Plan:
+def per_kernel(ctx: PlanContext, options: dict | None = None) -> Plan:
+    """The MILP above; ``options``: more HiGHS options (``Model.solve``)."""
     g, n_dev = ctx.graph, ctx.n_dev
     m = Model()
     c = m.var(cost=1.0)
@@ -94,7 +95,7 @@ def per_kernel(ctx: PlanContext) -> Plan:
         m.row({c: 1.0, **{col: -t for col, t in out[d].items()}}, 0)
         m.row({c: 1.0, **{col: -t for col, t in into[d].items()}}, 0)
     values, _, seconds, status = m.solve(ctx.time_limit_s, ctx.mip_gap, ctx.incumbent,
-                                         start_values(x, ctx.start))
+                                         start_values(x, ctx.start), options=options)
     chosen = placement(x, values)
     return solved(chosen, cycle_time(g, chosen, ctx.times, ctx.link, n_dev, ctx.comm_on_device),
                   m, seconds, status)
