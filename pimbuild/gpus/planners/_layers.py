@@ -123,13 +123,13 @@ def buffers(g: Graph, ctx: PlanContext) -> list[Buffer]:
     return out
 
 
-def source_terms(buf: Buffer, group: Group) -> tuple[list[tuple[int, float]], float]:
+def source_terms(buf: Buffer, group: Group) -> tuple[list[int], float]:
     """In how many of the group's layers the buffer's source is on device 1, as columns
-    with coefficients plus a constant."""
+    plus a constant."""
     if buf.source != ENTRY:
-        return [(group.y[buf.source], 1.0)], 0.0
+        return [group.y[buf.source]], 0.0
     if buf.writer not in group.entry:
-        return [(group.y[buf.writer], 1.0)], 0.0
+        return [group.y[buf.writer]], 0.0
     return [], float(group.entry[buf.writer] * group.n)
 
 
@@ -138,10 +138,10 @@ def receives(m: Model, buf: Buffer, group: Group, received: tuple[dict, dict]) -
     s, const = source_terms(buf, group)
     on1, on0 = m.var(0, group.n), m.var(0, group.n)
     for v in buf.readers:
-        m.row([(on1, 1.0), (group.y[v], -1.0)] + s, lo=-const)
-        m.row([(on0, 1.0), (group.y[v], 1.0)] + [(c, -a) for c, a in s], lo=const)
+        m.row([(on1, 1.0), (group.y[v], -1.0)] + [(c, 1.0) for c in s], lo=-const)
+        m.row([(on0, 1.0), (group.y[v], 1.0)] + [(c, -1.0) for c in s], lo=const)
     if buf.home:
-        m.row([(on0, 1.0)] + [(c, -a) for c, a in s], lo=const)
+        m.row([(on0, 1.0)] + [(c, -1.0) for c in s], lo=const)
     received[0][on0], received[1][on1] = buf.us, buf.us
 
 
