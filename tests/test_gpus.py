@@ -475,16 +475,18 @@ def test_layers_are_placed_per_kernel_where_counting_them_would_not_be_exact() -
         min(cost.cycle_time(ctx.graph, p, ctx.times, LINK, 2, 1.0) for p in every), rel=1e-7)
 
 
-def test_counted_layers_out_of_time_keep_the_start_or_fail() -> None:
-    """The counted layers' MILPs share the planner's time limit; out of time with nothing
-    found they return the start (``incumbent``) with no bound, or fail."""
+@pytest.mark.parametrize("streams", [1, 2])
+def test_counted_layers_out_of_time_keep_the_start_or_fail(streams: int) -> None:
+    """The counted layers' MILPs (with two streams, and the per-kernel MILP after them)
+    share the planner's time limit; out of time with nothing found they return the start
+    (``incumbent``) with no bound, or fail."""
     from dataclasses import replace
 
     from pimbuild.gpus.planners import unrolled
 
     rng = random.Random(9)
-    ctx = unrolled(PlanContext(layer_graph(rng, 5), layer_times(rng, 5, True), LINK, 2, 1.0),
-                   6)
+    g = layer_graph(rng, 5) if streams == 1 else two_streams(rng, 5)
+    ctx = unrolled(PlanContext(g, layer_times(rng, 5, True), LINK, 2, 1.0), 6)
     start = tuple([0] * 30)
     plan = place("throughput", replace(ctx, time_limit_s=0.0, incumbent=True, start=start))
     assert plan.place == list(start)

@@ -257,19 +257,25 @@ def floor(ctx: PlanContext, bufs: list[Buffer], deadline: float) -> tuple[float,
 
 
 def both_change(ctx: PlanContext, bufs: list[Buffer], deadline: float,
-                best: tuple[list[int], float] | None) -> tuple[Plan | None, float, float]:
+                best: tuple[list[int], float] | None) -> tuple[Plan | None, float, float, str]:
     """The periods where two or more streams change device: the per-kernel MILP from the
     best placement so far, unless ``floor`` shows nothing beats it. (its plan or None, the
-    bound on every period in microseconds, seconds)."""
+    bound on every period in microseconds, seconds, HiGHS's status)."""
     from pimbuild.gpus.planners import throughput
 
     low, took = floor(ctx, bufs, deadline)
     if best is not None and US * best[1] <= low * (1 + ctx.mip_gap + 1e-9):
-        return None, low, took
+        return None, low, took, "Optimal"
     left = max(0.0, deadline - time.perf_counter())
     start = tuple(best[0]) if best is not None else ctx.start
-    plan = throughput.per_kernel(replace(ctx, time_limit_s=left, start=start), NO_SUBMIP)
-    return plan, max(low, US * plan.info["bound_s"]), took + plan.solve_s
+    try:
+        plan = throughput.per_kernel(replace(ctx, time_limit_s=left, start=start), NO_SUBMIP)
+    except RuntimeError as e:  # out of time before HiGHS took the start: keep the cases' best
+        if not ctx.incumbent or best is None:
+            raise
+        return None, low, took, str(e).removeprefix("HiGHS ended with ")
+    status = plan.info["solver_status"]
+    return plan, max(low, US * plan.info["bound_s"]), took + plan.solve_s, status
 
 
 def place(ctx: PlanContext) -> Plan:
@@ -292,11 +298,11 @@ def place(ctx: PlanContext) -> Plan:
         if best is None or achieved < best[1]:
             best, cutoff = (chosen, achieved), objective
     if len(ws) > 1:
-        plan, low, took = both_change(ctx, bufs, deadline, best)
+        plan, low, took, status = both_change(ctx, bufs, deadline, best)
         bound, seconds = low / US, seconds + took  # it bounds every period
+        statuses.append(status)
         if plan is not None:
             size = [size[0] + plan.info["variables"], size[1] + plan.info["constraints"]]
-            statuses.append(plan.info["solver_status"])
             if best is None or plan.objective < best[1]:
                 best = plan.place, plan.objective
     if ctx.start is not None:  # never worse than the start (a stopped solve could be)
