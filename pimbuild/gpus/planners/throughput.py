@@ -18,7 +18,8 @@ smallest feasible ``r``, ``w`` are exactly the transfers ``ddg.transfers`` lists
 equals the cost model's minimum (checked against brute force in the tests).
 
 A period of identical layers on two devices (``PlanContext.layer``) is solved with the layers
-counted instead of placed (``_layers``): the same optimum, from three small MILPs.
+counted instead of placed (``_layers``): the same optimum, from three small MILPs (one carried
+stream), or from eight and then this MILP from their best (two).
 """
 
 from __future__ import annotations
