@@ -248,11 +248,8 @@ def floor(ctx: PlanContext, bufs: list[Buffer], deadline: float) -> tuple[float,
     stream enters on device 1 as often as it exits there, so every placement costs at least
     this group's optimum."""
     m, _ = model(ctx, bufs, [(ctx.period, {}, {})])
-    try:
-        values, _, took, status = m.solve(max(0.0, deadline - time.perf_counter()),
-                                          ctx.mip_gap, True, options=OPTIONS)
-    except RuntimeError:  # out of time: no bound
-        return 0.0, 0.0
+    # Out of time with nothing found, ``solve`` gives no bound (0) instead of failing.
+    values, _, took, status = solve(m, replace(ctx, incumbent=True), deadline, None)
     return (status["bound"] if values is not None else 0.0), took
 
 
