@@ -560,8 +560,8 @@ def test_unrolled_layers_keep_their_own_state(tmp_path) -> None:
 def test_layer_pipeline_splits_whole_layers() -> None:
     """The layer-pipeline baseline: with a free link its cycle is the busier device's share
     of whole layers (the best split, computed by hand here); with a real one each boundary's
-    carried buffer costs both devices; it never beats request distribution; one layer or
-    three devices have none."""
+    carried buffer costs both devices; it never beats request distribution; one layer has
+    none; on three devices it may use all three."""
     from pimbuild.gpus import simulate
 
     rng = random.Random(3)
@@ -584,8 +584,49 @@ def test_layer_pipeline_splits_whole_layers() -> None:
     base = simulate.baselines(PlanContext(g, times, LINK, 2, 1.0), devices, unit)
     assert base["layer pipeline"]["throughput"] <= base["request distribution"]["throughput"]
     assert simulate.layer_pipeline(free, devices, simulate.Unit(1, 1, "tokens", 1), 2.0) is None
-    three = PlanContext(g, [r + [r[0]] for r in times], LINK, 3, 1.0)
-    assert simulate.layer_pipeline(three, devices + devices[:1], unit, 3.0) is None
+    # A third device as fast as the first: three segments beat any two (4 layers on one).
+    three = PlanContext(g, [r + [r[0]] for r in times], Link(1e12, 0.0), 3, 1.0)
+    twin = type("D", (), {"key": "fast2", "price_per_hour": 1.0})()
+    pp3 = simulate.layer_pipeline(three, devices + [twin], unit, 3.0)
+    assert pp3["cycle_s"] * 7 == pytest.approx(3 * t0)  # 3 + 3 fast, 1 slow (2.5 t0)
+    assert sorted(pp3["layers_on"].items()) == [("fast", 3), ("fast2", 3), ("slow", 1)]
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_a_splits_loads_summed_per_segment_equal_the_unrolled_graphs(seed: int) -> None:
+    """``pipeline.best`` sums one layer per segment and each further layer's increment
+    instead of costing the unrolled graph: the sum equals the unrolled graph's cycle time on
+    every split (two to four devices, carried or not, with a state every layer keeps and an
+    input every layer reads from home), and its best is the least of them."""
+    from pimbuild.gpus import pipeline
+    from pimbuild.gpus.planners import unrolled
+
+    rng = random.Random(seed)
+    g = random_graph(rng, rng.randint(3, 6), carried=seed % 2 == 0)
+    k = len(g.kernels)  # a kernel that keeps a state of its own and reads a table from home
+    g = Graph(g.kernels + (Kernel(k, "cache", "elementwise", 0,
+                                  {"kv": 1 << 16, "rope": 512, f"k{k - 1}": 1024},
+                                  {"kv_new": 1 << 16}),),
+              {**g.buffer_bytes, "kv": 1 << 16, "kv_new": 1 << 16, "rope": 512, f"k{k - 1}":
+               g.buffer_bytes[f"k{k - 1}"]},
+              {**g.producer, "kv_new": k},
+              {**g.readers, "kv": (k,), "rope": (k,), f"k{k - 1}": g.readers.get(f"k{k - 1}",
+                                                                                 ()) + (k,)},
+              g.inputs + ("kv", "rope"), g.outputs, {**g.carry, "kv": "kv_new"},
+              frozenset({"kv"}))
+    n_dev, layers = 2 + seed % 3, rng.randint(2, 6)
+    times = [[rng.uniform(1e-6, 1e-4) for _ in range(n_dev)] for _ in g.kernels]
+    one = PlanContext(g, times, LINK, n_dev, rng.choice([0.0, 1.0]))
+    whole = unrolled(one, layers)
+    every = list(pipeline.cycles(one, layers))
+    for split in every:
+        place = split.place(len(g.kernels))
+        assert split.cycle_s == pytest.approx(cost.cycle_time(
+            whole.graph, place, whole.times, LINK, n_dev, one.comm_on_device), rel=1e-12)
+    assert pipeline.best(one, layers).cycle_s == min(s.cycle_s for s in every)
+    assert len(every) == sum(len(list(itertools.permutations(range(n_dev), s)))
+                             * len(list(itertools.combinations(range(1, layers), s - 1)))
+                             for s in range(2, min(n_dev, layers, pipeline.SEGMENTS) + 1))
 
 
 def test_node_times_and_their_split_over_kernels(tmp_path) -> None:

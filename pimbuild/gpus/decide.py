@@ -93,20 +93,32 @@ def objective(policy: str, ctx: Any):
 
 def period_start(p: Params, one: Any, ctx: Any) -> tuple[tuple[int, ...], dict[str, Any]]:
     """The placement a period's MILP starts from: the best, in the planner's objective, of
-    one layer's planned placement repeated and every split of the period's whole layers
-    between two devices (the first ``m`` on one, the rest on the other); with what it is."""
+    one layer's planned placement repeated, each device alone, every split of the period's
+    whole layers between two devices (the first ``m`` on one, the rest on the other) and the
+    split with the least cycle time over any of them (``pipeline.best``); with what it is."""
+    from pimbuild.gpus import pipeline
+
     reused = tuple(solve(p, one).place * p.period)
     n, score = len(one.graph.kernels), objective(p.policy, ctx)
     if score is None:
         return reused, {"kind": "one layer's placement reused"}
     keys = [d.key for d in p.profile.target.devices]
+
+    def kind(split: pipeline.Split) -> str:
+        return ", ".join(f"{m} layer(s) on {keys[d]}" for d, m in zip(split.order,
+                                                                     split.counts,
+                                                                     strict=True))
+
     ways = {reused: "one layer's placement reused"}
     for a in range(ctx.n_dev):
         ways.setdefault((a,) * (p.period * n), f"{keys[a]} alone")
-        for b in (b for b in range(ctx.n_dev) if b != a):
-            for m in range(1, p.period):
-                ways.setdefault((a,) * (m * n) + (b,) * ((p.period - m) * n),
-                                f"{m} layer(s) on {keys[a]}, {p.period - m} on {keys[b]}")
+    for order, counts in pipeline.splits(ctx.n_dev, p.period):
+        if len(order) == 2:
+            split = pipeline.Split(order, counts, 0.0)
+            ways.setdefault(tuple(split.place(n)), kind(split))
+    least = pipeline.best(one, p.period)
+    if least is not None:
+        ways.setdefault(tuple(least.place(n)), kind(least))
     best = min(ways, key=score)
     return best, {"kind": ways[best], "objective_s": score(best),
                   "reused_objective_s": score(reused)}

@@ -140,29 +140,24 @@ def af_split(ctx: Any) -> list[int] | None:
 
 def layer_pipeline(ctx: Any, devices: list[Any], unit: Unit, price: float
                    ) -> dict[str, Any] | None:
-    """Pipeline parallelism over the model's identical layers: the first ``m`` layers whole
-    on one device, the rest on the other (the best ``m`` and order; each layer's weights on
-    one device only), evaluated on the unrolled model in the same cost model. Its cycle time
-    and bytes moved are per layer (the model's over ``layers``), as the planned placement's
-    are; its latency is the whole forward's and ``on_device`` counts the model's kernels.
-    None for one layer or other than two devices."""
+    """Pipeline parallelism over the model's identical layers: contiguous segments of whole
+    layers, one per device, over two or more of them (the best split and order,
+    ``pipeline.best``; each layer's weights on one device only), evaluated on the unrolled
+    model in the same cost model. Its cycle time and bytes moved are per layer (the model's
+    over ``layers``), as the planned placement's are; its latency is the whole forward's and
+    ``on_device`` counts the model's kernels. None for one layer or one device."""
 
-    from pimbuild.gpus import planners
+    from pimbuild.gpus import pipeline, planners
 
-    layers, n = unit.layers, len(ctx.graph.kernels)
-    if layers < 2 or ctx.n_dev != 2:
+    split = pipeline.best(ctx, unit.layers)
+    if split is None:
         return None
-    whole = planners.unrolled(ctx, layers)
-    once = Unit(layers, unit.tokens, unit.name, unit.forwards_per_request, period=layers)
-    best = None
-    for first in (0, 1):
-        for m in range(1, layers):  # both devices used; each alone is its own baseline
-            r = evaluate(whole, [first] * (m * n) + [1 - first] * ((layers - m) * n), once,
-                         price)
-            if best is None or r["throughput"] > best["throughput"]:
-                best = r | {"layers_on": {devices[first].key: m,
-                                          devices[1 - first].key: layers - m}}
-    return best
+    whole = planners.unrolled(ctx, unit.layers)
+    once = Unit(unit.layers, unit.tokens, unit.name, unit.forwards_per_request,
+                period=unit.layers)
+    return evaluate(whole, split.place(len(ctx.graph.kernels)), once, price) | {
+        "layers_on": {devices[d].key: m for d, m in zip(split.order, split.counts,
+                                                        strict=True)}}
 
 
 def baselines(ctx: Any, devices: list[Any], unit: Unit) -> dict[str, Any]:
