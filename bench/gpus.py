@@ -38,6 +38,8 @@ MODELS = ["llama3_8b", "llama3_8b_prefill", "llama7b", "gptj6b", "mamba", "mmdit
 PAIRS = [("a100", "l40s"), ("h100", "rtxpro6000"), ("b200", "h100")]
 ORDINAL = ("1st", "2nd")
 PAPER = {"over PD": 1.5, "over AF": 1.35, "Perf/$ over PD": 1.5, "Perf/$ over AF": 1.4}
+CLUSTER = ("a100", "a100", "l40s")  # the paper's Fig. 9 cluster (2 A100 + 1 L40S)
+PAPER_CLUSTER = {"over PD": 1.5, "over AF": 1.4}  # Fig. 9, both clusters
 
 
 EXTRA: list[str] = []  # --set: more overrides for every build
@@ -49,9 +51,10 @@ def overrides(model: str, pair: tuple[str, ...], policy: str = "throughput") -> 
 
 
 def loaded(model: str, pair: tuple[str, ...], store: Path, run: Path, target_stage: str,
-           policy: str = "throughput"):
+           policy: str = "throughput", extra: tuple[str, ...] = ()):
     """Build up to ``target_stage``; the target, the graph, kernel times and placement."""
-    over = [*overrides(model, pair, policy), f"store={store}", f"targets=[{target_stage}]"]
+    over = [*overrides(model, pair, policy), f"store={store}", f"targets=[{target_stage}]",
+            *extra]
     result, _ = quiet_build(over, run)
     with initialize_config_module(config_module=CONFIG_MODULE, version_base="1.3"):
         target = GpuTarget.from_config(compose("config", overrides=over))
@@ -182,6 +185,73 @@ def serving_table(store: Path, tmp: Path, w: workload.Workload) -> list[dict]:
         console.print(f"{pair}: " + ", ".join(f"{k} {v:.4g}"
                                                for k, v in rows[-1]["tokens_per_s"].items()))
     return rows
+
+
+def cluster_table(store: Path, tmp: Path, limit_s: float = 60.0) -> list[dict]:
+    """FluidGPU's Fig. 9 cluster, 2 A100 + 1 L40S: the simulate stage's report for every
+    model with one layer's placement reused (``gpus.period=1``) and with the whole model
+    planned as one graph (the per-kernel MILP on three devices from the best whole-layer
+    split, stopped at ``limit_s`` with the best placement found)."""
+    rows = []
+    for model in MODELS:
+        layers, extra = None, ()
+        while extra is not None:
+            _, data, _, _, stages = loaded(model, CLUSTER, store, tmp / f"cluster-{model}",
+                                           "simulate", extra=extra)
+            r = json.loads((stages["simulate"] / "report.json").read_text())
+            layers = data["layers"]
+            rows.append({"model": model, "period": r["period"], "layers": layers,
+                         "unit": r["unit"], "throughput": r["planned"]["throughput"],
+                         "perf_per_dollar": r["planned"]["perf_per_dollar"],
+                         "speedup_over": r["speedup_over"], "solver": r["solver"],
+                         "solve_s": r["solve_s"],
+                         "baselines": {k: {"throughput": v["throughput"],
+                                           **{x: v[x] for x in ("attention_on", "layers_on")
+                                              if x in v}}
+                                       for k, v in r["baselines"].items()},
+                         "serving": {k: r["serving"][k] for k in ("rows", "speedup_over")
+                                     if k in r.get("serving", {})}})
+            console.print(f"{model} period {r['period']}: {rows[-1]['throughput']:.4g} "
+                          f"{r['unit']}, " + ", ".join(f"x {k} {v:.2f}" for k, v in
+                                                       r["speedup_over"].items()))
+            extra = (f"gpus.period={layers}", f"gpus.time_limit_s={limit_s}",
+                     "gpus.on_time_limit=best") if not extra and layers > 1 else None
+    return rows
+
+
+def cluster_markdown(cluster: list[dict]) -> list[str]:
+    if not cluster:
+        return []
+    lines = ["", f"## Fig. 9: {' + '.join(CLUSTER)}", "",
+             "The throughput planner's placement against the baselines on the three devices "
+             "(x: its throughput over theirs). AF: attention on one set of the devices, the "
+             "rest on the other, a set of two taking alternate requests. PD (serving, "
+             "Llama-3-8B prefill + decode): prefill on some devices, each other device an "
+             "independent decode instance.", "",
+             "| model | planned | throughput | x best single | x RD | x AF (attention on) | "
+             "x PP (layers) | x PD serving | solve s (status) |",
+             "|---|---|---:|---:|---:|---|---|---:|---|"]
+    for r in cluster:
+        over, base = r["speedup_over"], r["baselines"]
+        af = base.get("AF disaggregation")
+        pp = base.get("layer pipeline")
+        pd = r["serving"].get("speedup_over", {}).get("PD disaggregation")
+        status = r["solver"].get("solver_status") or ""
+        if status and status != "Optimal":
+            status += f", {r['solver']['gap']:.2%} gap"
+        planned = "one layer reused" if r["period"] == 1 else f"{r['period']} layers"
+        lines.append(
+            f"| {r['model']} | {planned} | {r['throughput']:.4g} {r['unit']} | "
+            f"{over['best single device']:.2f} | {over['request distribution']:.2f} | "
+            + (f"{over['AF disaggregation']:.2f} ({af['attention_on']})" if af else "n/a")
+            + " | " + (f"{over['layer pipeline']:.2f} ("
+                       + ", ".join(f"{k} {v}" for k, v in pp["layers_on"].items()) + ")"
+                       if pp else "n/a")
+            + f" | {f'{pd:.2f}' if pd else ''} | {r['solve_s']:.3g} ({status}) |")
+    lines += ["", f"Paper (Fig. 9, GPT-oss 20B on 2 A100 + 1 L40S and Qwen3 235B on 8 B200 + "
+                  f"8 H100): {PAPER_CLUSTER['over PD']}x over PD and "
+                  f"{PAPER_CLUSTER['over AF']}x over AF."]
+    return lines
 
 
 def solve_times(store: Path, tmp: Path) -> list[dict]:
@@ -393,8 +463,10 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("outputs/bench"))
     parser.add_argument("--render", action="store_true", help="only re-render gpus.md and "
                         "the plots from an earlier run's gpus.json")
-    parser.add_argument("--sections", default="pairs,serving,solve,pipelining,periods",
-                        help="comma-separated: pairs, serving, solve, pipelining, periods")
+    parser.add_argument("--sections",
+                        default="pairs,serving,solve,pipelining,periods,cluster",
+                        help="comma-separated: pairs, serving, solve, pipelining, periods, "
+                        "cluster")
     parser.add_argument("--set", nargs="*", default=[], help="overrides for every build, "
                         "e.g. gpus.comm_on_device=0")
     args = parser.parse_args()
@@ -406,7 +478,8 @@ def main() -> None:
     if args.render:
         saved = json.loads((args.out / "gpus.json").read_text())
         render(saved["rows"], saved["serving"], saved["solve"], saved["checks"],
-               saved.get("pipelining", []), w, args.out, saved.get("periods", []))
+               saved.get("pipelining", []), w, args.out, saved.get("periods", []),
+               saved.get("cluster", []))
         return
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
@@ -415,17 +488,19 @@ def main() -> None:
         solve = solve_times(args.store, tmp) if "solve" in sections else []
         pipe = pipelining(args.store, tmp) if "pipelining" in sections else []
         periods = periods_table(args.store, tmp) if "periods" in sections else []
+        cluster = cluster_table(args.store, tmp) if "cluster" in sections else []
         checks = check_all(args.store, tmp) if args.check else []
     (args.out / "gpus.json").write_text(json.dumps(
         {"rows": rows, "serving": serving, "solve": solve, "checks": checks,
-         "pipelining": pipe, "periods": periods, "workload": w.__dict__,
-         "overrides": EXTRA}, indent=2) + "\n")
-    render(rows, serving, solve, checks, pipe, w, args.out, periods)
+         "pipelining": pipe, "periods": periods, "cluster": cluster,
+         "workload": w.__dict__, "overrides": EXTRA}, indent=2) + "\n")
+    render(rows, serving, solve, checks, pipe, w, args.out, periods, cluster)
 
 
-def render(rows, serving, solve, checks, pipe, w, out: Path, periods=()) -> None:
+def render(rows, serving, solve, checks, pipe, w, out: Path, periods=(), cluster=()) -> None:
     text = markdown(rows, serving, solve, checks, w) + "\n".join(
-        periods_markdown(list(periods))) + ("\n" if periods else "")
+        periods_markdown(list(periods)) + cluster_markdown(list(cluster))) + (
+        "\n" if periods or cluster else "")
     if pipe:
         text += "\n## Pipelined decode steps (serving simulator, Fig. 10(a))\n\n" + \
             "| mode | forwards/s | share of the bound | simulated s | wall s |\n" + \

@@ -290,9 +290,15 @@ def test_serving_formulas_by_hand() -> None:
     assert workload.mixed(w, 1.0, 0.5) == pytest.approx(40 / 9)
     link = Link(8.0, 0.0)  # 1 GB/s
     # Prefill 1 request/s, decode 4 / (10 x 0.5) = 0.8 requests/s, KV 0.5 GB: 2 requests/s.
-    assert workload.pd(w, 1.0, 0.5, 500_000_000, link) == pytest.approx(0.8 * 10)
-    assert workload.pd_bottleneck(w, 1.0, 0.5, 500_000_000, link) == "decode"
-    assert workload.pd_bottleneck(w, 1.0, 0.1, 4_000_000_000, link) == "KV transfer"
+    assert workload.pd(w, [1.0], [0.5], 500_000_000, link) == pytest.approx(0.8 * 10)
+    assert workload.pd_bottleneck(w, [1.0], [0.5], 500_000_000, link) == "decode"
+    assert workload.pd_bottleneck(w, [1.0], [0.1], 4_000_000_000, link) == "KV transfer"
+    # Two decode instances (the paper's 2 A100 + 1 L40S): 1.6 requests/s of decode, so the
+    # one prefill device (1 request/s) bounds it; two prefill devices and one decode: the
+    # one link a KV cache of 0.5 GB crosses at a time bounds it at 2 requests/s.
+    assert workload.pd(w, [1.0], [0.5, 0.5], 500_000_000, link) == pytest.approx(1.0 * 10)
+    assert workload.pd(w, [0.5, 0.5], [0.1], 500_000_000, link) == pytest.approx(2.0 * 10)
+    assert workload.pd_bottleneck(w, [0.5, 0.5], [0.1], 500_000_000, link) == "KV transfer"
 
 
 def test_the_same_device_twice_gets_two_labels(tmp_path) -> None:
@@ -861,3 +867,53 @@ def test_serving_from_a_trace_and_its_errors(run_build, tmp_path) -> None:
         run_build([*GPUS, *TINY_LLAMA3, "serve.arrivals=trace"])
     with pytest.raises(ConfigError, match="serve.arrivals=sometimes: choose one of"):
         run_build([*GPUS, *TINY_LLAMA3, "serve.arrivals=sometimes"])
+
+
+def test_af_on_three_devices_takes_requests_in_turn() -> None:
+    """AF disaggregation over 2 A100 + 1 L40S (the paper's Fig. 9 setup): attention on one
+    set of devices, the rest on the other, a set of two taking alternate requests, so each
+    carries half its stage's load. By hand, with a free link: attention 4 us on an A100 and
+    9 on the L40S, the rest 5 and 3; attention on both A100s and the rest on the L40S
+    gives a cycle of max(4 / 2, 4 / 2, 3) = 3 us, the best of the six splits. On two devices
+    the baseline is the better of attention on either, as a single placement."""
+    from pimbuild.gpus import simulate
+
+    k = (Kernel(0, "attn", "contraction", 0, {"in": 4096}, {"a": 4096}, "self_attn"),
+         Kernel(1, "ffn", "contraction", 0, {"a": 4096}, {"out": 4096}, "mlp"))
+    g = Graph(k, {"in": 4096, "a": 4096, "out": 4096}, {"a": 0, "out": 1},
+              {"in": (0,), "a": (1,)}, ("in",), ("out",), {})
+    times = [[4e-6, 4e-6, 9e-6], [5e-6, 5e-6, 3e-6]]
+    devices = [type("D", (), {"key": key, "price_per_hour": 1.0})()
+               for key in ("a100#1", "a100#2", "l40s")]
+    unit = simulate.Unit(1, 1, "tokens", 1)
+    free = PlanContext(g, times, Link(1e12, 0.0), 3, 1.0)
+    ways = dict(simulate.af_ways(free, devices))
+    assert len(ways) == 6 and ways["a100#1+a100#2"] == [[0, 2], [1, 2]]
+    af = simulate.baselines(free, devices, unit)["AF disaggregation"]
+    assert af["attention_on"] == "a100#1+a100#2"
+    assert af["cycle_s"] == pytest.approx(3e-6)
+    assert af["on_device"] == [0.5, 0.5, 1]
+    # with the link: every request moves "a" to the L40S and "out" home (A100#1), so the
+    # L40S, which receives one and sends one per request, stays the busiest
+    real = PlanContext(g, times, LINK, 3, 1.0)
+    hop = LINK.seconds(4096)
+    r = simulate.evaluate_turns(real, ways["a100#1+a100#2"], unit, 3.0)
+    assert r["cycle_s"] == pytest.approx(max(4e-6 / 2 + hop, 3e-6 + 2 * hop))
+    two = PlanContext(g, [row[::2] for row in times], LINK, 2, 1.0)
+    pair = [devices[0], devices[2]]
+    want = max((simulate.evaluate(two, p, unit, 2.0) for p in ([0, 1], [1, 0])),
+               key=lambda r: r["throughput"])
+    got = simulate.baselines(two, pair, unit)["AF disaggregation"]
+    assert got["cycle_s"] == pytest.approx(want["cycle_s"])
+
+
+def test_fig2_compares_the_first_device_with_another_model() -> None:
+    """Fig. 2's share of kernels faster on the second device: on 2 A100 + 1 L40S the L40S,
+    not the A100 twin (equal times, never faster)."""
+    from pimbuild.gpus.profile import fig2
+
+    t = [[2.0, 2.0, 1.0], [1.0, 1.0, 3.0], [4.0, 4.0, 3.0]]
+    f = fig2(None, t, ["A100", "A100", "L40S"])
+    assert (f["second"], f["faster_on_second"]) == (2, 2)
+    assert f["share_by_time"] == pytest.approx(6 / 7)
+    assert fig2(None, t, ["A100", "H100", "L40S"])["faster_on_second"] == 0  # device 1

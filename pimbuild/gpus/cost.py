@@ -6,6 +6,7 @@ costs ``link.latency + n / link.bandwidth`` (``Link.seconds``).
 - ``cycle_time``: the steady-state time per forward when requests are pipelined (FluidGPU's
   throughput objective): the busiest of every device's compute plus ``comm_on_device`` times the
   transfers it sends and receives, and every device's link direction (bytes out, bytes in).
+  ``turns_cycle_time``: the same, averaged over placements that requests take in turn.
 - ``critical_path``: one forward's latency: each device runs its kernels in program order
   (one compute stream per request), a kernel starts when the kernel before it on its device has
   finished and every buffer it reads has arrived (a transfer on a cut edge starts when its
@@ -46,6 +47,16 @@ def cycle_time(g: Graph, place: list[int], times: list[list[float]], link: Link,
                comm_on_device: float) -> float:
     lo = loads(g, place, times, link, n_dev, comm_on_device)
     return max(lo["busy"] + lo["sent"] + lo["received"])
+
+
+def turns_cycle_time(g: Graph, places: list[list[int]], times: list[list[float]], link: Link,
+                     n_dev: int, comm_on_device: float) -> float:
+    """The cycle time when successive requests take ``places`` in turn (a stage replicated on
+    devices that take alternate requests): every device's and link direction's load
+    averaged over the turns, the busiest of them. ``cycle_time`` for one placement."""
+    lo = [loads(g, p, times, link, n_dev, comm_on_device) for p in places]
+    return max(sum(x[key][d] for x in lo) / len(lo)
+               for key in ("busy", "sent", "received") for d in range(n_dev))
 
 
 def critical_path(g: Graph, place: list[int], times: list[list[float]], link: Link,

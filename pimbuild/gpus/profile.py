@@ -56,13 +56,18 @@ def times(inputs: Inputs, p: Params) -> tuple[Any, list[list[float]]]:
     return graph, [[float(r[f"t_{k}_s"]) for k in keys] for r in rows]
 
 
-def fig2(graph: Any, t: list[list[float]]) -> dict[str, Any]:
-    """Share of kernels faster on the second device than on the first, by count and time."""
+def fig2(graph: Any, t: list[list[float]], names: list[str] | None = None) -> dict[str, Any]:
+    """Share of kernels faster on the second device than on the first, by count and time;
+    the second is the first of another model than the first device's (``names``: 2 A100 +
+    1 L40S compare the L40S), else device 1."""
     if not t or len(t[0]) < 2:
         return {}
-    faster = [k for k, row in enumerate(t) if row[1] < row[0]]
+    names = names or []
+    second = next((d for d in range(1, len(t[0])) if d < len(names) and names[d] != names[0]),
+                  1)
+    faster = [k for k, row in enumerate(t) if row[second] < row[0]]
     total = sum(row[0] for row in t)
-    return {"kernels": len(t), "faster_on_second": len(faster),
+    return {"kernels": len(t), "second": second, "faster_on_second": len(faster),
             "share_by_count": len(faster) / len(t),
             "share_by_time": sum(t[k][0] for k in faster) / total if total else 0.0}
 
@@ -90,4 +95,4 @@ def run(inputs: Inputs, p: Params, out: Path) -> None:
                         roofline.engine(k, p.target.precision), *row])
     (out / "profile.json").write_text(json.dumps(
         {"backend": p.backend, "devices": keys, **measured,
-         "fig2": fig2(graph, t)}, indent=2) + "\n")
+         "fig2": fig2(graph, t, [d.name for d in p.target.devices])}, indent=2) + "\n")

@@ -113,21 +113,34 @@ class Unit:
 def evaluate(ctx: Any, place: list[int], unit: Unit, price: float) -> dict[str, Any]:
     """A placement of ``ctx``'s graph (``unit.period`` layers) in the cost model; its cycle
     time and bytes moved are per layer, its latency the whole forward's."""
+    return evaluate_turns(ctx, [place], unit, price)
+
+
+def evaluate_turns(ctx: Any, places: list[list[int]], unit: Unit, price: float
+                   ) -> dict[str, Any]:
+    """``evaluate`` for placements that successive requests take in turn
+    (``cost.turns_cycle_time``): latency, bytes moved and kernels per device are the mean
+    request's."""
+    from statistics import fmean
+
     from pimbuild.gpus import cost, ddg
 
-    cycle = cost.cycle_time(ctx.graph, place, ctx.times, ctx.link, ctx.n_dev,
-                            ctx.comm_on_device) / unit.period
-    path = cost.critical_path(ctx.graph, place, ctx.times, ctx.link, ctx.n_dev)
-    moved = sum(size for *_, size in ddg.transfers(ctx.graph, place)) / unit.period
-    rate = unit.rate(cycle)
-    # The paper's own cost model (its SV-D): transfers fully overlapped with compute.
-    overlapped = cost.cycle_time(ctx.graph, place, ctx.times, ctx.link, ctx.n_dev,
-                                 0.0) / unit.period
-    return {"cycle_s": cycle, "latency_s": unit.repeats * path, "throughput": rate,
-            "perf_per_dollar": rate / price, "price_per_hour": price,
-            "throughput_overlapped": unit.rate(overlapped),
+    def cycle(kappa: float) -> float:
+        return cost.turns_cycle_time(ctx.graph, places, ctx.times, ctx.link, ctx.n_dev,
+                                     kappa) / unit.period
+
+    path = fmean(cost.critical_path(ctx.graph, p, ctx.times, ctx.link, ctx.n_dev)
+                 for p in places)
+    moved = fmean(sum(size for *_, size in ddg.transfers(ctx.graph, p))
+                  for p in places) / unit.period
+    rate = unit.rate(cycle(ctx.comm_on_device))
+    on_device = [sum(p.count(d) for p in places) / len(places) for d in range(ctx.n_dev)]
+    return {"cycle_s": cycle(ctx.comm_on_device), "latency_s": unit.repeats * path,
+            "throughput": rate, "perf_per_dollar": rate / price, "price_per_hour": price,
+            # the paper's own cost model (its SV-D): transfers fully overlapped with compute
+            "throughput_overlapped": unit.rate(cycle(0.0)),
             "transfer_bytes": moved,
-            "on_device": [place.count(d) for d in range(ctx.n_dev)]}
+            "on_device": [int(c) if c == int(c) else round(c, 2) for c in on_device]}
 
 
 def af_split(ctx: Any) -> list[int] | None:
@@ -136,6 +149,27 @@ def af_split(ctx: Any) -> list[int] | None:
     if all(attn) or not any(attn):
         return None
     return [0 if a else 1 for a in attn]
+
+
+def af_ways(ctx: Any, devices: list[Any]) -> list[tuple[str, list[list[int]]]]:
+    """AF disaggregation on every split of the devices in two: attention kernels on one set,
+    the rest on the other, a set of several taking the requests in turn (``lcm`` of the two
+    sizes turns; the paper runs attention on its 2 A100s with TP=2 instead, which without its
+    all-reduce loads each the same); (the attention devices' names, the turns). Empty
+    without that structure; on two devices attention on the first, then on the second."""
+    from math import lcm
+
+    split = af_split(ctx)
+    if split is None:
+        return []
+    n, ways = len(devices), []
+    for mask in range(1, 2 ** n - 1):
+        attn = [d for d in range(n) if mask >> d & 1]
+        rest = [d for d in range(n) if not mask >> d & 1]
+        turns = [[attn[i % len(attn)] if s == 0 else rest[i % len(rest)] for s in split]
+                 for i in range(lcm(len(attn), len(rest)))]
+        ways.append(("+".join(devices[d].key for d in attn), turns))
+    return ways
 
 
 def layer_pipeline(ctx: Any, devices: list[Any], unit: Unit, price: float
@@ -171,12 +205,9 @@ def baselines(ctx: Any, devices: list[Any], unit: Unit) -> dict[str, Any]:
     rd = sum(out[f"{dev.key} alone"]["throughput"] for dev in devices)
     out["request distribution"] = {"throughput": rd, "perf_per_dollar": rd / total,
                                    "price_per_hour": total}
-    split = af_split(ctx) if len(devices) == 2 else None
-    if split is not None:
-        ways = []
-        for p in (split, [1 - d for d in split]):  # attention on the first, or the second
-            attention_on = devices[p[split.index(0)]].key
-            ways.append(evaluate(ctx, p, unit, total) | {"attention_on": attention_on})
+    ways = [evaluate_turns(ctx, turns, unit, total) | {"attention_on": name}
+            for name, turns in af_ways(ctx, devices)]
+    if ways:
         out["AF disaggregation"] = max(ways, key=lambda r: r["throughput"])
     pipeline = layer_pipeline(ctx, devices, unit, total)
     if pipeline is not None:
@@ -243,20 +274,21 @@ def serving(inputs: Inputs, p: Params, ctx: Any, placement: dict[str, Any],
                           p.decide.period)
     pre_place = json.loads((pre_inputs["decide"] / "placement.json").read_text())["place"]
     devices = list(p.decide.profile.target.devices)
-    if len(devices) != 2:
-        return {"skipped": "prefill + decode serving compares pairs of devices"}
     w = workload.Workload(output_len=p.serve.output_len, batch=unit.tokens)
-    pre = workload.phase(pre_ctx, pre_place, pre_data.get("layers", 1), af_split(pre_ctx))
-    dec = workload.phase(ctx, placement["place"], dec_data["layers"], af_split(ctx))
+    pre = workload.phase(pre_ctx, pre_place, pre_data.get("layers", 1),
+                         af_ways(pre_ctx, devices))
+    dec = workload.phase(ctx, placement["place"], dec_data["layers"], af_ways(ctx, devices))
     rows = workload.compare(w, pre, dec, [d.key for d in devices],
                             [d.price_per_hour for d in devices], ctx.link)
     planned = rows["planned"]["tokens_per_s"]
-    return {"output_len": w.output_len, "batch": w.batch, "rows": rows,
-            "prefill_s": pre.planned, "decode_step_s": dec.planned,
-            "speedup_over": {k: planned / v["tokens_per_s"] for k, v in rows.items()
-                             if k != "planned"},
-            "simulated": simulated(p, (pre_ctx, pre_place, pre_data),
-                                   (ctx, placement["place"], dec_data), devices)}
+    out = {"output_len": w.output_len, "batch": w.batch, "rows": rows,
+           "prefill_s": pre.planned, "decode_step_s": dec.planned,
+           "speedup_over": {k: planned / v["tokens_per_s"] for k, v in rows.items()
+                            if k != "planned"}}
+    if len(devices) != 2:
+        return out | {"simulation_skipped": "the serving simulation compares pairs of devices"}
+    return out | {"simulated": simulated(p, (pre_ctx, pre_place, pre_data),
+                                         (ctx, placement["place"], dec_data), devices)}
 
 
 def per_period(data: dict[str, Any], period: int) -> dict[str, Any]:
@@ -384,7 +416,8 @@ def summary(r: dict[str, Any]) -> list[str]:
     if f2:
         lines.append(f"{f2['faster_on_second']}/{f2['kernels']} kernels "
                      f"({f2['share_by_count']:.0%} by count, {f2['share_by_time']:.0%} by time) "
-                     f"run faster on {r['devices'][1]} than on {r['devices'][0]}")
+                     f"run faster on {r['devices'][f2.get('second', 1)]} than on "
+                     f"{r['devices'][0]}")
     return lines
 
 
@@ -396,14 +429,15 @@ def serving_markdown(served: dict[str, Any]) -> list[str]:
              "| placement | tokens/s | Perf/$ | speedup of planned |", "|---|---:|---:|---:|"]
     for name, v in served["rows"].items():
         over = served["speedup_over"].get(name)
-        note = {"PD disaggregation": f" (prefill on {v.get('prefill_on')}, bound by "
-                                     f"{v.get('bottleneck')})",
+        note = {"PD disaggregation": f" (prefill on {v.get('prefill_on')}, decode on "
+                                     f"{v.get('decode_on')}, bound by {v.get('bottleneck')})",
                 "AF disaggregation": f" (attention on {v.get('attention_on')})"}.get(name, "")
         lines.append(f"| {name}{note} | {v['tokens_per_s']:.4g} | {v['perf_per_dollar']:.4g} "
                      f"| {f'{over:.2f}x' if over else ''} |")
     sim = served.get("simulated")
     if not sim:
-        return lines
+        skipped = served.get("simulation_skipped")
+        return lines + (["", f"Serving simulation: not run ({skipped})."] if skipped else [])
     lines += ["", f"## Serving simulation: {sim['requests']} requests, arrivals "
                   f"{sim['arrivals']} (rate {sim['rate']}/s), depth {sim['depth']}, monitor "
                   f"{'on' if sim['monitor'] else 'off'}", "",

@@ -8,10 +8,12 @@ and ``output_len`` decode steps, each at its cycle time, so
     tokens/s = batch * output_len / (batch * T_prefill + output_len * T_decode)
 
 where ``T_prefill`` and ``T_decode`` are whole-model cycle times (``layers x`` one layer's).
-PD disaggregation runs prefill on one device and decode on the other, pipelined with each
-other, and ships every request's KV cache over the link:
+PD disaggregation runs prefill on some devices and decode on the others (each an independent
+instance: their rates add), pipelined with each other, and ships every request's KV cache
+over the link (on as many links at once as the smaller side has devices):
 
-    requests/s = min(1 / T_prefill(P), batch / (output_len * T_decode(D)), 1 / t_link(KV))
+    requests/s = min(sum_P 1 / T_prefill(p), sum_D batch / (output_len * T_decode(d)),
+                     min(|P|, |D|) / t_link(KV))
 
 Request distribution runs the whole workload on every device as a replica and adds their
 rates.
@@ -36,65 +38,83 @@ def mixed(w: Workload, prefill_s: float, decode_s: float) -> float:
     return w.batch * w.output_len / (w.batch * prefill_s + w.output_len * decode_s)
 
 
-def pd(w: Workload, prefill_s: float, decode_s: float, kv_bytes: int, link: Link) -> float:
-    """Output tokens/s of PD disaggregation: prefill on one device, decode on another."""
-    rate = min(1 / prefill_s, w.batch / (w.output_len * decode_s), 1 / link.seconds(kv_bytes))
-    return rate * w.output_len
+def pd_rates(w: Workload, prefill_s: list[float], decode_s: list[float], kv_bytes: int,
+             link: Link) -> dict[str, float]:
+    """Requests/s of PD disaggregation's three stages: prefill on devices taking
+    ``prefill_s`` each, decode on devices taking ``decode_s`` a step, the KV transfers."""
+    return {"prefill": sum(1 / t for t in prefill_s),
+            "decode": sum(w.batch / (w.output_len * t) for t in decode_s),
+            "KV transfer": min(len(prefill_s), len(decode_s)) / link.seconds(kv_bytes)}
 
 
-def pd_bottleneck(w: Workload, prefill_s: float, decode_s: float, kv_bytes: int,
+def pd(w: Workload, prefill_s: list[float], decode_s: list[float], kv_bytes: int,
+       link: Link) -> float:
+    """Output tokens/s of PD disaggregation (``pd_rates``): its slowest stage's."""
+    return min(pd_rates(w, prefill_s, decode_s, kv_bytes, link).values()) * w.output_len
+
+
+def pd_bottleneck(w: Workload, prefill_s: list[float], decode_s: list[float], kv_bytes: int,
                   link: Link) -> str:
-    rates = {"prefill": 1 / prefill_s, "decode": w.batch / (w.output_len * decode_s),
-             "KV transfer": 1 / link.seconds(kv_bytes)}
+    rates = pd_rates(w, prefill_s, decode_s, kv_bytes, link)
     return min(rates, key=rates.get)
 
 
 @dataclass(frozen=True)
 class Phase:
     """One phase's whole-model costs in seconds: the planned placement's cycle time, each
-    device alone, AF disaggregation both ways round (None without that structure), and the
-    bytes a request's forward leaves as state (a prefill's KV cache)."""
+    device alone, AF disaggregation on each split of the devices (by the attention devices'
+    names; None without that structure), and the bytes a request's forward leaves as state
+    (a prefill's KV cache)."""
 
     planned: float
     alone: list[float]
-    af: list[float] | None
+    af: dict[str, float] | None
     state_bytes: int
 
 
-def phase(ctx, place: list[int], layers: int, af: list[int] | None) -> Phase:
-    """``ctx``: a planner's PlanContext; ``af``: the AF split (attention on device 0)."""
-    from pimbuild.gpus.cost import cycle_time
+def phase(ctx, place: list[int], layers: int,
+          af: list[tuple[str, list[list[int]]]]) -> Phase:
+    """``ctx``: a planner's PlanContext; ``af``: AF's ways (``simulate.af_ways``)."""
+    from pimbuild.gpus.cost import turns_cycle_time
 
-    def cycle(p: list[int]) -> float:
-        return layers * cycle_time(ctx.graph, p, ctx.times, ctx.link, ctx.n_dev,
-                                   ctx.comm_on_device)
+    def cycle(turns: list[list[int]]) -> float:
+        return layers * turns_cycle_time(ctx.graph, turns, ctx.times, ctx.link, ctx.n_dev,
+                                         ctx.comm_on_device)
 
     g = ctx.graph
     state = sum(g.buffer_bytes[b] for b in g.outputs if b not in g.carry.values())
-    return Phase(cycle(place), [layers * sum(row[d] for row in ctx.times)
-                                for d in range(ctx.n_dev)],
-                 [cycle(af), cycle([1 - d for d in af])] if af else None, layers * state)
+    return Phase(cycle([place]), [layers * sum(row[d] for row in ctx.times)
+                                  for d in range(ctx.n_dev)],
+                 {name: cycle(turns) for name, turns in af} or None, layers * state)
 
 
 def compare(w: Workload, pre: Phase, dec: Phase, keys: list[str], prices: list[float],
             link: Link) -> dict[str, dict]:
     """Output tokens/s and Perf/$ of the planned placements and every baseline serving ``w``
-    on two devices (``keys``, their ``prices``), with the PD split's bottleneck."""
-    total = sum(prices)
+    on the devices ``keys`` (their ``prices``), with the PD split's bottleneck. PD and AF:
+    the best split of the devices in two."""
+    total, n = sum(prices), len(keys)
     rows = {"planned": (mixed(w, pre.planned, dec.planned), total)}
     for d, key in enumerate(keys):
         rows[f"{key} alone"] = (mixed(w, pre.alone[d], dec.alone[d]), prices[d])
     rows["request distribution"] = (sum(rows[f"{k} alone"][0] for k in keys), total)
-    ways = [(pd(w, pre.alone[p], dec.alone[1 - p], pre.state_bytes, link), p) for p in (0, 1)]
-    best, p = max(ways)
+    ways = []
+    for mask in range(1, 2 ** n - 1):
+        on = [[d for d in range(n) if (mask >> d & 1) == side] for side in (1, 0)]
+        args = ([pre.alone[d] for d in on[0]], [dec.alone[d] for d in on[1]],
+                pre.state_bytes, link)
+        ways.append((pd(w, *args), on, pd_bottleneck(w, *args)))
+    best, (prefill_on, decode_on), bottleneck = max(ways, key=lambda way: way[0])
     rows["PD disaggregation"] = (best, total)
     out = {name: {"tokens_per_s": r, "perf_per_dollar": r / price}
            for name, (r, price) in rows.items()}
     out["PD disaggregation"] |= {
-        "prefill_on": keys[p], "kv_bytes_per_request": pre.state_bytes,
-        "bottleneck": pd_bottleneck(w, pre.alone[p], dec.alone[1 - p], pre.state_bytes, link)}
+        "prefill_on": "+".join(keys[d] for d in prefill_on),
+        "decode_on": "+".join(keys[d] for d in decode_on),
+        "kv_bytes_per_request": pre.state_bytes, "bottleneck": bottleneck}
     if pre.af and dec.af:
-        r, i = max((mixed(w, pre.af[i], dec.af[i]), i) for i in (0, 1))
+        r, name = max((mixed(w, pre.af[name], dec.af[name]), name) for name in pre.af
+                      if name in dec.af)
         out["AF disaggregation"] = {"tokens_per_s": r, "perf_per_dollar": r / total,
-                                    "attention_on": keys[i]}
+                                    "attention_on": name}
     return out
