@@ -6,8 +6,8 @@ iteration including inner sequential loops), the trip count of enclosing loops, 
 reads and writes identified by allocation (``bytes`` of the whole allocation, so a buffer read
 and written in place is one entry of ``moved_bytes``), and the op mix of one parallel iteration.
 For the ``footprint`` counter backend's cache model: ``read_extents`` (the bytes of the views a
-buffer is read through) and ``outer_invariant_reads`` (the buffers the outermost parallel loop
-does not address).
+buffer is read through), ``outer_invariant_reads`` (the buffers the outermost parallel loop
+does not address) and ``next_invariant_reads`` (those the next parallel loop does not).
 """
 
 from __future__ import annotations
@@ -166,14 +166,15 @@ def depends_on(value: ir.Value, iv: ir.Value, nest: ir.Operation, memo: dict) ->
 
 
 def outer_invariant_reads(op: ir.Operation, dims: list[int], accesses: list,
-                          allocs: Allocations) -> list[str]:
+                          allocs: Allocations, skip: int = 0) -> list[str]:
     """The buffers that no load of the nest addresses with its outermost parallel dimension
     of more than one trip (in the loop order the host code keeps): every iteration of that
-    loop reads the same part of them (a GEMM's weight, for each row of activations)."""
-    outer = next((i for i, trips in enumerate(dims) if trips > 1), None)
-    if outer is None:
+    loop reads the same part of them (a GEMM's weight, for each row of activations).
+    ``skip``: of the dimension after that many such ones (``next_invariant_reads``)."""
+    outer = [i for i, trips in enumerate(dims) if trips > 1][skip:]
+    if not outer:
         return []
-    iv, memo = op.regions[0].blocks[0].arguments[outer], {}
+    iv, memo = op.regions[0].blocks[0].arguments[outer[0]], {}
     varying, invariant = set(), set()
     for kind, memref, load in accesses:
         if kind == "read":
@@ -221,6 +222,9 @@ def analyze(op: ir.Operation, ident: int, enclosing: int, allocs: Allocations) -
         "writes": writes,
         "read_extents": read_extents(op, accesses, reads, allocs),
         "outer_invariant_reads": outer_invariant_reads(op, dims, accesses, allocs),
+        # the same for the next dimension: what repeats when code generation runs all the
+        # outer one's rows in one block (a GEMM's activations, for each block of columns)
+        "next_invariant_reads": outer_invariant_reads(op, dims, accesses, allocs, skip=1),
         "moved_bytes": sum(moved.values()),
         "op_mix": {k: mix.get(k, 0) for k in ("loads", "stores", "arith", "math", "calls")},
     }

@@ -132,7 +132,8 @@ def test_top_level_loop_with_iter_args(tmp_path: Path) -> None:
 def test_read_extents_and_outer_invariant_reads(run_build) -> None:
     """What the footprint counter model reads: a buffer read only through a view made outside
     the nest counts the view's bytes; the buffers a GEMM's row loop does not address (its
-    weight and bias) are the outer-invariant reads, the activations are not."""
+    weight and bias) are the outer-invariant reads, the activations are not; they are the
+    next loop's."""
     nests = candidates(run_build(["targets=[extract]", "model=relu",
                                   "model.recipe=tests.odd_recipes:rotate_half",
                                   "model.size={n:64}", "lowering.fusion=none"]))
@@ -149,3 +150,8 @@ def test_read_extents_and_outer_invariant_reads(run_build) -> None:
     assert all(mm["reads"][b] < mm["reads"][weight] for b in mm["reads"]
                if b not in mm["outer_invariant_reads"])
     assert len(mm["outer_invariant_reads"]) < len(mm["reads"])
+    # the next loop (the weight's rows) does not address the activations, which every
+    # block of weight rows reads again when the rows run in one block
+    x = next(b for b in mm["reads"] if b not in mm["outer_invariant_reads"]
+             and b not in mm["writes"])
+    assert x in mm["next_invariant_reads"] and weight not in mm["next_invariant_reads"]

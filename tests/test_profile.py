@@ -326,6 +326,27 @@ def test_footprint_rereads_what_the_outer_loop_does_not_address() -> None:
     assert paired["offcore_data_rd"] == 2 * 256 + 16
 
 
+def test_footprint_keeps_what_the_repeating_loop_reads_past_a_stream() -> None:
+    """A GEMM streaming a weight as large as the cache keeps its activations resident when
+    code generation runs all its rows in one block (the loop over weight rows repeats, and
+    reads them each time; Mamba's output projection), not when it runs the rows outermost:
+    the output that the next nest fills is found resident or not accordingly."""
+    kib = 1024
+    norm = _nest(0, {"u": 4 * kib}, {"x": 4 * kib})
+    gemm = {**_nest(1, {"x": 4 * kib, "w": 32 * kib}, {"y": 2 * kib}),
+            "parallel_dims": [4, 512], "outer_invariant_reads": ["w"],
+            "next_invariant_reads": ["x"]}
+    fill = _nest(2, {}, {"x": 4 * kib})  # bufferization reuses x's buffer for the output
+    by_row = footprint_counts([norm, gemm, fill], capacity=16 * kib, line=64)
+    assert by_row[2]["ll_write_misses"] == 64  # evicted by the stream
+    block = footprint_counts([norm, {**gemm, "row_block": 4}, fill], capacity=16 * kib,
+                             line=64)
+    assert block[2]["ll_write_misses"] == 0
+    jammed = footprint_counts([norm, {**gemm, "row_block": 2}, fill], capacity=16 * kib,
+                              line=64)
+    assert jammed[2]["ll_write_misses"] == 64  # the row loop still repeats
+
+
 @pytest.mark.parametrize(("overrides", "capacity"), [
     (["model=rmsnorm"], 44040192),  # icelake_sp's LLC
     (["model=mlp"], 44040192),

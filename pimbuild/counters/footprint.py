@@ -65,8 +65,7 @@ def footprint_counts(candidates: list[dict], capacity: int, line: int, warm: boo
     for _ in range(2 if warm else 1):
         for c in candidates:
             read = extents(c)
-            missed, written = cache.nest(read, c["writes"], line,
-                                         c.get("outer_invariant_reads", []))
+            missed, written = cache.nest(read, c["writes"], line, repeated(c))
             counts[c["id"]] = {N_RD: missed + rereads(c, read, capacity, line),
                                WRITE_MISSES: written}
     return counts
@@ -76,6 +75,18 @@ def extents(c: dict) -> dict[str, int]:
     """Bytes the nest reads of each buffer: extract's ``read_extents`` (a view's bytes when
     the nest reads a buffer only through views), else the whole buffers."""
     return c.get("read_extents", c["reads"])
+
+
+def repeated(c: dict) -> list[str]:
+    """The buffers a nest reads in every iteration of the loop that repeats in its compiled
+    code: the outermost parallel loop's invariant reads (extract's
+    ``outer_invariant_reads``), or, where code generation runs all of that loop's rows in one
+    block (``row_block``: jammed, or innermost), the next loop's (``next_invariant_reads``: a
+    product's activations, read again for every block of weight rows)."""
+    rows = next((trips for trips in c.get("parallel_dims", []) if trips > 1), 1)
+    if rows > 1 and c.get("row_block", 1) >= rows and "next_invariant_reads" in c:
+        return c["next_invariant_reads"]
+    return c.get("outer_invariant_reads", [])
 
 
 def rereads(c: dict, read: dict[str, int], capacity: int, line: int) -> int:
@@ -101,9 +112,9 @@ def rereads(c: dict, read: dict[str, int], capacity: int, line: int) -> int:
 class _Lru:
     """Whole buffers, least recently used first, holding at most ``capacity`` bytes. A
     buffer of ``capacity`` bytes or more streams through: it is not held, and of everything
-    else only what the streaming nest reads in every iteration of its outer loop (``kept``:
-    a matrix-vector product's vector) stays; the rest was touched once, early, and is
-    evicted by the stream."""
+    else only what the streaming nest reads in every iteration of its repeating loop
+    (``kept``, ``repeated``: a matrix-vector product's vector) stays; the rest was touched
+    once, early, and is evicted by the stream."""
 
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
