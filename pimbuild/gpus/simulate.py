@@ -389,7 +389,9 @@ def summary(r: dict[str, Any]) -> list[str]:
     lines += ahead_note(r["speedup_over"], "the planned placement")
     if r["speedup_over"].get("layer pipeline", 1) < 1 and r.get("period", 1) < r["layers"]:
         lines.append(f"  gpus.period={r['layers']} plans the {r['layers']} layers as one graph, "
-                     f"which contains the layer pipeline's split (a divisor plans fewer)")
+                     f"which contains the layer pipeline's split (a divisor plans fewer)"
+                     + ("; on three or more devices its MILP rarely proves the optimum in "
+                        "time: add gpus.on_time_limit=best" if len(r["devices"]) > 2 else ""))
     served = r.get("serving", {})
     if "rows" in served:
         over = ", ".join(f"{k} {v:.2f}x" for k, v in served["speedup_over"].items())
