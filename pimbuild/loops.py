@@ -200,6 +200,28 @@ def read_extents(op: ir.Operation, accesses: list, reads: dict[str, int],
     return {name: min(reads[name], sum(seen.values())) for name, seen in views.items()}
 
 
+def read_views(op: ir.Operation, accesses: list, allocs: Allocations
+               ) -> dict[str, dict[str, int]]:
+    """For each buffer the nest reads only through views made outside it: each view's
+    bytes, by what it addresses (its element offset, shape and strides in the buffer), so
+    that two nests reading the two halves of one buffer are told apart."""
+    views: dict[str, dict[str, int]] = {}
+    whole = set()
+    for kind, value, _ in accesses:
+        if kind != "read":
+            continue
+        name = allocs.resolve(value)
+        if (mlir.defined_inside(value, op) or value.type.typeid != ir.MemRefType.static_typeid
+                or not ir.MemRefType(value.type).has_static_shape):
+            whole.add(name)
+            continue
+        t = ir.MemRefType(value.type)
+        strides, offset = t.get_strides_and_offset()
+        key = f"{offset}:{'x'.join(map(str, t.shape))}:{','.join(map(str, strides))}"
+        views.setdefault(name, {})[key] = memref_bytes(value.type)[2]
+    return {name: seen for name, seen in views.items() if name not in whole}
+
+
 def analyze(op: ir.Operation, ident: int, enclosing: int, allocs: Allocations) -> dict:
     dims = trip_counts(op)
     mix: Counter = Counter()
@@ -221,6 +243,7 @@ def analyze(op: ir.Operation, ident: int, enclosing: int, allocs: Allocations) -
         "reads": reads,
         "writes": writes,
         "read_extents": read_extents(op, accesses, reads, allocs),
+        "read_views": read_views(op, accesses, allocs),
         "outer_invariant_reads": outer_invariant_reads(op, dims, accesses, allocs),
         # the same for the next dimension: what repeats when code generation runs all the
         # outer one's rows in one block (a GEMM's activations, for each block of columns)

@@ -141,6 +141,8 @@ def test_read_extents_and_outer_invariant_reads(run_build) -> None:
     ((x, whole),) = neg["reads"].items()
     assert whole == 4 * 64 * 4
     assert neg["read_extents"] == {x: whole // 2}
+    ((key, half),) = neg["read_views"][x].items()  # the view, by what it addresses
+    assert half == whole // 2 and key.split(":")[1] == "4x32"
     (mm, *_) = [c for c in candidates(run_build(["targets=[extract]", "model=mlp",
                                                   "model.size.batch=4"]))
                 if c["n_total"] > c["n_iter"]]

@@ -347,6 +347,25 @@ def test_footprint_keeps_what_the_repeating_loop_reads_past_a_stream() -> None:
     assert jammed[2]["ll_write_misses"] == 64  # the row loop still repeats
 
 
+def test_footprint_tells_two_halves_of_one_buffer_apart() -> None:
+    """A buffer read in halves by two nests (Mamba's in-projection output: its first half
+    into the convolution, its second into the gate) misses again for the second half; the
+    same half read twice, or the whole buffer after both halves, is resident."""
+    kib = 1024
+    first = {"0:16x64:128,1": 4 * kib}
+    second = {"64:16x64:128,1": 4 * kib}
+
+    def half(ident: int, view: dict[str, int]) -> dict:
+        return {**_nest(ident, {"xz": 4 * kib}, {}), "read_views": {"xz": view}}
+
+    nests = [half(0, first), half(1, second), half(2, first), _nest(3, {"xz": 8 * kib}, {})]
+    counts = footprint_counts(nests, capacity=64 * kib, line=64)
+    assert [c["offcore_data_rd"] for c in counts.values()] == [64, 64, 0, 0]
+    # without the views, the second half passes for resident
+    plain = [_nest(i, {"xz": 4 * kib}, {}) for i in range(2)]
+    assert footprint_counts(plain, capacity=64 * kib, line=64)[1]["offcore_data_rd"] == 0
+
+
 @pytest.mark.parametrize(("overrides", "capacity"), [
     (["model=rmsnorm"], 44040192),  # icelake_sp's LLC
     (["model=mlp"], 44040192),

@@ -16,7 +16,8 @@ loop does not address is read again by each of its iterations (by each group of 
 code generation jammed, ``codegen.ROWS``), from memory when one pass's data does not fit in
 the cache (a GEMM of several rows streaming a weight larger than the cache once per pass).
 It models compulsory and capacity misses at the grain of
-whole buffers (a buffer read in part is resident up to the bytes read, not which ones).
+whole buffers, or of the views a buffer is read through (extract's ``read_views``: after one
+half of a buffer is read, reading the other half misses).
 Not in it: other reuse inside a nest (a tiled loop order, a panel of a large GEMM),
 streaming that evicts only part of a buffer, conflict misses, hardware prefetching, and
 every access outside the candidate nests.
@@ -65,7 +66,8 @@ def footprint_counts(candidates: list[dict], capacity: int, line: int, warm: boo
     for _ in range(2 if warm else 1):
         for c in candidates:
             read = extents(c)
-            missed, written = cache.nest(read, c["writes"], line, repeated(c))
+            missed, written = cache.nest(read, c["writes"], line, repeated(c),
+                                         c.get("read_views"))
             counts[c["id"]] = {N_RD: missed + rereads(c, read, capacity, line),
                                WRITE_MISSES: written}
     return counts
@@ -114,26 +116,44 @@ class _Lru:
     buffer of ``capacity`` bytes or more streams through: it is not held, and of everything
     else only what the streaming nest reads in every iteration of its repeating loop
     (``kept``, ``repeated``: a matrix-vector product's vector) stays; the rest was touched
-    once, early, and is evicted by the stream."""
+    once, early, and is evicted by the stream. A buffer read only through views
+    (``read_views``) is held as those views: reading another view of it misses."""
 
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
         self.held: OrderedDict[str, int] = OrderedDict()
+        self.parts: dict[str, dict[str, int]] = {}  # held buffers only some views of
+
+    def resident(self, name: str, size: int, views: dict[str, int] | None) -> int:
+        """Bytes of ``size`` read of buffer ``name`` (through ``views``) that are held."""
+        held = self.held.get(name, 0)
+        if views and name in self.parts:
+            return min(held, sum(b for k, b in views.items() if k in self.parts[name]))
+        return min(held, size)
 
     def nest(self, reads: dict[str, int], writes: dict[str, int], line: int,
-             kept: list[str]) -> tuple[int, int]:
+             kept: list[str], views: dict[str, dict[str, int]] | None = None
+             ) -> tuple[int, int]:
         """One nest: the lines it reads, then writes, that were not resident (of a buffer
-        partly resident, the bytes past what is)."""
+        partly resident, the bytes past what is). ``views``: extract's ``read_views``."""
+        views = views or {}
         missed = []
-        for buffers in (reads, writes):
-            missed.append(sum(-(-max(0, size - self.held.get(name, 0)) // line)
-                              for name, size in buffers.items()))
+        for buffers, through in ((reads, views), (writes, {})):
+            missed.append(sum(-(-(size - self.resident(name, size, through.get(name)))
+                                // line) for name, size in buffers.items()))
             for name, size in buffers.items():
-                size = max(size, self.held.pop(name, 0))
+                had = self.held.pop(name, 0)
+                if name in through and (name in self.parts or not had):
+                    self.parts[name] = {**self.parts.get(name, {}), **through[name]}
+                    size = sum(self.parts[name].values())
+                else:
+                    self.parts.pop(name, None)
+                    size = max(size, had)
                 if size < self.capacity:
                     self.held[name] = size
         if any(size >= self.capacity for size in {**reads, **writes}.values()):
             self.held = OrderedDict((k, v) for k, v in self.held.items() if k in kept)
         while sum(self.held.values()) > self.capacity:
             self.held.popitem(last=False)
+        self.parts = {k: v for k, v in self.parts.items() if k in self.held}
         return missed[0], missed[1]
