@@ -283,6 +283,8 @@ def test_a_forward_without_kernels_is_refused(run_build) -> None:
 
 
 def test_serving_formulas_by_hand() -> None:
+    from dataclasses import replace
+
     from pimbuild.gpus import workload
 
     w = workload.Workload(input_len=100, output_len=10, batch=4)
@@ -299,6 +301,18 @@ def test_serving_formulas_by_hand() -> None:
     assert workload.pd(w, [1.0], [0.5, 0.5], 500_000_000, link) == pytest.approx(1.0 * 10)
     assert workload.pd(w, [0.5, 0.5], [0.1], 500_000_000, link) == pytest.approx(2.0 * 10)
     assert workload.pd_bottleneck(w, [0.5, 0.5], [0.1], 500_000_000, link) == "KV transfer"
+    # compare's PD is the best split of the devices; one device has none
+    phase = workload.Phase(1.0, [1.0, 1.0, 2.0], None, 500_000_000)
+    rows = workload.compare(w, phase, replace(phase, alone=[0.5, 0.5, 0.5]),
+                            ["a", "b", "c"], [1.0] * 3, link)
+    # prefill on a (1/s), decode on b and c (0.8/s each): 1 request/s; prefill on a and b
+    # leaves c's 0.8/s of decode; the slow c prefilling alone gives 0.5/s
+    assert rows["PD disaggregation"]["tokens_per_s"] == pytest.approx(1.0 * 10)
+    assert (rows["PD disaggregation"]["prefill_on"],
+            rows["PD disaggregation"]["decode_on"]) == ("a", "b+c")
+    one = workload.compare(w, workload.Phase(1.0, [1.0], None, 0), workload.Phase(
+        0.5, [0.5], None, 0), ["a"], [1.0], link)
+    assert set(one) == {"planned", "a alone", "request distribution"}
 
 
 def test_the_same_device_twice_gets_two_labels(tmp_path) -> None:

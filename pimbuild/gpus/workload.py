@@ -92,7 +92,7 @@ def compare(w: Workload, pre: Phase, dec: Phase, keys: list[str], prices: list[f
             link: Link) -> dict[str, dict]:
     """Output tokens/s and Perf/$ of the planned placements and every baseline serving ``w``
     on the devices ``keys`` (their ``prices``), with the PD split's bottleneck. PD and AF:
-    the best split of the devices in two."""
+    the best split of the devices in two (none on one device)."""
     total, n = sum(prices), len(keys)
     rows = {"planned": (mixed(w, pre.planned, dec.planned), total)}
     for d, key in enumerate(keys):
@@ -104,14 +104,15 @@ def compare(w: Workload, pre: Phase, dec: Phase, keys: list[str], prices: list[f
         args = ([pre.alone[d] for d in on[0]], [dec.alone[d] for d in on[1]],
                 pre.state_bytes, link)
         ways.append((pd(w, *args), on, pd_bottleneck(w, *args)))
-    best, (prefill_on, decode_on), bottleneck = max(ways, key=lambda way: way[0])
-    rows["PD disaggregation"] = (best, total)
     out = {name: {"tokens_per_s": r, "perf_per_dollar": r / price}
            for name, (r, price) in rows.items()}
-    out["PD disaggregation"] |= {
-        "prefill_on": "+".join(keys[d] for d in prefill_on),
-        "decode_on": "+".join(keys[d] for d in decode_on),
-        "kv_bytes_per_request": pre.state_bytes, "bottleneck": bottleneck}
+    if ways:  # two devices or more
+        best, (prefill_on, decode_on), bottleneck = max(ways, key=lambda way: way[0])
+        out["PD disaggregation"] = {
+            "tokens_per_s": best, "perf_per_dollar": best / total,
+            "prefill_on": "+".join(keys[d] for d in prefill_on),
+            "decode_on": "+".join(keys[d] for d in decode_on),
+            "kv_bytes_per_request": pre.state_bytes, "bottleneck": bottleneck}
     if pre.af and dec.af:
         r, name = max((mixed(w, pre.af[name], dec.af[name]), name) for name in pre.af
                       if name in dec.af)
