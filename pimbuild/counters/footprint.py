@@ -139,7 +139,7 @@ class _Lru:
         views = views or {}
         missed = []
         for buffers, through in ((reads, views), (writes, {})):
-            missed.append(sum(-(-(size - self.resident(name, size, through.get(name)))
+            missed.append(sum(-(-max(0, size - self.resident(name, size, through.get(name)))
                                 // line) for name, size in buffers.items()))
             for name, size in buffers.items():
                 had = self.held.pop(name, 0)
