@@ -1,7 +1,8 @@
 """The heterogeneous-GPU target's numbers (not a test; minutes): FluidGPU's Fig. 2 view, the
 throughput and Perf/$ of the planners against every baseline on three GPU pairs, the
 prefill + decode workload with PD disaggregation, MILP solve time against size (two devices
-with the layers counted and per kernel; three per kernel), and periodic placement.
+with the layers counted and per kernel; three per kernel), periodic placement, and the same
+baselines on the paper's Fig. 9 cluster of 2 A100 + 1 L40S.
 
     .venv/bin/python bench/gpus.py            # everything but the functional check
     .venv/bin/python bench/gpus.py --check    # also run every model's partitioned program
