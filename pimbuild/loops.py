@@ -183,6 +183,13 @@ def outer_invariant_reads(op: ir.Operation, dims: list[int], accesses: list,
     return sorted(invariant - varying)
 
 
+def _whole_read(value: ir.Value, op: ir.Operation) -> bool:
+    """Whether a read through ``value`` counts as reading its whole buffer: a view made
+    inside the nest, or one without a static memref type, may address any of it."""
+    return (mlir.defined_inside(value, op) or value.type.typeid != ir.MemRefType.static_typeid
+            or not ir.MemRefType(value.type).has_static_shape)
+
+
 def read_extents(op: ir.Operation, accesses: list, reads: dict[str, int],
                  allocs: Allocations) -> dict[str, int]:
     """Bytes of each buffer the nest can read: a buffer read only through views made outside
@@ -193,9 +200,7 @@ def read_extents(op: ir.Operation, accesses: list, reads: dict[str, int],
         if kind != "read":
             continue
         name = allocs.resolve(value)
-        whole = (mlir.defined_inside(value, op) or value.type.typeid != ir.MemRefType.static_typeid
-                 or not ir.MemRefType(value.type).has_static_shape)
-        views.setdefault(name, {})[value] = (reads[name] if whole
+        views.setdefault(name, {})[value] = (reads[name] if _whole_read(value, op)
                                              else memref_bytes(value.type)[2])
     return {name: min(reads[name], sum(seen.values())) for name, seen in views.items()}
 
@@ -211,8 +216,7 @@ def read_views(op: ir.Operation, accesses: list, allocs: Allocations
         if kind != "read":
             continue
         name = allocs.resolve(value)
-        if (mlir.defined_inside(value, op) or value.type.typeid != ir.MemRefType.static_typeid
-                or not ir.MemRefType(value.type).has_static_shape):
+        if _whole_read(value, op):
             whole.add(name)
             continue
         t = ir.MemRefType(value.type)
