@@ -43,10 +43,17 @@ def loads(g: Graph, place: list[int], times: list[list[float]], link: Link, n_de
     return {"compute": compute, "sent": sent, "received": received, "busy": busy}
 
 
+def load_vector(g: Graph, place: list[int], times: list[list[float]], link: Link,
+                n_dev: int, comm_on_device: float) -> list[float]:
+    """``loads``' busy, sent and received seconds of every device, in one list: the cycle
+    time is its largest entry."""
+    lo = loads(g, place, times, link, n_dev, comm_on_device)
+    return lo["busy"] + lo["sent"] + lo["received"]
+
+
 def cycle_time(g: Graph, place: list[int], times: list[list[float]], link: Link, n_dev: int,
                comm_on_device: float) -> float:
-    lo = loads(g, place, times, link, n_dev, comm_on_device)
-    return max(lo["busy"] + lo["sent"] + lo["received"])
+    return max(load_vector(g, place, times, link, n_dev, comm_on_device))
 
 
 def turns_cycle_time(g: Graph, places: list[list[int]], times: list[list[float]], link: Link,
@@ -54,9 +61,8 @@ def turns_cycle_time(g: Graph, places: list[list[int]], times: list[list[float]]
     """The cycle time when successive requests take ``places`` in turn (a stage replicated on
     devices that take alternate requests): every device's and link direction's load
     averaged over the turns, the busiest of them. ``cycle_time`` for one placement."""
-    lo = [loads(g, p, times, link, n_dev, comm_on_device) for p in places]
-    return max(sum(x[key][d] for x in lo) / len(lo)
-               for key in ("busy", "sent", "received") for d in range(n_dev))
+    vectors = [load_vector(g, p, times, link, n_dev, comm_on_device) for p in places]
+    return max(sum(column) / len(vectors) for column in zip(*vectors, strict=True))
 
 
 def critical_path(g: Graph, place: list[int], times: list[list[float]], link: Link,

@@ -50,10 +50,9 @@ def splits(n_dev: int, layers: int) -> Iterator[tuple[tuple[int, ...], tuple[int
 
 
 def _loads(ctx: Any, place: list[int]) -> list[float]:
-    from pimbuild.gpus.cost import loads
+    from pimbuild.gpus.cost import load_vector
 
-    lo = loads(ctx.graph, place, ctx.times, ctx.link, ctx.n_dev, ctx.comm_on_device)
-    return lo["busy"] + lo["sent"] + lo["received"]
+    return load_vector(ctx.graph, place, ctx.times, ctx.link, ctx.n_dev, ctx.comm_on_device)
 
 
 def cycles(one: Any, layers: int) -> Iterator[Split]:
