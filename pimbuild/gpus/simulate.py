@@ -159,13 +159,13 @@ def af_ways(ctx: Any, devices: list[Any]) -> list[tuple[str, list[list[int]]]]:
     without that structure; on two devices attention on the first, then on the second."""
     from math import lcm
 
+    from pimbuild.gpus.workload import two_sets
+
     split = af_split(ctx)
     if split is None:
         return []
-    n, ways = len(devices), []
-    for mask in range(1, 2 ** n - 1):
-        attn = [d for d in range(n) if mask >> d & 1]
-        rest = [d for d in range(n) if not mask >> d & 1]
+    ways = []
+    for attn, rest in two_sets(len(devices)):
         turns = [[attn[i % len(attn)] if s == 0 else rest[i % len(rest)] for s in split]
                  for i in range(lcm(len(attn), len(rest)))]
         ways.append(("+".join(devices[d].key for d in attn), turns))

@@ -38,6 +38,13 @@ def mixed(w: Workload, prefill_s: float, decode_s: float) -> float:
     return w.batch * w.output_len / (w.batch * prefill_s + w.output_len * decode_s)
 
 
+def two_sets(n: int) -> list[tuple[list[int], list[int]]]:
+    """Every split of devices ``0..n-1`` into two non-empty sets (first, rest), in order of
+    the first's bit mask: on two devices ([0], [1]), then ([1], [0])."""
+    return [([d for d in range(n) if mask >> d & 1], [d for d in range(n) if not mask >> d & 1])
+            for mask in range(1, 2 ** n - 1)]
+
+
 def pd_rates(w: Workload, prefill_s: list[float], decode_s: list[float], kv_bytes: int,
              link: Link) -> dict[str, float]:
     """Requests/s of PD disaggregation's three stages: prefill on devices taking
@@ -99,8 +106,7 @@ def compare(w: Workload, pre: Phase, dec: Phase, keys: list[str], prices: list[f
         rows[f"{key} alone"] = (mixed(w, pre.alone[d], dec.alone[d]), prices[d])
     rows["request distribution"] = (sum(rows[f"{k} alone"][0] for k in keys), total)
     ways = []
-    for mask in range(1, 2 ** n - 1):
-        on = [[d for d in range(n) if (mask >> d & 1) == side] for side in (1, 0)]
+    for on in two_sets(n):
         args = ([pre.alone[d] for d in on[0]], [dec.alone[d] for d in on[1]],
                 pre.state_bytes, link)
         ways.append((pd(w, *args), on, pd_bottleneck(w, *args)))
