@@ -768,6 +768,28 @@ def test_a_model_with_a_prefill_phase_is_served_with_pd(run_build) -> None:
     assert again.executed == ["simulate"]
 
 
+def test_three_devices_are_served_in_the_simulation(run_build) -> None:
+    """The paper's cluster shape (two of one GPU, one of another): the serving simulation
+    runs every split of the devices in two for PD and AF, one of each pair of twin splits,
+    and request distribution holds a replica on every device, twins included."""
+    result = run_build(["system=gpus", "devices=[a100,a100,l40s]", *TINY_LLAMA3,
+                        "serve.requests=30", "serve.arrivals=offline", "serve.monitor=false"])
+    served = json.loads((artifact_dir(result, "simulate") / "report.json").read_text())[
+        "serving"]
+    assert "simulation_skipped" not in served
+    systems = served["simulated"]["systems"]
+    assert {k for k in systems if k.startswith("PD")} == {
+        f"PD (prefill on {p}, decode on {d})" for p, d in (
+            ("a100#1", "a100#2+l40s"), ("a100#1+a100#2", "l40s"), ("l40s", "a100#1+a100#2"),
+            ("a100#1+l40s", "a100#2"))}
+    assert {k for k in systems if k.startswith("AF")} == {
+        f"AF (attention on {a})" for a in ("a100#1", "a100#1+a100#2", "l40s", "a100#1+l40s")}
+    assert "a100#1 alone" in systems and "a100#2 alone" not in systems
+    assert all(s["requests"] == 30 for s in systems.values())
+    one = max(systems["a100#1 alone"]["tokens_per_s"], systems["l40s alone"]["tokens_per_s"])
+    assert systems["request distribution"]["tokens_per_s"] > 2.5 * one
+
+
 @pytest.mark.parametrize("policy", ["throughput", "latency"])
 def test_a_milp_stopped_early_is_never_worse_than_its_start(policy: str) -> None:
     """A MIP start (``PlanContext.start``): a planner stopped by its time limit returns a

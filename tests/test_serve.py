@@ -249,3 +249,78 @@ def test_a_prefill_without_the_cache_results_is_one_error() -> None:
                                                                      "pv": "arg2"}
     with pytest.raises(RecipeError, match="the prefill phase returns 1 result"):
         serving.kv_map({"outputs": ["ph"]}, dec)
+
+
+def test_instances_taking_requests_in_turn_add_their_rates() -> None:
+    """PD over three devices (``serving.in_turn``): two decode devices each batch their own
+    requests, so a decode-bound split serves twice the tokens of one decode device; two
+    prefill devices feeding one decode device share its batches (split batches would halve
+    it). Offline, decode-bound, it matches the closed form (``workload.pd``) but for the
+    first token, which prefill gives: output_len - 1 decode steps per request."""
+    from pimbuild.gpus import workload
+
+    pre_g, pre_t, _ = _case(1)
+    dec_g, dec_t, _ = _case(101, carried=True)
+    pre_t = [[row[0]] * 3 for row in pre_t]
+    dec_t = [[6 * row[0]] * 3 for row in dec_t]  # decode is the bottleneck
+
+    def phase(g, times, device: int, tokens: int) -> serving.Phase:
+        return serving.Phase(g, [device] * len(g.kernels), times, 1, tokens)
+
+    w = workload.Workload(100, 20, batch=4)
+    got = {}
+    for first, rest in (([0], [1]), ([0], [1, 2]), ([0, 1], [2])):
+        turns = serving.in_turn([phase(pre_g, pre_t, p, 100) for p in first],
+                                [phase(dec_g, dec_t, d, 4) for d in rest])
+        assert len(turns) == max(len(first), len(rest))
+        out = serving.Serving({"pd": turns}, {}, LINK, 3, batch=w.batch).serve(
+            offline(200, 100, w.output_len))
+        assert len(out.requests) == 200 and out.forwards["prefill"] == 200
+        got[len(first), len(rest)] = out.summary()["tokens_per_s"]
+        closed = workload.pd(w, [sum(r[0] for r in pre_t)] * len(first),
+                             [sum(r[0] for r in dec_t)] * len(rest), 0, LINK)
+        assert got[len(first), len(rest)] * (w.output_len - 1) / w.output_len == \
+            pytest.approx(closed, rel=0.01)
+    assert got[1, 2] == pytest.approx(2 * got[1, 1], rel=0.02)
+    assert got[2, 1] == pytest.approx(got[1, 1], rel=0.01)
+
+
+def test_a_request_keeps_its_turn_from_prefill_to_decode() -> None:
+    """AF on three devices, attention taking requests in turn on devices 0 and 1: the n-th
+    request's prefill writes its KV cache on device n mod 2, where its decode reads it, so no
+    cache crosses the link (over a link where a cache takes 8 s, the run ends as fast as
+    over a free one; with the turns' decodes swapped every cache crosses)."""
+    k_pre = Kernel(0, "attn", "elementwise", 0, {"x": 4}, {"kv": 10**9})
+    pre = Graph((k_pre,), {"x": 4, "kv": 10**9}, {"kv": 0}, {"x": (0,)}, ("x",), ())
+    k0 = Kernel(0, "attn", "elementwise", 0, {"x": 4, "cache": 10**9}, {"y": 4})
+    k1 = Kernel(1, "ffn", "elementwise", 0, {"y": 4}, {"z": 4})
+    dec = Graph((k0, k1), {"x": 4, "cache": 10**9, "y": 4, "z": 4}, {"y": 0, "z": 1},
+                {"x": (0,), "cache": (0,), "y": (1,)}, ("x", "cache"), ("z",), {},
+                frozenset({"cache"}))
+    times = [[1e-3] * 3, [1e-3] * 3]
+    turns = tuple(serving.Plan(serving.Phase(pre, [a], [[1e-3] * 3], 1),
+                               serving.Phase(dec, [a, 2], times, 1)) for a in (0, 1))
+    assert [p.kv_moves({"kv": "cache"}) for p in turns] == [[], []]
+    crossed = serving.Plan(turns[0].prefill, turns[1].decode)
+    assert crossed.kv_moves({"kv": "cache"}) == [(0, 1, 10**9)]
+    swapped = (crossed, serving.Plan(turns[1].prefill, turns[0].decode))
+    slow = Link(1.0, 0.0)  # 8 s for a cache, 32 ns for the 4-byte activations
+    ends = [serving.Serving({"af": t}, {"kv": "cache"}, link, 3, batch=2).serve(
+        offline(6, 0, 3)).end for t, link in ((turns, slow), (turns, FREE), (swapped, slow))]
+    assert ends[0] == pytest.approx(ends[1], rel=1e-3)
+    assert ends[2] > 8.0
+
+
+def test_twin_devices_are_simulated_once() -> None:
+    from pimbuild.gpus.workload import two_sets
+    from pimbuild.targets.gpus import Device
+
+    def device(key: str, price: float) -> Device:
+        return Device(key, key.split("#")[0], 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, price)
+
+    devices = [device("a100#1", 2.0), device("a100#2", 2.0), device("l40s", 1.0)]
+    kept = [s for s in two_sets(3) if serving._first_of_kind(devices, list(s))]
+    assert kept == [([0], [1, 2]), ([0, 1], [2]), ([2], [0, 1]), ([0, 2], [1])]
+    assert [d for d in range(3) if serving._first_of_kind(devices, [[d]])] == [0, 2]
+    other = [device("a100#1", 2.0), device("a100#2", 2.5), device("l40s", 1.0)]
+    assert len([s for s in two_sets(3) if serving._first_of_kind(other, list(s))]) == 6

@@ -8,12 +8,14 @@ Then it joins the decode batch: every decode forward advances each request in it
 token (continuous batching: a request joins or leaves a batch between forwards, up to
 ``batch`` requests; up to ``batch x depth`` requests are admitted, so that ``depth`` full
 batches can be in the pipeline). Up to ``depth`` forwards of each phase are in flight at
-once (FluidGPU's stream pool); earlier requests' forwards go first on every device and link.
-After every decode forward its new keys and values (the graph's ``state`` results, in
-proportion to the requests in it) go to every other device holding a replica of the cache, on
-a lower-priority traffic class than any forward's own transfers; as in FluidGPU (§III-C), a
-request's next decode forward waits for its deltas (here: before it starts, a conservative
-reading of "before a kernel reads the updated range").
+once (FluidGPU's stream pool). Where several devices serve a phase as instances of their own
+(PD or AF on three or more devices: ``in_turn``), requests take them in turn, and each
+instance has its own pool and its own decode batches. Earlier requests' forwards go first
+on every device and link. After every decode forward its new keys and values (the graph's
+``state`` results, in proportion to the requests in it) go to every other device holding a
+replica of the cache, on a lower-priority traffic class than any forward's own transfers;
+as in FluidGPU (§III-C), a request's next decode forward waits for its deltas (here: before
+it starts, a conservative reading of "before a kernel reads the updated range").
 
 Approximations, stated: a decode forward costs the decode recipe's time at its batch size
 whatever the batch in it (an upper bound when fewer requests decode; at these batch sizes
@@ -31,8 +33,9 @@ requests finished in the window with their mean execution-only latency (prefill 
 
 from __future__ import annotations
 
-from collections import deque
+from collections import Counter, deque
 from dataclasses import dataclass, field, replace
+from math import lcm
 from typing import Any
 
 import simpy
@@ -150,20 +153,22 @@ def mean(values: list[float]) -> float:
 
 class Serving(Server):
     """Serve ``requests`` with ``plans`` ({"throughput": Plan, "latency": Plan}; one of them
-    without a monitor) on ``n_dev`` devices joined by ``link``."""
+    without a monitor; a tuple of plans takes the requests in turn, the n-th request served
+    by the (n mod len)-th) on ``n_dev`` devices joined by ``link``."""
 
     def __init__(self, plans: dict[str, Plan], kv: dict[str, str], link: Link, n_dev: int,
                  batch: int, depth: int = 8, monitor: Monitor | None = None,
                  start: str | None = None, collapse_layers: bool = True) -> None:
         start = start or next(iter(plans))
-        first = plans[start]
+        self.plans = {k: v if isinstance(v, tuple) else (v,) for k, v in plans.items()}
+        first = self.plans[start][0]
         super().__init__(first.decode.graph, first.decode.place, first.decode.times, link,
                          n_dev, depth=depth)
-        self.plans, self.kv, self.batch, self.depth = plans, kv, batch, depth
+        self.kv, self.batch, self.depth = kv, batch, depth
         self.monitor, self.current, self.collapse = monitor, start, collapse_layers
         self.intervals = []
         self.switches = 0
-        self.in_flight = {"prefill": 0, "decode": 0}  # forwards in flight, by phase
+        self.in_flight: Counter = Counter()  # forwards in flight, by (phase, placed Phase)
         self.forwards = {"prefill": 0, "decode": 0}
         self.wake = self.env.event()
         self.phases: dict[int, tuple] = {}  # id(phase) -> segments, home sends, critical path
@@ -200,27 +205,34 @@ class Serving(Server):
         waiting.append(t)
         self._poke()
 
+    def _plan(self, t: Tracked) -> Plan:
+        """The plan serving ``t`` in the current mode: several plans take requests in turn."""
+        turns = self.plans[self.current]
+        return turns[t.order % len(turns)]
+
     def _scheduler(self, tracked: list[Tracked], waiting: deque, ready: list[Tracked]):
-        """Launch forwards while a phase has fewer than ``depth`` in flight (each phase has
-        its own pool, so a PD split's decode device never idles behind queued prefills). Up
-        to ``batch x depth`` requests are admitted at once (the pipeline holds ``depth``
-        full decode batches). A waiting request's prefill goes first while there is room; a
-        decode forward takes the ``batch`` earliest ready requests once that many are
-        ready, or whatever is ready when no decode forward is in flight (a lightly loaded
-        system still progresses)."""
+        """Launch forwards while a placed phase has fewer than ``depth`` in flight (each
+        phase, and each instance of it where plans take requests in turn, has its own pool,
+        so a PD split's decode device never idles behind queued prefills). Up to ``batch x
+        depth`` requests per decode instance are admitted at once (the pipeline holds
+        ``depth`` full decode batches). A waiting request's prefill goes first while there
+        is room; a decode forward takes the ``batch`` earliest ready requests of one decode
+        instance once that many are ready, or whatever is ready there when no decode
+        forward is in flight on it (a lightly loaded system still progresses)."""
         admitted = finished = 0
         while finished < len(tracked):
             while True:
-                if waiting and admitted < self.batch * self.depth \
-                        and self.in_flight["prefill"] < self.depth:
+                decoders = len({id(p.decode) for p in self.plans[self.current]})
+                head = self._plan(waiting[0]).prefill if waiting else None
+                if head is not None and admitted < self.batch * self.depth * decoders \
+                        and self.in_flight["prefill", id(head)] < self.depth:
                     admitted += 1
-                    self._launch("prefill", self._prefill(waiting.popleft(), ready))
-                elif (len(ready) >= self.batch or (ready and not self.in_flight["decode"])) \
-                        and self.in_flight["decode"] < self.depth:
-                    group = sorted(ready, key=lambda r: r.order)[:self.batch]
+                    self._launch("prefill", id(head), self._prefill(waiting.popleft(), ready))
+                elif group := self._decodable(ready):
                     for t in group:
                         ready.remove(t)
-                    self._launch("decode", self._decode(group, ready))
+                    self._launch("decode", id(self._plan(group[0]).decode),
+                                 self._decode(group, ready))
                 else:
                     break
             self.wake = self.env.event()
@@ -228,19 +240,32 @@ class Serving(Server):
             admitted -= len(self.finished) - finished
             finished = len(self.finished)
 
-    def _launch(self, phase: str, generator) -> None:
-        self.in_flight[phase] += 1
+    def _decodable(self, ready: list[Tracked]) -> list[Tracked]:
+        """The next decode batch: the earliest ready requests of the first decode instance
+        (in their earliest request's order) with a full batch, or with none in flight,
+        that has room; empty when none does."""
+        by_decoder: dict[int, list[Tracked]] = {}
+        for t in sorted(ready, key=lambda r: r.order):
+            by_decoder.setdefault(id(self._plan(t).decode), []).append(t)
+        for key, queue in by_decoder.items():
+            if (len(queue) >= self.batch or not self.in_flight["decode", key]) \
+                    and self.in_flight["decode", key] < self.depth:
+                return queue[:self.batch]
+        return []
+
+    def _launch(self, phase: str, instance: int, generator) -> None:
+        self.in_flight[phase, instance] += 1
         self.forwards[phase] += 1
 
         def run():
             yield self.env.process(generator)
-            self.in_flight[phase] -= 1
+            self.in_flight[phase, instance] -= 1
             self._poke()
         self.env.process(run())
 
     # -- forwards --------------------------------------------------------------------------
     def _prefill(self, t: Tracked, ready: list[Tracked]):
-        plan = self.plans[self.current]
+        plan = self._plan(t)
         prompt, given = plan.prefill.tokens, t.request.input_tokens
         stretch = given / prompt if prompt and given else 1.0  # 0: the recipe's own prompt
         yield self.env.process(self._run(plan.prefill, t.order, stretch))
@@ -251,7 +276,7 @@ class Serving(Server):
         self._advance(t, ready)
 
     def _decode(self, group: list[Tracked], ready: list[Tracked]):
-        plan = self.plans[self.current]
+        plan = self._plan(group[0])
         order = min(t.order for t in group)
         # the previous step's KV deltas of these requests must have reached every replica
         yield simpy.AllOf(self.env, [t.kv_synced for t in group if t.kv_synced is not None])
@@ -380,10 +405,11 @@ def without_home_results(g: Graph, kept: set[str]) -> Graph:
 
 @dataclass(frozen=True)
 class System:
-    """A way to serve: named plans over ``n_dev`` devices, ``replicas`` independent copies
-    sharing the requests round robin (request distribution), the devices' price."""
+    """A way to serve: named plans over ``n_dev`` devices (a tuple: plans taking the
+    requests in turn, ``in_turn``), ``replicas`` independent copies sharing the requests
+    round robin (request distribution), the devices' price."""
 
-    plans: dict[str, Plan]
+    plans: dict[str, Plan | tuple[Plan, ...]]
     n_dev: int
     price_per_hour: float
     replicas: list[System] = field(default_factory=list)
@@ -443,11 +469,10 @@ def alternative(policy: str, ctx: Any, planned: list[int]) -> list[int]:
 def systems(pre: tuple, dec: tuple, devices: list[Any], policy: str, monitor: bool
             ) -> dict[str, System]:
     """The planned system (with the other policy's placements for the monitor) and the
-    baselines: each device alone, request distribution, PD (both ways round), AF (both
-    ways round, where the model has attention and other kernels). ``pre``/``dec``: (planner
-    context, planned placement, kernels.json) of the prefill and decode phases."""
-    from pimbuild.gpus.simulate import af_split
-
+    baselines: each device alone, request distribution (a replica on every device), PD and
+    AF (where the model has attention and other kernels) on every split of the devices in
+    two. ``pre``/``dec``: (planner context, planned placement, kernels.json) of the prefill
+    and decode phases."""
     (pc, pp, pd_), (dc, dp, dd) = pre, dec
     kept = set(kv_map(pd_, dd))
     n, price = len(devices), sum(d.price_per_hour for d in devices)
@@ -457,25 +482,88 @@ def systems(pre: tuple, dec: tuple, devices: list[Any], policy: str, monitor: bo
         alt = [alternative(other, c, p) for c, p in ((pc, pp), (dc, dp))]
         plans[other] = Plan(_phase(pc, alt[0], pd_, kept=kept), _phase(dc, alt[1], dd))
     out = {"planned": System(plans, n, price)}
-    alone = {}
+    alone = []
     for d, dev in enumerate(devices):
         one = Plan(_phase(pc, pp, pd_, d, kept), _phase(dc, dp, dd, d))
-        alone[dev.key] = System({"alone": one}, 1, dev.price_per_hour)
-        out[f"{dev.key} alone"] = alone[dev.key]
-    out["request distribution"] = System({}, n, price, list(alone.values()))
-    if n == 2:
-        for p in range(2):
-            pd_plan = Plan(_phase(pc, [p] * len(pp), pd_, kept=kept),
-                           _phase(dc, [1 - p] * len(dp), dd))
-            out[f"PD (prefill on {devices[p].key})"] = System({"pd": pd_plan}, n, price)
-        af_pre, af_dec = af_split(pc), af_split(dc)
-        if af_pre and af_dec:
-            for p in range(2):
-                flip = (lambda x: x) if p == 0 else (lambda x: [1 - d for d in x])
-                plan = Plan(_phase(pc, flip(af_pre), pd_, kept=kept),
-                            _phase(dc, flip(af_dec), dd))
-                out[f"AF (attention on {devices[p].key})"] = System({"af": plan}, n, price)
+        alone.append(System({"alone": one}, 1, dev.price_per_hour))
+        if _first_of_kind(devices, [[d]]):
+            out[f"{dev.key} alone"] = alone[-1]
+    out["request distribution"] = System({}, n, price, alone)
+    out |= pd_systems(pre, dec, devices, kept)
+    out |= af_systems(pre, dec, devices, kept)
     return out
+
+
+def in_turn(prefill: list[Phase], decode: list[Phase]) -> tuple[Plan, ...]:
+    """Plans taking the requests in turn: the n-th request prefills on ``prefill[n % P]``
+    and decodes on ``decode[n % D]`` (``lcm(P, D)`` plans; one Phase object per instance,
+    so the requests of one decode instance share its batches)."""
+    return tuple(Plan(prefill[i % len(prefill)], decode[i % len(decode)])
+                 for i in range(lcm(len(prefill), len(decode))))
+
+
+def pd_systems(pre: tuple, dec: tuple, devices: list[Any], kept: set[str]
+               ) -> dict[str, System]:
+    """PD disaggregation on every split of the devices in two: each prefill device and each
+    decode device an instance of its own (``in_turn``). On two devices "PD (prefill on X)";
+    on more the decode set is named too; of twin splits (the same kinds of device on each
+    side, as a100#1 and a100#2) only the first."""
+    from pimbuild.gpus.workload import two_sets
+
+    (pc, pp, pd_), (dc, dp, dd) = pre, dec
+    n, price = len(devices), sum(d.price_per_hour for d in devices)
+    out: dict[str, System] = {}
+    for first, rest in two_sets(n):
+        name = f"PD (prefill on {_names(devices, first)}" + (
+            f", decode on {_names(devices, rest)})" if n > 2 else ")")
+        if _first_of_kind(devices, [first, rest]):
+            turns = in_turn([_phase(pc, [p] * len(pp), pd_, kept=kept) for p in first],
+                            [_phase(dc, [d] * len(dp), dd) for d in rest])
+            out[name] = System({"pd": turns}, n, price)
+    return out
+
+
+def af_systems(pre: tuple, dec: tuple, devices: list[Any], kept: set[str]
+               ) -> dict[str, System]:
+    """AF disaggregation on every split of the devices in two (``simulate.af_ways``: a set
+    of several devices takes the requests in turn, a request's prefill and decode on the
+    same turn, so its KV cache stays where its attention runs); none without that
+    structure; of twin splits only the first."""
+    from pimbuild.gpus.simulate import af_ways
+    from pimbuild.gpus.workload import two_sets
+
+    (pc, _, pd_), (dc, _, dd) = pre, dec
+    price = sum(d.price_per_hour for d in devices)
+    pre_ways, dec_ways = af_ways(pc, devices), af_ways(dc, devices)
+    if not (pre_ways and dec_ways):
+        return {}
+    out: dict[str, System] = {}
+    splits = two_sets(len(devices))  # af_ways' order
+    for (name, pre_turns), (_, dec_turns), sets in zip(pre_ways, dec_ways, splits,
+                                                        strict=True):
+        if _first_of_kind(devices, list(sets)):
+            out[f"AF (attention on {name})"] = System({"af": tuple(
+                Plan(_phase(pc, a, pd_, kept=kept), _phase(dc, b, dd))
+                for a, b in zip(pre_turns, dec_turns, strict=True))}, len(devices), price)
+    return out
+
+
+def _names(devices: list[Any], on: list[int]) -> str:
+    return "+".join(devices[d].key for d in on)
+
+
+def _first_of_kind(devices: list[Any], sets: list[list[int]]) -> bool:
+    """Whether ``sets`` (of device indices) is the first, in index order, of the ways to
+    pick sets of the same kinds of device: twins (a100#1, a100#2: equal but for their
+    label) serve alike, so one of them is simulated."""
+    kind = [replace(dev, key="") for dev in devices]
+    taken: set[int] = set()
+    for on in sets:  # each set takes the lowest free twins of its kinds
+        if any(e < d and e not in taken and e not in on and kind[e] == kind[d]
+               for d in on for e in range(len(devices))):
+            return False
+        taken |= set(on)
+    return True
 
 
 def max_rate(system: System, prompt: int, output_len: int, slo_s_per_token: float,

@@ -285,8 +285,6 @@ def serving(inputs: Inputs, p: Params, ctx: Any, placement: dict[str, Any],
            "prefill_s": pre.planned, "decode_step_s": dec.planned,
            "speedup_over": {k: planned / v["tokens_per_s"] for k, v in rows.items()
                             if k != "planned"}}
-    if len(devices) != 2:
-        return out | {"simulation_skipped": "the serving simulation compares pairs of devices"}
     return out | {"simulated": simulated(p, (pre_ctx, pre_place, pre_data),
                                          (ctx, placement["place"], dec_data), devices)}
 
