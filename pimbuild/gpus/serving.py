@@ -43,7 +43,7 @@ import simpy
 from pimbuild.gpus import cost
 from pimbuild.gpus.arrivals import Request
 from pimbuild.gpus.cost import Link
-from pimbuild.gpus.ddg import Graph
+from pimbuild.gpus.ddg import HOME, Graph
 from pimbuild.gpus.serve import Forward, Server, percentile, segments
 
 
@@ -486,7 +486,7 @@ def systems(pre: tuple, dec: tuple, devices: list[Any], policy: str, monitor: bo
     for d, dev in enumerate(devices):
         one = Plan(_phase(pc, pp, pd_, d, kept), _phase(dc, dp, dd, d))
         alone.append(System({"alone": one}, 1, dev.price_per_hour))
-        if _first_of_kind(devices, [[d]]):
+        if _first_of_kind(devices, [[d]], home=None):  # alone, a device is its own home
             out[f"{dev.key} alone"] = alone[-1]
     out["request distribution"] = System({}, n, price, alone)
     out |= pd_systems(pre, dec, devices, kept)
@@ -506,8 +506,8 @@ def pd_systems(pre: tuple, dec: tuple, devices: list[Any], kept: set[str]
                ) -> dict[str, System]:
     """PD disaggregation on every split of the devices in two: each prefill device and each
     decode device an instance of its own (``in_turn``). On two devices "PD (prefill on X)";
-    on more the decode set is named too; of twin splits (the same kinds of device on each
-    side, as a100#1 and a100#2) only the first."""
+    on more the decode set is named too; of twin splits (``_first_of_kind``) only the
+    first."""
     from pimbuild.gpus.workload import two_sets
 
     (pc, pp, pd_), (dc, dp, dd) = pre, dec
@@ -552,11 +552,13 @@ def _names(devices: list[Any], on: list[int]) -> str:
     return "+".join(devices[d].key for d in on)
 
 
-def _first_of_kind(devices: list[Any], sets: list[list[int]]) -> bool:
+def _first_of_kind(devices: list[Any], sets: list[list[int]], home: int | None = HOME
+                   ) -> bool:
     """Whether ``sets`` (of device indices) is the first, in index order, of the ways to
-    pick sets of the same kinds of device: twins (a100#1, a100#2: equal but for their
-    label) serve alike, so one of them is simulated."""
-    kind = [replace(dev, key="") for dev in devices]
+    pick sets of the same kinds of device: twins (a100#2, a100#3: equal but for their
+    label) serve alike, so one of them is simulated. ``home`` (where requests enter and
+    results leave; None for systems of one device each) has no twin."""
+    kind = [d if d == home else replace(dev, key="") for d, dev in enumerate(devices)]
     taken: set[int] = set()
     for on in sets:  # each set takes the lowest free twins of its kinds
         if any(e < d and e not in taken and e not in on and kind[e] == kind[d]
