@@ -331,3 +331,25 @@ def test_twin_devices_are_simulated_once() -> None:
     assert [d for d in range(3) if serving._first_of_kind([a1, a2, l40s], [[d]], home=None)
             ] == [0, 2]
     assert len(kept([l40s, a1, device("a100#2", 2.5)])) == 6  # priced apart: not twins
+
+
+def test_request_distribution_shares_requests_by_capacity() -> None:
+    """Replicas take requests in proportion to their rates: a device twice as fast serves
+    twice the requests, and offline the replicas finish together, so request distribution
+    serves what the two alone serve together (round robin would leave the slow one last:
+    about 2 x its rate, 2/3 of that)."""
+    from dataclasses import replace
+
+    fast = _plan(9, n_dev=1)
+    slow = serving.Plan(*(replace(p, times=[[2 * t for t in row] for row in p.times])
+                          for p in (fast.prefill, fast.decode)))
+    alone = [serving.System({"alone": p}, 1, 1.0) for p in (fast, slow)]
+    reqs = offline(90, 100, 12)
+    shares = serving.dispatch(alone, reqs, 4, LINK)
+    assert [len(s) for s in shares] == [60, 30]
+    assert serving.dispatch([alone[0]] * 3, reqs, 4, LINK) == [reqs[0::3], reqs[1::3],
+                                                               reqs[2::3]]
+    rd = serving.run(serving.System({}, 2, 2.0, alone), reqs, {}, LINK, 4, 8, None)
+    each = [serving.run(s, reqs, {}, LINK, 4, 8, None)["tokens_per_s"] for s in alone]
+    assert rd["requests"] == 90
+    assert rd["tokens_per_s"] == pytest.approx(sum(each), rel=0.05)

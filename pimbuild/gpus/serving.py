@@ -407,7 +407,7 @@ def without_home_results(g: Graph, kept: set[str]) -> Graph:
 class System:
     """A way to serve: named plans over ``n_dev`` devices (a tuple: plans taking the
     requests in turn, ``in_turn``), ``replicas`` independent copies sharing the requests
-    round robin (request distribution), the devices' price."""
+    by their capacity (request distribution, ``dispatch``), the devices' price."""
 
     plans: dict[str, Plan | tuple[Plan, ...]]
     n_dev: int
@@ -417,11 +417,13 @@ class System:
 
 def run(system: System, requests: list[Request], kv: dict[str, str], link: Link, batch: int,
         depth: int, monitor: Monitor | None) -> dict[str, float]:
-    """The summary of ``system`` serving ``requests``; replicas each serve every n-th."""
+    """The summary of ``system`` serving ``requests``; replicas each serve their share
+    (``dispatch``)."""
     if system.replicas:
-        parts = [Serving(r.plans, kv, link, r.n_dev, batch, depth, None)
-                 .serve(requests[i::len(system.replicas)])
-                 for i, r in enumerate(system.replicas)]
+        parts = [Serving(r.plans, kv, link, r.n_dev, batch, depth, None).serve(share)
+                 for r, share in zip(system.replicas,
+                                     dispatch(system.replicas, requests, batch, link),
+                                     strict=True)]
         merged = Outcome([t for p in parts for t in p.requests], max(p.end for p in parts),
                          [b for p in parts for b in p.busy],
                          {k: sum(p.forwards[k] for p in parts) for k in ("prefill", "decode")},
@@ -430,6 +432,31 @@ def run(system: System, requests: list[Request], kv: dict[str, str], link: Link,
     start = "throughput" if "throughput" in system.plans else next(iter(system.plans))
     return Serving(system.plans, kv, link, system.n_dev, batch, depth, monitor, start
                    ).serve(requests).summary()
+
+
+def dispatch(replicas: list[System], requests: list[Request], batch: int, link: Link
+             ) -> list[list[Request]]:
+    """Each replica's requests, in arrival order, in proportion to its capacity (a load
+    balancer's weighted round robin: the next request goes to the replica whose share
+    would then be smallest for its rate; equal replicas take turns). A replica's rate is
+    one over a request's work on it with full decode batches: its prefill plus
+    (output tokens - 1) / ``batch`` decode steps, at the requests' mean lengths."""
+    def seconds(r: System) -> float:
+        plan = next(iter(r.plans.values()))
+        plan = plan[0] if isinstance(plan, tuple) else plan
+        pre, dec = plan.prefill, plan.decode
+        stretch = mean([q.input_tokens / pre.tokens if pre.tokens and q.input_tokens else 1.0
+                        for q in requests])
+        steps = mean([q.output_tokens - 1 for q in requests]) / batch
+        return stretch * pre.critical_path(link, r.n_dev) + steps * dec.critical_path(
+            link, r.n_dev)
+
+    work = [seconds(r) for r in replicas]
+    shares: list[list[Request]] = [[] for _ in replicas]
+    for q in sorted(requests, key=lambda q: q.arrival_s):
+        i = min(range(len(replicas)), key=lambda i: (len(shares[i]) + 1) * work[i])
+        shares[i].append(q)
+    return shares
 
 
 def requests(s: Any, prompt: int) -> list[Request]:
