@@ -271,8 +271,12 @@ def test_instances_taking_requests_in_turn_add_their_rates() -> None:
     got = {}
     for first, rest in (([0], [1]), ([0], [1, 2]), ([0, 1], [2])):
         turns = serving.in_turn([phase(pre_g, pre_t, p, 100) for p in first],
-                                [phase(dec_g, dec_t, d, 4) for d in rest])
-        assert len(turns) == max(len(first), len(rest))
+                                [phase(dec_g, dec_t, d, 4) for d in rest], LINK, 3)
+        for side, on in (("prefill", first), ("decode", rest)):  # shares follow the rates
+            phases = {getattr(p, side).place[0]: getattr(p, side) for p in turns}
+            rates = [1 / phases[d].critical_path(LINK, 3) for d in on]
+            picks = [sum(getattr(p, side).place[0] == d for p in turns) for d in on]
+            assert picks == pytest.approx([len(turns) * r / sum(rates) for r in rates], abs=1)
         out = serving.Serving({"pd": turns}, {}, LINK, 3, batch=w.batch).serve(
             offline(200, 100, w.output_len))
         assert len(out.requests) == 200 and out.forwards["prefill"] == 200
@@ -353,3 +357,10 @@ def test_request_distribution_shares_requests_by_capacity() -> None:
     each = [serving.run(s, reqs, {}, LINK, 4, 8, None)["tokens_per_s"] for s in alone]
     assert rd["requests"] == 90
     assert rd["tokens_per_s"] == pytest.approx(sum(each), rel=0.05)
+
+
+def test_weighted_picks_follow_the_rates() -> None:
+    assert serving.weighted([1.0, 1.0, 1.0], 6) == [0, 1, 2, 0, 1, 2]
+    picks = serving.weighted([1.0, 2.0, 4.0], 70)
+    assert [picks.count(i) for i in range(3)] == [40, 20, 10]
+    assert serving.weighted([2.0], 3) == [0, 0, 0]

@@ -436,9 +436,8 @@ def run(system: System, requests: list[Request], kv: dict[str, str], link: Link,
 
 def dispatch(replicas: list[System], requests: list[Request], batch: int, link: Link
              ) -> list[list[Request]]:
-    """Each replica's requests, in arrival order, in proportion to its capacity (a load
-    balancer's weighted round robin: the next request goes to the replica whose share
-    would then be smallest for its rate; equal replicas take turns). A replica's rate is
+    """Each replica's requests, in arrival order, in proportion to its capacity
+    (``weighted``; equal replicas take turns). A replica's rate is
     one over a request's work on it with full decode batches: its prefill plus
     (output tokens - 1) / ``batch`` decode steps, at the requests' mean lengths."""
     def seconds(r: System) -> float:
@@ -451,12 +450,10 @@ def dispatch(replicas: list[System], requests: list[Request], batch: int, link: 
         return stretch * pre.critical_path(link, r.n_dev) + steps * dec.critical_path(
             link, r.n_dev)
 
-    work = [seconds(r) for r in replicas]
-    shares: list[list[Request]] = [[] for _ in replicas]
-    for q in sorted(requests, key=lambda q: q.arrival_s):
-        i = min(range(len(replicas)), key=lambda i: (len(shares[i]) + 1) * work[i])
-        shares[i].append(q)
-    return shares
+    ordered = sorted(requests, key=lambda q: q.arrival_s)
+    picks = weighted([seconds(r) for r in replicas], len(ordered))
+    return [[q for q, i in zip(ordered, picks, strict=True) if i == r]
+            for r in range(len(replicas))]
 
 
 def requests(s: Any, prompt: int) -> list[Request]:
@@ -521,12 +518,35 @@ def systems(pre: tuple, dec: tuple, devices: list[Any], policy: str, monitor: bo
     return out
 
 
-def in_turn(prefill: list[Phase], decode: list[Phase]) -> tuple[Plan, ...]:
-    """Plans taking the requests in turn: the n-th request prefills on ``prefill[n % P]``
-    and decodes on ``decode[n % D]`` (``lcm(P, D)`` plans; one Phase object per instance,
-    so the requests of one decode instance share its batches)."""
-    return tuple(Plan(prefill[i % len(prefill)], decode[i % len(decode)])
-                 for i in range(lcm(len(prefill), len(decode))))
+def in_turn(prefill: list[Phase], decode: list[Phase], link: Link, n_dev: int
+            ) -> tuple[Plan, ...]:
+    """Plans taking the requests in turn, each instance in proportion to its rate (one over
+    its forward's critical path; ``weighted``): the n-th request prefills on the n-th pick of
+    ``prefill`` and decodes on the n-th pick of ``decode``, as PD's closed form adds the
+    instances' rates. Equal instances take plain turns (``lcm(P, D)`` plans), others
+    ``TURNS``. One Phase object per instance, so the requests of one decode instance share
+    its batches."""
+    pre = [p.critical_path(link, n_dev) for p in prefill]
+    dec = [p.critical_path(link, n_dev) for p in decode]
+    n = lcm(len(pre), len(dec)) if len(set(pre)) == 1 and len(set(dec)) == 1 else TURNS
+    return tuple(Plan(prefill[i], decode[j])
+                 for i, j in zip(weighted(pre, n), weighted(dec, n), strict=True))
+
+
+TURNS = 120  # plans in a cycle of instances with different rates (shares to within 1/120)
+
+
+def weighted(seconds: list[float], n: int) -> list[int]:
+    """``n`` picks among instances taking ``seconds`` per request, each in proportion to its
+    rate: the next goes to the one whose share would then be smallest for its rate (a load
+    balancer's weighted round robin; equal ones take turns, the first first)."""
+    counts = [0] * len(seconds)
+    picks = []
+    for _ in range(n):
+        i = min(range(len(seconds)), key=lambda i: (counts[i] + 1) * seconds[i])
+        counts[i] += 1
+        picks.append(i)
+    return picks
 
 
 def pd_systems(pre: tuple, dec: tuple, devices: list[Any], kept: set[str]
@@ -545,7 +565,7 @@ def pd_systems(pre: tuple, dec: tuple, devices: list[Any], kept: set[str]
             f", decode on {_names(devices, rest)})" if n > 2 else ")")
         if _first_of_kind(devices, [first, rest]):
             turns = in_turn([_phase(pc, [p] * len(pp), pd_, kept=kept) for p in first],
-                            [_phase(dc, [d] * len(dp), dd) for d in rest])
+                            [_phase(dc, [d] * len(dp), dd) for d in rest], pc.link, n)
             out[name] = System({"pd": turns}, n, price)
     return out
 
