@@ -144,6 +144,7 @@ def test_one_request_on_one_device_is_its_prefill_and_decode_steps() -> None:
     assert t.first_token == pytest.approx(prefill, rel=1e-12)
     assert t.finish == pytest.approx(prefill + 4 * step, rel=1e-12)
     assert out.forwards == {"prefill": 1, "decode": 4}
+    assert out.summary()["mean_decode_batch"] == 1.0
 
 
 def test_collapsed_layers_equal_layer_by_layer_one_forward_at_a_time() -> None:
@@ -178,6 +179,8 @@ def test_every_request_is_served_once_with_all_its_tokens() -> None:
     assert out.forwards["prefill"] == 120
     # every decode forward advances at most `batch` requests one token each
     assert out.forwards["decode"] * 8 >= sum(t.generated - 1 for t in out.requests)
+    assert 1 < out.summary()["mean_decode_batch"] == pytest.approx(
+        sum(t.generated - 1 for t in out.requests) / out.forwards["decode"])
     shares = out.breakdown[0]
     assert sum(shares.values()) == pytest.approx(1.0)
 

@@ -143,6 +143,8 @@ class Outcome:
                 "p50_ttft_s": percentile(ttft, 50), "p99_ttft_s": percentile(ttft, 99),
                 "p50_tpot_s": percentile(tpot, 50), "p99_tpot_s": percentile(tpot, 99),
                 "prefills": self.forwards["prefill"], "decode_steps": self.forwards["decode"],
+                "mean_decode_batch": sum(t.generated - 1 for t in done)
+                / self.forwards["decode"] if self.forwards["decode"] else 0.0,
                 "switches": self.switches, "bottleneck_device": bottleneck,
                 **{f"bottleneck_{k}_share": v for k, v in self.breakdown[bottleneck].items()}}
 

@@ -442,15 +442,17 @@ def serving_markdown(served: dict[str, Any]) -> list[str]:
                   f"{sim['arrivals']} (rate {sim['rate']}/s), depth {sim['depth']}, monitor "
                   f"{'on' if sim['monitor'] else 'off'}", "",
               "| system | tokens/s | Perf/$ | norm. latency ms (mean / P99) | TTFT ms P50 / P99 "
-              "| TPOT ms P50 / P99 | bottleneck compute / comm wait / idle | switches | "
-              "simulated s / wall s |", "|---|---:|---:|---:|---:|---:|---|---:|---:|"]
+              "| TPOT ms P50 / P99 | decode batch (mean) | bottleneck compute / comm wait / "
+              "idle | switches | simulated s / wall s |",
+              "|---|---:|---:|---:|---:|---:|---:|---|---:|---:|"]
     for name, v in sim["systems"].items():
         lines.append(
             f"| {name} | {v['tokens_per_s']:.4g} | {v['perf_per_dollar']:.4g} | "
             f"{v['mean_normalized_latency_s'] * 1e3:.3g} / "
             f"{v['p99_normalized_latency_s'] * 1e3:.3g} | {v['p50_ttft_s'] * 1e3:.3g} / "
             f"{v['p99_ttft_s'] * 1e3:.3g} | {v['p50_tpot_s'] * 1e3:.3g} / "
-            f"{v['p99_tpot_s'] * 1e3:.3g} | {v['bottleneck_compute_share']:.0%} / "
+            f"{v['p99_tpot_s'] * 1e3:.3g} | {v['mean_decode_batch']:.3g} | "
+            f"{v['bottleneck_compute_share']:.0%} / "
             f"{v['bottleneck_comm_wait_share']:.0%} / {v['bottleneck_idle_share']:.0%} | "
             f"{v['switches']} | {v['simulated_per_wall']:.3g} |")
     lines += ["", f"Highest Poisson rate with mean normalized latency within "
