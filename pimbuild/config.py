@@ -152,6 +152,7 @@ class ServeConfig:
     beta: float = MISSING  # its threshold: latency / execution-only latency above it
     stall_s: float = MISSING  # every device stalls this long at a placement switch
     monitor: bool = MISSING  # switch between the latency and throughput placements
+    splits: int = MISSING  # the best splits of each kind (PD, AF) by closed form to simulate
 
 
 @dataclass
@@ -299,6 +300,7 @@ RANGES: dict[str, tuple[Any, ...]] = {
     "serve.window_s": (">", 0),
     "serve.beta": (">", 0),
     "serve.stall_s": (">=", 0),
+    "serve.splits": (">=", 1),
 }
 # The same ranges for every device of the catalogue (device.<name>.<field>).
 DEVICE_RANGES: dict[str, tuple[str, float]] = {

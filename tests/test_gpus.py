@@ -310,6 +310,14 @@ def test_serving_formulas_by_hand() -> None:
     assert rows["PD disaggregation"]["tokens_per_s"] == pytest.approx(1.0 * 10)
     assert (rows["PD disaggregation"]["prefill_on"],
             rows["PD disaggregation"]["decode_on"]) == ("a", "b+c")
+    # the simulation's splits best first: PD on ([0], [1, 2]) first, ([2], [0, 1]) (the
+    # slow c prefilling alone at 0.5/s) last of the single-prefill splits; no AF
+    pd_order, af_order = workload.ranked(w, phase, replace(phase, alone=[0.5, 0.5, 0.5]),
+                                         link)
+    sets = workload.two_sets(3)
+    assert sets[pd_order[0]] == ([0], [1, 2]) and af_order == []
+    assert sorted(pd_order) == list(range(6))
+    assert pd_order.index(sets.index(([2], [0, 1]))) > pd_order.index(sets.index(([1], [0, 2])))
     one = workload.compare(w, workload.Phase(1.0, [1.0], None, 0), workload.Phase(
         0.5, [0.5], None, 0), ["a"], [1.0], link)
     assert set(one) == {"planned", "a alone", "request distribution"}

@@ -338,6 +338,12 @@ def test_twin_devices_are_simulated_once() -> None:
     assert [d for d in range(3) if serving._first_of_kind([a1, a2, l40s], [[d]], home=None)
             ] == [0, 2]
     assert len(kept([l40s, a1, device("a100#2", 2.5)])) == 6  # priced apart: not twins
+    # the simulation's splits in a given order (best first), twins dropped, at most a limit
+    devices = [l40s, a1, a2]
+    sets = two_sets(3)
+    order = [5, 4, 3, 2, 1, 0]
+    assert serving._picked(devices, sets, order, None) == [sets[i] for i in (5, 2, 1, 0)]
+    assert serving._picked(devices, sets, order, 2) == [sets[5], sets[2]]
 
 
 def test_request_distribution_shares_requests_by_capacity() -> None:

@@ -492,13 +492,15 @@ def alternative(policy: str, ctx: Any, planned: list[int]) -> list[int]:
     return plan.place * (len(planned) // n)
 
 
-def systems(pre: tuple, dec: tuple, devices: list[Any], policy: str, monitor: bool
+def systems(pre: tuple, dec: tuple, devices: list[Any], policy: str, monitor: bool,
+            order: tuple[list[int], list[int]] | None = None, limit: int | None = None
             ) -> dict[str, System]:
     """The planned system (with the other policy's placements for the monitor) and the
     baselines: each device alone, request distribution (a replica on every device), PD and
-    AF (where the model has attention and other kernels) on every split of the devices in
+    AF (where the model has attention and other kernels) on the splits of the devices in
     two. ``pre``/``dec``: (planner context, planned placement, kernels.json) of the prefill
-    and decode phases."""
+    and decode phases; ``order``: PD's and AF's splits best first (``workload.ranked``), of
+    which the first ``limit`` are simulated (default: every split)."""
     (pc, pp, pd_), (dc, dp, dd) = pre, dec
     kept = set(kv_map(pd_, dd))
     n, price = len(devices), sum(d.price_per_hour for d in devices)
@@ -515,8 +517,9 @@ def systems(pre: tuple, dec: tuple, devices: list[Any], policy: str, monitor: bo
         if _first_of_kind(devices, [[d]], home=None):  # alone, a device is its own home
             out[f"{dev.key} alone"] = alone[-1]
     out["request distribution"] = System({}, n, price, alone)
-    out |= pd_systems(pre, dec, devices, kept)
-    out |= af_systems(pre, dec, devices, kept)
+    pd_order, af_order = order or (None, None)
+    out |= pd_systems(pre, dec, devices, kept, pd_order, limit)
+    out |= af_systems(pre, dec, devices, kept, af_order, limit)
     return out
 
 
@@ -551,9 +554,11 @@ def weighted(seconds: list[float], n: int) -> list[int]:
     return picks
 
 
-def pd_systems(pre: tuple, dec: tuple, devices: list[Any], kept: set[str]
+def pd_systems(pre: tuple, dec: tuple, devices: list[Any], kept: set[str],
+               order: list[int] | None = None, limit: int | None = None
                ) -> dict[str, System]:
-    """PD disaggregation on every split of the devices in two: each prefill device and each
+    """PD disaggregation on the splits of the devices in two (``order``: indices into
+    ``two_sets``, best first; the first ``limit`` of them): each prefill device and each
     decode device an instance of its own (``in_turn``). On two devices "PD (prefill on X)";
     on more the decode set is named too; of twin splits (``_first_of_kind``) only the
     first."""
@@ -562,22 +567,22 @@ def pd_systems(pre: tuple, dec: tuple, devices: list[Any], kept: set[str]
     (pc, pp, pd_), (dc, dp, dd) = pre, dec
     n, price = len(devices), sum(d.price_per_hour for d in devices)
     out: dict[str, System] = {}
-    for first, rest in two_sets(n):
+    for first, rest in _picked(devices, two_sets(n), order, limit):
         name = f"PD (prefill on {_names(devices, first)}" + (
             f", decode on {_names(devices, rest)})" if n > 2 else ")")
-        if _first_of_kind(devices, [first, rest]):
-            turns = in_turn([_phase(pc, [p] * len(pp), pd_, kept=kept) for p in first],
-                            [_phase(dc, [d] * len(dp), dd) for d in rest], pc.link, n)
-            out[name] = System({"pd": turns}, n, price)
+        turns = in_turn([_phase(pc, [p] * len(pp), pd_, kept=kept) for p in first],
+                        [_phase(dc, [d] * len(dp), dd) for d in rest], pc.link, n)
+        out[name] = System({"pd": turns}, n, price)
     return out
 
 
-def af_systems(pre: tuple, dec: tuple, devices: list[Any], kept: set[str]
+def af_systems(pre: tuple, dec: tuple, devices: list[Any], kept: set[str],
+               order: list[int] | None = None, limit: int | None = None
                ) -> dict[str, System]:
-    """AF disaggregation on every split of the devices in two (``simulate.af_ways``: a set
+    """AF disaggregation on the splits of the devices in two (``simulate.af_ways``: a set
     of several devices takes the requests in turn, a request's prefill and decode on the
-    same turn, so its KV cache stays where its attention runs); none without that
-    structure; of twin splits only the first."""
+    same turn, so its KV cache stays where its attention runs; ``order`` and ``limit`` as in
+    ``pd_systems``); none without that structure; of twin splits only the first."""
     from pimbuild.gpus.simulate import af_ways
     from pimbuild.gpus.workload import two_sets
 
@@ -586,15 +591,24 @@ def af_systems(pre: tuple, dec: tuple, devices: list[Any], kept: set[str]
     pre_ways, dec_ways = af_ways(pc, devices), af_ways(dc, devices)
     if not (pre_ways and dec_ways):
         return {}
+    ways = {tuple(map(tuple, sets)): (name, a, b) for sets, (name, a), (_, b) in zip(
+        two_sets(len(devices)), pre_ways, dec_ways, strict=True)}  # af_ways' order
     out: dict[str, System] = {}
-    splits = two_sets(len(devices))  # af_ways' order
-    for (name, pre_turns), (_, dec_turns), sets in zip(pre_ways, dec_ways, splits,
-                                                        strict=True):
-        if _first_of_kind(devices, list(sets)):
-            out[f"AF (attention on {name})"] = System({"af": tuple(
-                Plan(_phase(pc, a, pd_, kept=kept), _phase(dc, b, dd))
-                for a, b in zip(pre_turns, dec_turns, strict=True))}, len(devices), price)
+    for sets in _picked(devices, two_sets(len(devices)), order, limit):
+        name, pre_turns, dec_turns = ways[tuple(map(tuple, sets))]
+        out[f"AF (attention on {name})"] = System({"af": tuple(
+            Plan(_phase(pc, a, pd_, kept=kept), _phase(dc, b, dd))
+            for a, b in zip(pre_turns, dec_turns, strict=True))}, len(devices), price)
     return out
+
+
+def _picked(devices: list[Any], sets: list, order: list[int] | None, limit: int | None
+            ) -> list:
+    """``sets[i]`` for ``i`` in ``order`` (default: all, in turn), twins dropped
+    (``_first_of_kind``), at most ``limit``."""
+    chosen = [sets[i] for i in (range(len(sets)) if order is None else order)
+              if _first_of_kind(devices, list(sets[i]))]
+    return chosen if limit is None else chosen[:limit]
 
 
 def _names(devices: list[Any], on: list[int]) -> str:

@@ -51,6 +51,7 @@ class Serve:
     window_s: float
     beta: float
     stall_s: float
+    splits: int
 
 
 @dataclass(frozen=True)
@@ -83,7 +84,7 @@ def serve_params(cfg: DictConfig) -> Serve:
         except OSError as e:
             raise ConfigError(f"cannot read serve.trace {trace}: {e.strerror}") from None
     return Serve(s.output_len, s.slo_s_per_token, s.requests, s.arrivals, s.rate, trace,
-                 digest, s.seed, s.depth, s.monitor, s.window_s, s.beta, s.stall_s)
+                 digest, s.seed, s.depth, s.monitor, s.window_s, s.beta, s.stall_s, s.splits)
 
 
 @dataclass(frozen=True)
@@ -286,7 +287,8 @@ def serving(inputs: Inputs, p: Params, ctx: Any, placement: dict[str, Any],
            "speedup_over": {k: planned / v["tokens_per_s"] for k, v in rows.items()
                             if k != "planned"}}
     return out | {"simulated": simulated(p, (pre_ctx, pre_place, pre_data),
-                                         (ctx, placement["place"], dec_data), devices)}
+                                         (ctx, placement["place"], dec_data), devices,
+                                         workload.ranked(w, pre, dec, ctx.link))}
 
 
 def per_period(data: dict[str, Any], period: int) -> dict[str, Any]:
@@ -295,15 +297,18 @@ def per_period(data: dict[str, Any], period: int) -> dict[str, Any]:
     return {**data, "layers": data.get("layers", 1) // period, "period": period}
 
 
-def simulated(p: Params, pre: tuple, dec: tuple, devices: list[Any]) -> dict[str, Any]:
-    """Every system serving the same requests in the discrete-event simulation."""
+def simulated(p: Params, pre: tuple, dec: tuple, devices: list[Any],
+              order: tuple[list[int], list[int]]) -> dict[str, Any]:
+    """Every system serving the same requests in the discrete-event simulation: PD's and
+    AF's best ``serve.splits`` splits by the closed forms (``order``)."""
     import time
 
     from pimbuild.gpus import serving
 
     s = p.serve
     try:
-        systems = serving.systems(pre, dec, devices, p.decide.policy, monitor=s.monitor)
+        systems = serving.systems(pre, dec, devices, p.decide.policy, monitor=s.monitor,
+                                  order=order, limit=s.splits)
     except RuntimeError as e:  # HiGHS stopped on the monitor's other placement
         raise StageError(NAME, f"the online monitor's alternative placement: {e} "
                                f"(gpus.time_limit_s={p.decide.time_limit_s}; raise it, keep "

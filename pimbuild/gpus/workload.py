@@ -66,6 +66,18 @@ def pd_bottleneck(w: Workload, prefill_s: list[float], decode_s: list[float], kv
     return min(rates, key=rates.get)
 
 
+def ranked(w: Workload, pre: Phase, dec: Phase, link: Link) -> tuple[list[int], list[int]]:
+    """The splits of the devices in two (indices into ``two_sets``) best first by the
+    closed forms: PD's (``pd``) and AF's (``mixed``; ``Phase.af`` holds them in that order;
+    none without AF)."""
+    sets = two_sets(len(pre.alone))
+    pd_rate = [pd(w, [pre.alone[d] for d in a], [dec.alone[d] for d in b], pre.state_bytes,
+                  link) for a, b in sets]
+    af_rate = [mixed(w, pre.af[k], dec.af[k]) for k in pre.af] if pre.af and dec.af else []
+    return (sorted(range(len(pd_rate)), key=lambda i: -pd_rate[i]),
+            sorted(range(len(af_rate)), key=lambda i: -af_rate[i]))
+
+
 @dataclass(frozen=True)
 class Phase:
     """One phase's whole-model costs in seconds: the planned placement's cycle time, each
