@@ -342,8 +342,8 @@ def test_twin_devices_are_simulated_once() -> None:
     devices = [l40s, a1, a2]
     sets = two_sets(3)
     order = [5, 4, 3, 2, 1, 0]
-    assert serving._picked(devices, sets, order, None) == [sets[i] for i in (5, 2, 1, 0)]
-    assert serving._picked(devices, sets, order, 2) == [sets[5], sets[2]]
+    assert serving._picked(devices, sets, order, None) == [5, 2, 1, 0]
+    assert serving._picked(devices, sets, order, 2) == [5, 2]
 
 
 def test_request_distribution_shares_requests_by_capacity() -> None:

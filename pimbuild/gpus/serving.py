@@ -567,7 +567,9 @@ def pd_systems(pre: tuple, dec: tuple, devices: list[Any], kept: set[str],
     (pc, pp, pd_), (dc, dp, dd) = pre, dec
     n, price = len(devices), sum(d.price_per_hour for d in devices)
     out: dict[str, System] = {}
-    for first, rest in _picked(devices, two_sets(n), order, limit):
+    sets = two_sets(n)
+    for i in _picked(devices, sets, order, limit):
+        first, rest = sets[i]
         name = f"PD (prefill on {_names(devices, first)}" + (
             f", decode on {_names(devices, rest)})" if n > 2 else ")")
         turns = in_turn([_phase(pc, [p] * len(pp), pd_, kept=kept) for p in first],
@@ -591,11 +593,9 @@ def af_systems(pre: tuple, dec: tuple, devices: list[Any], kept: set[str],
     pre_ways, dec_ways = af_ways(pc, devices), af_ways(dc, devices)
     if not (pre_ways and dec_ways):
         return {}
-    ways = {tuple(map(tuple, sets)): (name, a, b) for sets, (name, a), (_, b) in zip(
-        two_sets(len(devices)), pre_ways, dec_ways, strict=True)}  # af_ways' order
     out: dict[str, System] = {}
-    for sets in _picked(devices, two_sets(len(devices)), order, limit):
-        name, pre_turns, dec_turns = ways[tuple(map(tuple, sets))]
+    for i in _picked(devices, two_sets(len(devices)), order, limit):  # af_ways' order
+        (name, pre_turns), (_, dec_turns) = pre_ways[i], dec_ways[i]
         out[f"AF (attention on {name})"] = System({"af": tuple(
             Plan(_phase(pc, a, pd_, kept=kept), _phase(dc, b, dd))
             for a, b in zip(pre_turns, dec_turns, strict=True))}, len(devices), price)
@@ -603,10 +603,10 @@ def af_systems(pre: tuple, dec: tuple, devices: list[Any], kept: set[str],
 
 
 def _picked(devices: list[Any], sets: list, order: list[int] | None, limit: int | None
-            ) -> list:
-    """``sets[i]`` for ``i`` in ``order`` (default: all, in turn), twins dropped
-    (``_first_of_kind``), at most ``limit``."""
-    chosen = [sets[i] for i in (range(len(sets)) if order is None else order)
+            ) -> list[int]:
+    """The indices ``i`` in ``order`` (default: all, in turn) whose ``sets[i]`` is no
+    twin's (``_first_of_kind``), at most ``limit``."""
+    chosen = [i for i in (range(len(sets)) if order is None else order)
               if _first_of_kind(devices, list(sets[i]))]
     return chosen if limit is None else chosen[:limit]
 
