@@ -6,6 +6,7 @@ the simulator's speed on 1,000 requests of the 32-layer Llama-3-8B.
 
     .venv/bin/python bench/serving.py                 # every section, the first pair
     .venv/bin/python bench/serving.py --sections speed,fig7
+    .venv/bin/python bench/serving.py --devices a100,a100,l40s --sections fig7  # a cluster
 
 Everything is pimbuild's cost model (roofline kernel times, docs/design.md §10) played out
 in the simulation of ``pimbuild.gpus.serving``; no GPU is used. Writes
@@ -29,7 +30,7 @@ from pimbuild.console import console  # noqa: E402
 from pimbuild.gpus import serving  # noqa: E402
 from pimbuild.gpus.arrivals import Request, offline, poisson  # noqa: E402
 
-PAIR = ("a100", "l40s")
+DEVICES = ["a100", "l40s"]  # --devices
 OUTPUT_LEN, SLO = 129, 0.05
 PAPER = {"fig7": "FluidGPU sustains higher request rates than PD and AF before normalized "
                  "latency rises (Fig. 7)",
@@ -40,15 +41,16 @@ PAPER = {"fig7": "FluidGPU sustains higher request rates than PD and AF before n
 
 
 def setup(store: Path, tmp: Path, link: str = "rdma200") -> dict:
-    """Both phases of Llama-3-8B planned on PAIR over ``link``: the systems to serve."""
+    """Both phases of Llama-3-8B planned on DEVICES over ``link``: the systems to serve."""
     import gpus
 
     saved = list(gpus.EXTRA)
     gpus.EXTRA[:] = [f"link={link}"]
     try:
-        target, pre_data, pre_ctx, pre_pl, _ = loaded("llama3_8b_prefill", PAIR, store,
+        on = tuple(DEVICES)
+        target, pre_data, pre_ctx, pre_pl, _ = loaded("llama3_8b_prefill", on, store,
                                                       tmp / f"pre-{link}", "decide")
-        _, dec_data, dec_ctx, dec_pl, _ = loaded("llama3_8b", PAIR, store, tmp / f"dec-{link}",
+        _, dec_data, dec_ctx, dec_pl, _ = loaded("llama3_8b", on, store, tmp / f"dec-{link}",
                                                  "decide")
     finally:
         gpus.EXTRA[:] = saved
@@ -140,7 +142,8 @@ def fig11(s: dict) -> list[dict]:
     for name in ("throughput only", "latency only"):
         only = {"throughput only": "throughput", "latency only": "latency"}[name]
         plans = {only: s["systems"]["planned"].plans[only]}
-        system = serving.System(plans, 2, s["systems"]["planned"].price_per_hour)
+        planned = s["systems"]["planned"]
+        system = serving.System(plans, planned.n_dev, planned.price_per_hour)
         out = serving.run(system, reqs, s["kv"], s["link"], s["batch"], 8, None)
         rows.append({"window_s": None, "beta": None, "fixed": name, **out})
         console.print(f"fig11 {name}: {out['mean_normalized_latency_s'] * 1e3:.3g} ms/token")
@@ -163,7 +166,7 @@ def fig12a(store: Path, tmp: Path) -> list[dict]:
 
 
 def markdown(result: dict) -> str:
-    lines = ["# bench/serving.py", "", f"Llama-3-8B (32 layers) on {' + '.join(PAIR)}, "
+    lines = ["# bench/serving.py", "", f"Llama-3-8B (32 layers) on {' + '.join(DEVICES)}, "
              f"prompt 1,020, {OUTPUT_LEN} output tokens, decode batch 16, depth 8; "
              "pimbuild's cost model (no GPU).", ""]
     if "speed" in result:
@@ -246,7 +249,10 @@ def main() -> None:
     parser.add_argument("--store", type=Path, default=Path("outputs/artifacts"))
     parser.add_argument("--out", type=Path, default=Path("outputs/bench"))
     parser.add_argument("--sections", default="speed,fig7,fig11,fig12a")
+    parser.add_argument("--devices", default=",".join(DEVICES),
+                        help="the devices, comma-separated (two or more)")
     args = parser.parse_args()
+    DEVICES[:] = args.devices.split(",")
     sections = args.sections.split(",")
     args.out.mkdir(parents=True, exist_ok=True)
     result: dict = {}
