@@ -441,8 +441,7 @@ def serving_markdown(served: dict[str, Any]) -> list[str]:
                      f"| {f'{over:.2f}x' if over else ''} |")
     sim = served.get("simulated")
     if not sim:
-        skipped = served.get("simulation_skipped")
-        return lines + (["", f"Serving simulation: not run ({skipped})."] if skipped else [])
+        return lines
     lines += ["", f"## Serving simulation: {sim['requests']} requests, arrivals "
                   f"{sim['arrivals']} (rate {sim['rate']}/s), depth {sim['depth']}, monitor "
                   f"{'on' if sim['monitor'] else 'off'}", "",
