@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import hydra
@@ -25,7 +29,8 @@ register_configs()
 
 @hydra.main(version_base="1.3", config_path=f"pkg://{CONFIG_MODULE}", config_name="config")
 def app(cfg: DictConfig) -> None:
-    from pimbuild.build import build  # heavy imports (torch) after Hydra parsed the overrides
+    with quit_on_interrupt():
+        from pimbuild.build import build  # heavy imports (torch) after Hydra parsed overrides
 
     out_dir = Path(HydraConfig.get().runtime.output_dir)
     try:
@@ -45,6 +50,30 @@ def app(cfg: DictConfig) -> None:
     except KeyboardInterrupt:
         error("interrupted: artifacts published so far are kept, nothing half-written is")
         sys.exit(130)
+
+
+INTERRUPTED_EARLY = "interrupted before the build started: nothing was written to the store"
+
+
+@contextmanager
+def quit_on_interrupt() -> Iterator[None]:
+    """Ctrl-C inside the block (importing torch and torch-mlir) ends the process at once
+    with one line and exit status 130, instead of raising KeyboardInterrupt there: raised
+    inside an extension module's initialisation it left a half-initialised module behind,
+    and the process once died of SIGSEGV (a CI run). Nothing is written to the store yet."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def leave(signum: int, frame: object) -> None:
+        os.write(2, f"error: {INTERRUPTED_EARLY}\n".encode())
+        os._exit(130)
+
+    previous = signal.signal(signal.SIGINT, leave)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def hydra_error_line(e: HydraException) -> str:
@@ -76,6 +105,9 @@ def main() -> None:
             raise
         error(escape(hydra_error_line(e)))
         sys.exit(1)
+    except KeyboardInterrupt:  # while Hydra composed the config (the build handles its own)
+        error(INTERRUPTED_EARLY)
+        sys.exit(130)
 
 
 if __name__ == "__main__":

@@ -215,6 +215,35 @@ def test_ctrl_c_is_one_line_and_exit_130(tmp_path: Path) -> None:
     _assert_store_clean(store)
 
 
+@pytest.mark.parametrize("where", ["imports", "composition"])
+def test_ctrl_c_before_the_build_is_one_line_and_exit_130(where: str) -> None:
+    """Ctrl-C while torch is imported (``cli.quit_on_interrupt``: the process leaves at
+    once, no KeyboardInterrupt inside an extension's initialisation) or while Hydra composes
+    the config (``cli.main``): one line, exit 130, no traceback. The signal is sent from
+    inside each phase, so the test does not depend on timing."""
+    import sys
+
+    from tests.conftest import REPO
+
+    code = {"imports": "import os, signal\n"
+                       "from pimbuild import cli\n"
+                       "with cli.quit_on_interrupt():\n"
+                       "    os.kill(os.getpid(), signal.SIGINT)\n"
+                       "    import time; time.sleep(5)\n"
+                       "print('not reached')\n",
+            "composition": "import sys\n"
+                           "from pimbuild import cli\n"
+                           "def app():\n"
+                           "    raise KeyboardInterrupt\n"
+                           "cli.app = app\n"
+                           "cli.main()\n"}[where]
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          cwd=REPO, timeout=120)
+    assert proc.returncode == 130, proc.stdout + proc.stderr
+    assert proc.stderr.count("error:") == 1 and "interrupted before the build" in proc.stderr
+    assert "Traceback" not in proc.stderr and "not reached" not in proc.stdout
+
+
 @pytest.mark.parametrize(("recipe", "message"), [
     ("tests.bad_recipes:not_a_recipe", "returned tuple, not a pimbuild.recipes.Recipe"),
     ("tests.bad_recipes:scalar_output", "output 0 of the forward is a float"),
