@@ -58,9 +58,9 @@ INTERRUPTED_EARLY = "interrupted before the build started: nothing was written t
 @contextmanager
 def quit_on_interrupt() -> Iterator[None]:
     """Ctrl-C inside the block (importing torch and torch-mlir) ends the process at once
-    with one line and exit status 130, instead of raising KeyboardInterrupt there: raised
-    inside an extension module's initialisation it left a half-initialised module behind,
-    and the process once died of SIGSEGV (a CI run). Nothing is written to the store yet."""
+    with one line and exit status 130, instead of raising KeyboardInterrupt there, inside
+    an extension module's initialisation (a traceback at best; a CI run's interrupt test
+    once ended in SIGSEGV with no output, which fits this). Nothing is in the store yet."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
