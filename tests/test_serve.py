@@ -373,3 +373,4 @@ def test_weighted_picks_follow_the_rates() -> None:
     picks = serving.weighted([1.0, 2.0, 4.0], 70)
     assert [picks.count(i) for i in range(3)] == [40, 20, 10]
     assert serving.weighted([2.0], 3) == [0, 0, 0]
+    assert serving.weighted([0.0, 0.0], 4) == [0, 1, 0, 1]  # no work: still in turn

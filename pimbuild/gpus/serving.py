@@ -544,11 +544,12 @@ TURNS = 120  # plans in a cycle of instances with different rates (shares to wit
 def weighted(seconds: list[float], n: int) -> list[int]:
     """``n`` picks among instances taking ``seconds`` per request, each in proportion to its
     rate: the next goes to the one whose share would then be smallest for its rate (a load
-    balancer's weighted round robin; equal ones take turns, the first first)."""
+    balancer's weighted round robin; equal ones, zero seconds included, take turns, the
+    first first)."""
     counts = [0] * len(seconds)
     picks = []
     for _ in range(n):
-        i = min(range(len(seconds)), key=lambda i: (counts[i] + 1) * seconds[i])
+        i = min(range(len(seconds)), key=lambda i: ((counts[i] + 1) * seconds[i], counts[i]))
         counts[i] += 1
         picks.append(i)
     return picks
