@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import _thread
+import logging
 import os
 import re
 import signal
 import sys
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
+from types import FrameType
+from typing import NoReturn
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
@@ -29,8 +31,7 @@ register_configs()
 
 @hydra.main(version_base="1.3", config_path=f"pkg://{CONFIG_MODULE}", config_name="config")
 def app(cfg: DictConfig) -> None:
-    with quit_on_interrupt():
-        from pimbuild.build import build  # heavy imports (torch) after Hydra parsed overrides
+    from pimbuild.build import build  # after Hydra parsed the overrides
 
     out_dir = Path(HydraConfig.get().runtime.output_dir)
     try:
@@ -47,33 +48,53 @@ def app(cfg: DictConfig) -> None:
             (out_dir / FAILED).write_text(str(e) + "\n")
             return
         sys.exit(1)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # raised outside any import (see defer_interrupts_in_imports)
         error("interrupted: artifacts published so far are kept, nothing half-written is")
-        sys.exit(130)
+        leave(130)
 
 
 INTERRUPTED_EARLY = "interrupted before the build started: nothing was written to the store"
+RETRY_S = 0.05  # how often an interrupt that came during an import is tried again
 
 
-@contextmanager
-def quit_on_interrupt() -> Iterator[None]:
-    """Ctrl-C inside the block (importing torch and torch-mlir) ends the process at once
-    with one line and exit status 130, instead of raising KeyboardInterrupt there, inside
-    an extension module's initialisation (a traceback at best; a CI run's interrupt test
-    once ended in SIGSEGV with no output, which fits this). Nothing is in the store yet."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
+def importing(frame: FrameType | None) -> bool:
+    """Whether ``frame`` runs inside an import: a module's top level, or an extension
+    module's initialisation, below importlib's frames."""
+    while frame is not None:
+        if frame.f_code.co_filename.startswith("<frozen importlib"):
+            return True
+        frame = frame.f_back
+    return False
+
+
+def on_interrupt(signum: int, frame: FrameType | None) -> None:
+    """SIGINT: KeyboardInterrupt, except inside an import, where it waits until the import
+    is over. Torch and torch-mlir are imported lazily, inside the first stage; a
+    KeyboardInterrupt raised inside one of their modules' initialisation leaves the
+    process with half-registered C++ state (an abort was seen here, and a CI run's
+    interrupt test ended in SIGSEGV with no output)."""
+    if importing(frame):
+        timer = threading.Timer(RETRY_S, _thread.interrupt_main, (signum,))
+        timer.daemon = True
+        timer.start()
         return
+    raise KeyboardInterrupt
 
-    def leave(signum: int, frame: object) -> None:
-        os.write(2, f"error: {INTERRUPTED_EARLY}\n".encode())
-        os._exit(130)
 
-    previous = signal.signal(signal.SIGINT, leave)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
+def defer_interrupts_in_imports() -> None:
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, on_interrupt)
+
+
+def leave(status: int) -> NoReturn:
+    """Exit after an interrupt, once the stores' temporary folders are gone (their
+    ``finally`` blocks ran while KeyboardInterrupt unwound), without the interpreter's
+    finalisation, which would tear down torch and MLIR objects an interrupt may have
+    left half-built."""
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    logging.shutdown()
+    os._exit(status)
 
 
 def hydra_error_line(e: HydraException) -> str:
@@ -98,6 +119,7 @@ def main() -> None:
     # full trace (HYDRA_FULL_ERROR=1), in which case Hydra's behaviour is kept.
     full_trace = os.environ.get("HYDRA_FULL_ERROR") == "1"
     os.environ["HYDRA_FULL_ERROR"] = "1"
+    defer_interrupts_in_imports()
     try:
         app()
     except HydraException as e:
@@ -107,7 +129,7 @@ def main() -> None:
         sys.exit(1)
     except KeyboardInterrupt:  # while Hydra composed the config (the build handles its own)
         error(INTERRUPTED_EARLY)
-        sys.exit(130)
+        leave(130)
 
 
 if __name__ == "__main__":
