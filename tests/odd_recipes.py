@@ -103,6 +103,11 @@ def tensor_literal(n: int = 64) -> Recipe:
                   {"x": torch.randn(n, 4)})
 
 
+def constant_result(n: int = 64) -> Recipe:
+    """A result that depends on no input: the lowered function returns a tensor constant."""
+    return Recipe(_Fn(lambda x: (x + 1, torch.ones(3, 3))), {"x": torch.randn(n)})
+
+
 def returns_input(n: int = 64) -> Recipe:
     """The forward returns its input: no nest, no kernel."""
     return Recipe(_Fn(lambda x: x), {"x": torch.randn(n)})

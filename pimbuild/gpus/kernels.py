@@ -3,7 +3,8 @@
 One kernel per linalg op after fusion (named ops are generalized first), per tensor copy
 (``tensor.concat``, ``insert_slice``, ``pad``) and per TMTensor op. Views (``expand_shape``,
 ``collapse_shape``, ``extract_slice``, ``cast``) launch nothing: they name their source's
-buffer, except a view the function returns, which is copied into a buffer of its own. A
+buffer, except a view the function returns, which is copied into a buffer of its own, as a
+constant the function returns is (a constant read by kernels is cloned into each). A
 linalg op with no inputs that only initializes the accumulators of the kernels reading it (a
 reduction's or a GEMM's zero fill) is merged into each of them, as cuBLAS's ``beta = 0`` and
 a fused reduction's init do.
@@ -157,7 +158,13 @@ def scan(func: ir.Operation) -> tuple[dict[str, Any], list[ir.Operation]]:
     outputs: list[str] = []
     for op in block.operations:
         op = op.operation
-        if op.name == "arith.constant" and isinstance(op.results[0].type, ir.RankedTensorType):
+        if op.name == "arith.constant" and isinstance(op.results[0].type, ir.RankedTensorType) \
+                and op.results[0] in returned:  # a constant result: a kernel writes it
+            elements = math.prod(op.results[0].type.shape)
+            found.append(_kernel(op, len(found), buffers, "copy", 0, elements))
+            ops.append(op)
+        elif op.name == "arith.constant" and isinstance(op.results[0].type,
+                                                        ir.RankedTensorType):
             buffers.name(op.results[0], f"const{n_const}")
             n_const += 1
         elif op.name in VIEWS and op.results[0] not in returned:
