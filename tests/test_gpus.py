@@ -123,6 +123,9 @@ def test_roofline_engines_and_bounds(tmp_path) -> None:
 def test_unknown_device_lists_the_catalogue(tmp_path) -> None:
     with pytest.raises(ConfigError, match="not in the device catalogue.*a100"):
         _target(tmp_path, "devices=[a100,h200x]")
+    with pytest.raises(ConfigError, match="devices is empty: name at least one device "
+                                          r"\(choices: a100"):
+        _target(tmp_path, "devices=[]")
 
 
 def test_every_device_file_is_catalogued_and_the_cuda_backend_tells_them_apart(tmp_path

@@ -52,8 +52,11 @@ class GpuTarget:
         catalogue = plain(cfg.device)
         names = list(cfg.devices)
         unknown = [n for n in names if n not in catalogue]
-        if unknown or not names:
-            raise ConfigError(f"devices {unknown or names} not in the device catalogue "
+        if not names:
+            raise ConfigError(f"devices is empty: name at least one device (choices: "
+                              f"{', '.join(catalogue)})")
+        if unknown:
+            raise ConfigError(f"devices {unknown} not in the device catalogue "
                               f"(choices: {', '.join(catalogue)})")
         g = {k: v for k, v in plain(cfg.gpus).items()
              if k not in ("time_limit_s", "mip_gap", "on_time_limit", "period")}  # decide's
