@@ -73,7 +73,21 @@ def build_recipe(p: ModelParams) -> recipes.Recipe:
     recipe.module = recipe.module.to(dtype).eval()
     recipe.inputs = {k: v.to(dtype) if v.is_floating_point() else v
                      for k, v in recipe.inputs.items()}
+    _reject_input_dtypes(p, recipe)
     return recipe
+
+
+def _reject_input_dtypes(p: ModelParams, recipe: recipes.Recipe) -> None:
+    """An input of a dtype the lowered program cannot take (complex, quantized), refused by
+    name before it reaches the lowering; floating-point inputs are already ``model.dtype``."""
+    from pimbuild.jit import NP_DTYPES
+
+    for name, value in recipe.inputs.items():
+        dtype = dtype_name(value.dtype)
+        if dtype not in NP_DTYPES:
+            raise RecipeError(f"model '{p.name}': input '{name}' has dtype {dtype}, which the "
+                              f"lowered program cannot take (supported: "
+                              f"{', '.join(NP_DTYPES)})")
 
 
 def foreign_floats(recipe: recipes.Recipe, dtype: torch.dtype) -> dict[str, dict[str, Any]]:

@@ -138,6 +138,11 @@ def uses_cond(n: int = 8) -> Recipe:
     return Recipe(nn.Sequential(collections.OrderedDict(branch=_Branch())), {"x": torch.randn(n)})
 
 
+def complex_input(n: int = 8) -> Recipe:
+    """A complex input: the lowered program has no complex tensors."""
+    return Recipe(_Fn(lambda x: x.abs()), {"x": torch.randn(n, dtype=torch.complex64)})
+
+
 def number_input(n: int = 8) -> Recipe:
     """An input that is a Python number, not a tensor."""
     return Recipe(_Fn(lambda x, k: x * k), {"x": torch.randn(n), "k": 3})

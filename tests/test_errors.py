@@ -290,6 +290,8 @@ def test_ctrl_c_during_an_import_waits_until_the_import_is_over(tmp_path: Path) 
     ("tests.bad_recipes:uses_cond", r"torch-mlir: .*; the forward uses "
                                     r"torch.ops.higher_order.cond in 'branch', control flow"),
     ("tests.bad_recipes:number_input", "input 'k' is a int; pimbuild needs every input to be"),
+    ("tests.bad_recipes:complex_input", "input 'x' has dtype complex64, which the lowered "
+                                        r"program cannot take \(supported: float32"),
     ("tests.bad_recipes:complex_inside", "aten.complex.default computes a complex64 tensor"),
     ("tests.bad_recipes:side_effects", "calls aten._linalg_check_errors.default, an op with side"),
 ])
