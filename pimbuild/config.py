@@ -197,6 +197,7 @@ class Config:
     device: dict[str, DeviceConfig] = MISSING
     devices: list[str] = MISSING
     link: LinkConfig = MISSING
+    tp_link: LinkConfig = MISSING  # joins a TP group's twins (AF with TP attention)
     gpus: GpusConfig = MISSING
     serve: ServeConfig = MISSING
     targets: list[str] = MISSING  # the stages to build, with everything they read
@@ -285,6 +286,8 @@ RANGES: dict[str, tuple[Any, ...]] = {
     "sim.cores_sweep": (">=", 1),
     "link.gbps": (">", 0),
     "link.latency_us": (">=", 0),
+    "tp_link.gbps": (">", 0),
+    "tp_link.latency_us": (">=", 0),
     "gpus.tensor_efficiency": (">", 0),
     "gpus.cuda_efficiency": (">", 0),
     "gpus.memory_efficiency": (">", 0),

@@ -794,7 +794,8 @@ def test_three_devices_are_served_in_the_simulation(run_build) -> None:
             ("l40s", "a100#1+a100#2"), ("a100#1", "l40s+a100#2"), ("l40s+a100#1", "a100#2"),
             ("a100#1+a100#2", "l40s"))}
     assert {k for k in systems if k.startswith("AF")} == {
-        f"AF (attention on {a})" for a in ("l40s", "a100#1", "l40s+a100#1", "a100#1+a100#2")}
+        f"AF (attention on {a})" for a in ("l40s", "a100#1", "l40s+a100#1", "a100#1+a100#2",
+                                           "a100#1+a100#2 (TP=2)")}
     assert "a100#1 alone" in systems and "a100#2 alone" not in systems
     assert all(s["requests"] == 30 for s in systems.values())
     one = max(systems["a100#1 alone"]["tokens_per_s"], systems["l40s alone"]["tokens_per_s"])
@@ -952,6 +953,45 @@ def test_af_on_three_devices_takes_requests_in_turn() -> None:
                key=lambda r: r["throughput"])
     got = simulate.baselines(two, pair, unit)["AF disaggregation"]
     assert got["cycle_s"] == pytest.approx(want["cycle_s"])
+
+
+def test_af_with_tp_attention_runs_the_group_as_one_device() -> None:
+    """The paper's cluster AF baseline: attention with TP=2 on the two A100s, the rest on the
+    L40S (``pimbuild.gpus.tp``). By hand: attention takes 4 us on an A100 with a 2 us launch,
+    so 2 + 2 / 2 = 3 us on the group, plus the all-reduce of "a" (2 steps of half of it) and
+    the broadcast of "in" (one step of all of it) over the TP link; with a free cluster link
+    the group is the busiest."""
+    from dataclasses import replace
+
+    from pimbuild.gpus import simulate, tp
+    from pimbuild.targets.gpus import Device
+
+    k = (Kernel(0, "attn", "contraction", 0, {"in": 4096}, {"a": 4096}, "self_attn"),
+         Kernel(1, "ffn", "contraction", 0, {"a": 4096}, {"out": 4096}, "mlp"))
+    g = Graph(k, {"in": 4096, "a": 4096, "out": 4096}, {"a": 0, "out": 1},
+              {"in": (0,), "a": (1,)}, ("in",), ("out",), {})
+    a100 = Device("a100", "A100", 19.5, 312, 2039, 40, 80, 2.0, 1.5)
+    l40s = Device("l40s", "L40S", 91.6, 362, 864, 96, 48, 2.0, 1.0)
+    devices = [replace(a100, key="a100#1"), replace(a100, key="a100#2"), l40s]
+    times = [[4e-6, 4e-6, 9e-6], [5e-6, 5e-6, 3e-6]]
+    nvlink = Link(8.0, 1.0)  # 1 GB/s and 1 us: collectives that show
+    free = PlanContext(g, times, Link(1e12, 0.0), 3, 1.0)
+    [way] = tp.ways(free, devices, nvlink)
+    assert way.name == "a100#1+a100#2 (TP=2)" and way.at == 0 and way.turns == [[0, 1]]
+    assert [d.key for d in way.devices] == [way.name, "l40s"]
+    assert way.devices[0].price_per_hour == 3.0
+    group = 3e-6 + 2 * nvlink.seconds(2048) + nvlink.seconds(4096)
+    assert way.ctx.times == [[pytest.approx(group), 9e-6], [5e-6, 3e-6]]
+    unit = simulate.Unit(1, 1, "tokens", 1)
+    base = simulate.baselines(free, devices, unit, nvlink)
+    assert base["AF disaggregation (TP)"]["cycle_s"] == pytest.approx(group)
+    assert base["AF disaggregation (TP)"]["attention_on"] == way.name
+    assert "AF disaggregation (TP)" not in simulate.baselines(free, devices, unit)
+    # no twins, no group; the group is second when home is not in it
+    assert tp.ways(PlanContext(g, [r[1:] for r in times], LINK, 2, 1.0), devices[1:],
+                   nvlink) == []
+    assert tp.groups([l40s, *devices[:2]]) == [tp.Group((1, 2), (0,))]
+    assert tp.Group((1, 2), (0,)).order == [(0,), (1, 2)]
 
 
 def test_fig2_compares_the_first_device_with_another_model() -> None:

@@ -26,6 +26,7 @@ from omegaconf import DictConfig
 
 from pimbuild.errors import ConfigError, StageError
 from pimbuild.gpus import decide
+from pimbuild.gpus.cost import Link
 from pimbuild.stage import Inputs
 
 NAME = "simulate"
@@ -58,10 +59,12 @@ class Serve:
 class Params:
     decide: decide.Params
     serve: Serve
+    tp_link: Link  # joins the twins of AF's tensor-parallel attention group
 
 
 def params(cfg: DictConfig) -> Params:
-    return Params(decide=decide.params(cfg), serve=serve_params(cfg))
+    return Params(decide=decide.params(cfg), serve=serve_params(cfg),
+                  tp_link=Link(cfg.tp_link.gbps, cfg.tp_link.latency_us))
 
 
 def serve_params(cfg: DictConfig) -> Serve:
@@ -195,7 +198,13 @@ def layer_pipeline(ctx: Any, devices: list[Any], unit: Unit, price: float
                                                         strict=True)}}
 
 
-def baselines(ctx: Any, devices: list[Any], unit: Unit) -> dict[str, Any]:
+def baselines(ctx: Any, devices: list[Any], unit: Unit, tp_link: Link | None = None
+              ) -> dict[str, Any]:
+    """Each device alone, request distribution, AF disaggregation, AF with tensor-parallel
+    attention on twin devices joined by ``tp_link`` (``pimbuild.gpus.tp``; None: not
+    evaluated) and the layer pipeline, in the cost model."""
+    from pimbuild.gpus import tp
+
     n = len(ctx.graph.kernels)
     out: dict[str, Any] = {}
     for d, dev in enumerate(devices):
@@ -210,6 +219,10 @@ def baselines(ctx: Any, devices: list[Any], unit: Unit) -> dict[str, Any]:
             for name, turns in af_ways(ctx, devices)]
     if ways:
         out["AF disaggregation"] = max(ways, key=lambda r: r["throughput"])
+    grouped = [evaluate_turns(way.ctx, way.turns, unit, total) | {"attention_on": way.name}
+               for way in tp.ways(ctx, devices, tp_link)] if tp_link else []
+    if grouped:
+        out["AF disaggregation (TP)"] = max(grouped, key=lambda r: r["throughput"])
     pipeline = layer_pipeline(ctx, devices, unit, total)
     if pipeline is not None:
         out["layer pipeline"] = pipeline
@@ -228,7 +241,7 @@ def run(inputs: Inputs, p: Params, out: Path) -> None:
                 data.get("forwards_per_request", 1))
     price = sum(d.price_per_hour for d in devices)
     planned = evaluate(ctx, placement["place"], replace(unit, period=p.decide.period), price)
-    base = baselines(one, devices, unit)
+    base = baselines(one, devices, unit, p.tp_link)
     best_single = max((v for k, v in base.items() if k.endswith(" alone")),
                       key=lambda r: r["throughput"])
     speedups = {k: planned["throughput"] / v["throughput"] for k, v in base.items()}
@@ -262,10 +275,11 @@ def run(inputs: Inputs, p: Params, out: Path) -> None:
 def serving(inputs: Inputs, p: Params, ctx: Any, placement: dict[str, Any],
             unit: Unit) -> dict[str, Any]:
     """Prefill + ``output_len`` decode steps per request: the planned placements of both
-    phases against each device alone, request distribution, PD and AF disaggregation, in the
-    cost model's closed forms (``pimbuild.gpus.workload``) and in the discrete-event serving
-    simulation (``pimbuild.gpus.serving``)."""
-    from pimbuild.gpus import workload
+    phases against each device alone, request distribution, PD and AF disaggregation (and
+    AF with TP attention on twins, ``pimbuild.gpus.tp``), in the cost model's closed forms
+    (``pimbuild.gpus.workload``) and in the discrete-event serving simulation
+    (``pimbuild.gpus.serving``)."""
+    from pimbuild.gpus import tp, workload
 
     pre_inputs = inputs.phase("prefill")
     pre_ctx = decide.context(pre_inputs, p.decide)
@@ -276,9 +290,11 @@ def serving(inputs: Inputs, p: Params, ctx: Any, placement: dict[str, Any],
     pre_place = json.loads((pre_inputs["decide"] / "placement.json").read_text())["place"]
     devices = list(p.decide.profile.target.devices)
     w = workload.Workload(output_len=p.serve.output_len, batch=unit.tokens)
+    pre_tp, dec_tp = tp.ways(pre_ctx, devices, p.tp_link), tp.ways(ctx, devices, p.tp_link)
     pre = workload.phase(pre_ctx, pre_place, pre_data.get("layers", 1),
-                         af_ways(pre_ctx, devices))
-    dec = workload.phase(ctx, placement["place"], dec_data["layers"], af_ways(ctx, devices))
+                         af_ways(pre_ctx, devices), pre_tp)
+    dec = workload.phase(ctx, placement["place"], dec_data["layers"], af_ways(ctx, devices),
+                         dec_tp)
     rows = workload.compare(w, pre, dec, [d.key for d in devices],
                             [d.price_per_hour for d in devices], ctx.link)
     planned = rows["planned"]["tokens_per_s"]
@@ -288,7 +304,8 @@ def serving(inputs: Inputs, p: Params, ctx: Any, placement: dict[str, Any],
                             if k != "planned"}}
     return out | {"simulated": simulated(p, (pre_ctx, pre_place, pre_data),
                                          (ctx, placement["place"], dec_data), devices,
-                                         workload.ranked(w, pre, dec, ctx.link))}
+                                         workload.ranked(w, pre, dec, ctx.link),
+                                         list(zip(pre_tp, dec_tp, strict=True)))}
 
 
 def per_period(data: dict[str, Any], period: int) -> dict[str, Any]:
@@ -298,9 +315,11 @@ def per_period(data: dict[str, Any], period: int) -> dict[str, Any]:
 
 
 def simulated(p: Params, pre: tuple, dec: tuple, devices: list[Any],
-              order: tuple[list[int], list[int]]) -> dict[str, Any]:
+              order: tuple[list[int], list[int]], tp_ways: list[tuple[Any, Any]] = ()
+              ) -> dict[str, Any]:
     """Every system serving the same requests in the discrete-event simulation: PD's and
-    AF's best ``serve.splits`` splits by the closed forms (``order``)."""
+    AF's best ``serve.splits`` splits by the closed forms (``order``), and AF with TP
+    attention on each group of twins (``tp_ways``: ``tp.ways``' prefill and decode ways)."""
     import time
 
     from pimbuild.gpus import serving
@@ -314,8 +333,11 @@ def simulated(p: Params, pre: tuple, dec: tuple, devices: list[Any],
                                f"(gpus.time_limit_s={p.decide.time_limit_s}; raise it, keep "
                                f"the best placement found: gpus.on_time_limit=best, or "
                                f"serve.monitor=false)") from None
-    requests = serving.requests(s, pre[2].get("prompt", 0))
     kv = serving.kv_map(pre[2], dec[2])
+    for way, dec_way in tp_ways:  # two_sets' index of the split with attention on the group
+        systems |= serving.af_systems((way.ctx, pre[1], pre[2]), (dec_way.ctx, dec[1], dec[2]),
+                                      way.devices, set(kv), order=[(1 << way.at) - 1], limit=1)
+    requests = serving.requests(s, pre[2].get("prompt", 0))
     link = pre[0].link
     monitor = serving.Monitor(s.window_s, s.beta, s.stall_s) if s.monitor else None
     out = {}

@@ -22,6 +22,7 @@ rates.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from pimbuild.gpus.cost import Link
 
@@ -89,22 +90,26 @@ class Phase:
     alone: list[float]
     af: dict[str, float] | None
     state_bytes: int
+    af_tp: dict[str, float] | None = None  # AF with TP attention, by the group's name
 
 
 def phase(ctx, place: list[int], layers: int,
-          af: list[tuple[str, list[list[int]]]]) -> Phase:
-    """``ctx``: a planner's PlanContext; ``af``: AF's ways (``simulate.af_ways``)."""
+          af: list[tuple[str, list[list[int]]]],
+          tp: list[Any] = ()) -> Phase:
+    """``ctx``: a planner's PlanContext; ``af``: AF's ways (``simulate.af_ways``); ``tp``:
+    AF's ways with TP attention, each in its grouped context (``tp.ways``)."""
     from pimbuild.gpus.cost import turns_cycle_time
 
-    def cycle(turns: list[list[int]]) -> float:
-        return layers * turns_cycle_time(ctx.graph, turns, ctx.times, ctx.link, ctx.n_dev,
-                                         ctx.comm_on_device)
+    def cycle(turns: list[list[int]], c=ctx) -> float:
+        return layers * turns_cycle_time(c.graph, turns, c.times, c.link, c.n_dev,
+                                         c.comm_on_device)
 
     g = ctx.graph
     state = sum(g.buffer_bytes[b] for b in g.outputs if b not in g.carry.values())
     return Phase(cycle([place]), [layers * sum(row[d] for row in ctx.times)
                                   for d in range(ctx.n_dev)],
-                 {name: cycle(turns) for name, turns in af} or None, layers * state)
+                 {name: cycle(turns) for name, turns in af} or None, layers * state,
+                 {way.name: cycle(way.turns, way.ctx) for way in tp} or None)
 
 
 def compare(w: Workload, pre: Phase, dec: Phase, keys: list[str], prices: list[float],
@@ -136,4 +141,9 @@ def compare(w: Workload, pre: Phase, dec: Phase, keys: list[str], prices: list[f
                       if name in dec.af)
         out["AF disaggregation"] = {"tokens_per_s": r, "perf_per_dollar": r / total,
                                     "attention_on": name}
+    if pre.af_tp and dec.af_tp:
+        r, name = max((mixed(w, pre.af_tp[name], dec.af_tp[name]), name)
+                      for name in pre.af_tp if name in dec.af_tp)
+        out["AF disaggregation (TP)"] = {"tokens_per_s": r, "perf_per_dollar": r / total,
+                                         "attention_on": name}
     return out
