@@ -67,18 +67,35 @@ def importing(frame: FrameType | None) -> bool:
     return False
 
 
+INTERRUPTED_TWICE = ("interrupted twice while a module was imported: left at once; the "
+                     "store's unfinished folders are removed by the next build")
+_deferred = {"pending": False, "retry": False}  # an interrupt waits; the next is a retry
+
+
 def on_interrupt(signum: int, frame: FrameType | None) -> None:
     """SIGINT: KeyboardInterrupt, except inside an import, where it waits until the import
-    is over. Torch and torch-mlir are imported lazily, inside the first stage; a
-    KeyboardInterrupt raised inside one of their modules' initialisation leaves the
-    process with half-registered C++ state (an abort was seen here, and a CI run's
-    interrupt test ended in SIGSEGV with no output)."""
+    is over (tried again every ``RETRY_S``). Torch and torch-mlir are imported lazily,
+    inside the first stage; a KeyboardInterrupt raised inside one of their modules'
+    initialisation leaves the process with half-registered C++ state (an abort was seen
+    here, and a CI run's interrupt test ended in SIGSEGV with no output). A second Ctrl-C
+    while one waits leaves at once (an import that hangs)."""
+    retry, _deferred["retry"] = _deferred["retry"], False
+    if _deferred["pending"] and not retry:
+        os.write(2, f"error: {INTERRUPTED_TWICE}\n".encode())
+        os._exit(130)
     if importing(frame):
-        timer = threading.Timer(RETRY_S, _thread.interrupt_main, (signum,))
+        _deferred["pending"] = True
+        timer = threading.Timer(RETRY_S, _retry, (signum,))
         timer.daemon = True
         timer.start()
         return
+    _deferred["pending"] = False
     raise KeyboardInterrupt
+
+
+def _retry(signum: int) -> None:
+    _deferred["retry"] = True
+    _thread.interrupt_main(signum)
 
 
 def defer_interrupts_in_imports() -> None:

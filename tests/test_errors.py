@@ -267,6 +267,32 @@ def test_ctrl_c_during_an_import_waits_until_the_import_is_over(tmp_path: Path) 
                                         "interrupted after the import: True"], proc.stdout
 
 
+def test_a_second_ctrl_c_during_an_import_leaves_at_once(tmp_path: Path) -> None:
+    """An import that does not end (a hang): the second Ctrl-C leaves at once, one line and
+    exit 130, without raising inside the module."""
+    import sys
+
+    from tests.conftest import REPO
+
+    (tmp_path / "hanging_module.py").write_text(
+        "import os, signal, time\n"
+        "os.kill(os.getpid(), signal.SIGINT)\n"
+        "time.sleep(0.2)\n"
+        "os.kill(os.getpid(), signal.SIGINT)\n"
+        "time.sleep(10)\n"
+        "print('module initialised', flush=True)\n")
+    code = ("import sys\n"
+            f"sys.path.insert(0, {str(tmp_path)!r})\n"
+            "from pimbuild import cli\n"
+            "cli.defer_interrupts_in_imports()\n"
+            "import hanging_module\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          cwd=REPO, timeout=120)
+    assert proc.returncode == 130, proc.stdout + proc.stderr
+    assert proc.stderr.count("error:") == 1 and "interrupted twice" in proc.stderr
+    assert "Traceback" not in proc.stderr and "initialised" not in proc.stdout
+
+
 @pytest.mark.parametrize(("recipe", "message"), [
     ("tests.bad_recipes:not_a_recipe", "returned tuple, not a pimbuild.recipes.Recipe"),
     ("tests.bad_recipes:scalar_output", "output 0 of the forward is a float"),
