@@ -216,21 +216,31 @@ def test_ctrl_c_is_one_line_and_exit_130(tmp_path: Path) -> None:
     _assert_store_clean(store)
 
 
-def test_ctrl_c_while_hydra_composes_is_one_line_and_exit_130() -> None:
-    """Ctrl-C while Hydra composes the config (``cli.main``): one line, exit 130, no
-    traceback. The interrupt is raised inside that phase, so the test does not depend on
-    timing."""
+def _python(code: str, module: tuple[Path, str] | None = None) -> subprocess.CompletedProcess:
+    """``code`` in a fresh interpreter at the repository root; ``module``: (folder, text)
+    of ``imported_module.py``, put on the path with the interrupt handler installed first."""
     import sys
 
     from tests.conftest import REPO
 
-    code = ("from pimbuild import cli\n"
-            "def app():\n"
-            "    raise KeyboardInterrupt\n"
-            "cli.app = app\n"
-            "cli.main()\n")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+    if module is not None:
+        folder, text = module
+        (folder / "imported_module.py").write_text(text)
+        code = (f"import sys\nsys.path.insert(0, {str(folder)!r})\n"
+                "from pimbuild import cli\ncli.defer_interrupts_in_imports()\n" + code)
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           cwd=REPO, timeout=120)
+
+
+def test_ctrl_c_while_hydra_composes_is_one_line_and_exit_130() -> None:
+    """Ctrl-C while Hydra composes the config (``cli.main``): one line, exit 130, no
+    traceback. The interrupt is raised inside that phase, so the test does not depend on
+    timing."""
+    proc = _python("from pimbuild import cli\n"
+                   "def app():\n"
+                   "    raise KeyboardInterrupt\n"
+                   "cli.app = app\n"
+                   "cli.main()\n")
     assert proc.returncode == 130, proc.stdout + proc.stderr
     assert proc.stderr.count("error:") == 1 and "interrupted before the build" in proc.stderr
     assert "Traceback" not in proc.stderr
@@ -241,27 +251,17 @@ def test_ctrl_c_during_an_import_waits_until_the_import_is_over(tmp_path: Path) 
     imported is raised once its import is over (``cli.on_interrupt``), never inside the
     module's initialisation. The module sends SIGINT to its own process, so the test does
     not depend on timing."""
-    import sys
-
-    from tests.conftest import REPO
-
-    (tmp_path / "slow_module.py").write_text(
-        "import os, signal, time\n"
-        "os.kill(os.getpid(), signal.SIGINT)\n"
-        "time.sleep(0.5)\n"
-        "print('module initialised', flush=True)\n")
-    code = ("import sys, time\n"
-            f"sys.path.insert(0, {str(tmp_path)!r})\n"
-            "from pimbuild import cli\n"
-            "cli.defer_interrupts_in_imports()\n"
-            "try:\n"
-            "    import slow_module\n"
-            "    time.sleep(10)\n"
-            "    print('not interrupted')\n"
-            "except KeyboardInterrupt:\n"
-            "    print('interrupted after the import:', 'slow_module' in sys.modules)\n")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          cwd=REPO, timeout=120)
+    proc = _python("import time\n"
+                   "try:\n"
+                   "    import imported_module\n"
+                   "    time.sleep(10)\n"
+                   "    print('not interrupted')\n"
+                   "except KeyboardInterrupt:\n"
+                   "    print('interrupted after the import:', 'imported_module' in sys.modules)\n",
+                   (tmp_path, "import os, signal, time\n"
+                              "os.kill(os.getpid(), signal.SIGINT)\n"
+                              "time.sleep(0.5)\n"
+                              "print('module initialised', flush=True)\n"))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.splitlines() == ["module initialised",
                                         "interrupted after the import: True"], proc.stdout
@@ -270,24 +270,13 @@ def test_ctrl_c_during_an_import_waits_until_the_import_is_over(tmp_path: Path) 
 def test_a_second_ctrl_c_during_an_import_leaves_at_once(tmp_path: Path) -> None:
     """An import that does not end (a hang): the second Ctrl-C leaves at once, one line and
     exit 130, without raising inside the module."""
-    import sys
-
-    from tests.conftest import REPO
-
-    (tmp_path / "hanging_module.py").write_text(
-        "import os, signal, time\n"
-        "os.kill(os.getpid(), signal.SIGINT)\n"
-        "time.sleep(0.2)\n"
-        "os.kill(os.getpid(), signal.SIGINT)\n"
-        "time.sleep(10)\n"
-        "print('module initialised', flush=True)\n")
-    code = ("import sys\n"
-            f"sys.path.insert(0, {str(tmp_path)!r})\n"
-            "from pimbuild import cli\n"
-            "cli.defer_interrupts_in_imports()\n"
-            "import hanging_module\n")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          cwd=REPO, timeout=120)
+    proc = _python("import imported_module\n",
+                   (tmp_path, "import os, signal, time\n"
+                              "os.kill(os.getpid(), signal.SIGINT)\n"
+                              "time.sleep(0.2)\n"
+                              "os.kill(os.getpid(), signal.SIGINT)\n"
+                              "time.sleep(10)\n"
+                              "print('module initialised', flush=True)\n"))
     assert proc.returncode == 130, proc.stdout + proc.stderr
     assert proc.stderr.count("error:") == 1 and "interrupted twice" in proc.stderr
     assert "Traceback" not in proc.stderr and "initialised" not in proc.stdout
