@@ -992,6 +992,10 @@ def test_af_with_tp_attention_runs_the_group_as_one_device() -> None:
                    nvlink) == []
     assert tp.groups([l40s, *devices[:2]]) == [tp.Group((1, 2), (0,))]
     assert tp.Group((1, 2), (0,)).order == [(0,), (1, 2)]
+    # three twins and an L40S: the pairs that leave home out are one group, not two
+    three = [*devices[:2], replace(a100, key="a100#3"), l40s]
+    assert tp.groups(three) == [tp.Group((0, 1), (2, 3)), tp.Group((1, 2), (0, 3)),
+                                tp.Group((0, 1, 2), (3,))]
 
 
 def test_fig2_compares_the_first_device_with_another_model() -> None:

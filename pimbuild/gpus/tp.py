@@ -60,11 +60,14 @@ def twins(a: Any, b: Any) -> bool:
 
 def groups(devices: list[Any]) -> list[Group]:
     """Every split of ``devices`` into a TP group of two or more twins and the rest (one
-    device or more), in ``workload.two_sets``' order."""
+    device or more), in ``workload.two_sets``' order; of splits that differ only by which
+    twins they take, the first (``serving._first_of_kind``)."""
+    from pimbuild.gpus.serving import _first_of_kind
     from pimbuild.gpus.workload import two_sets
 
     return [Group(tuple(a), tuple(r)) for a, r in two_sets(len(devices))
-            if len(a) >= 2 and all(twins(devices[a[0]], devices[d]) for d in a)]
+            if len(a) >= 2 and all(twins(devices[a[0]], devices[d]) for d in a)
+            and _first_of_kind(devices, [a, r])]
 
 
 def kernel_seconds(seconds: float, launch_s: float, t: int) -> float:
