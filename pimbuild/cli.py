@@ -128,7 +128,14 @@ def hydra_error_line(e: HydraException) -> str:
     if not detail and e.__cause__ is not None:  # e.g. a value of the wrong type
         detail = str(e.__cause__).partition("\n")[0]
     head = head.rstrip(".")
+    relocated = re.match(r"Error merging override (\w+)=(\w+)", head)
+    if relocated and relocated.group(1) in RELOCATED:  # a group chosen under another name
+        key, name = relocated.groups()
+        detail = f"{key} is chosen from the {RELOCATED[key]} group: {RELOCATED[key]}@{key}={name}"
     return f"{head}: {detail}" if detail else head
+
+
+RELOCATED = {"tp_link": "link"}  # conf/config.yaml's `- link@tp_link: nvlink3`
 
 
 def main() -> None:

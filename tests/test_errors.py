@@ -136,6 +136,14 @@ def test_cli_bad_type_fails_at_composition(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+def test_cli_names_the_syntax_of_a_group_chosen_under_another_name(tmp_path: Path) -> None:
+    proc = run_cli(["system=gpus", "tp_link=rdma200"], cwd=tmp_path)
+    assert proc.returncode == 1
+    [line] = proc.stderr.strip().splitlines()
+    assert line.endswith("tp_link is chosen from the link group: link@tp_link=rdma200")
+
+
+@pytest.mark.slow
 def test_cli_bad_override_syntax_is_one_line(tmp_path: Path) -> None:
     proc = run_cli(["pim.cores=["], cwd=tmp_path)
     assert proc.returncode == 1
