@@ -987,6 +987,16 @@ def test_af_with_tp_attention_runs_the_group_as_one_device() -> None:
     assert base["AF disaggregation (TP)"]["cycle_s"] == pytest.approx(group)
     assert base["AF disaggregation (TP)"]["attention_on"] == way.name
     assert "AF disaggregation (TP)" not in simulate.baselines(free, devices, unit)
+    # serving's closed form: the same grouped cycle for both phases, 4 layers
+    from pimbuild.gpus import workload
+
+    w = workload.Workload(output_len=10, batch=4)
+    ph = workload.phase(free, [0, 0], 4, simulate.af_ways(free, devices), [way])
+    assert ph.af_tp == {way.name: pytest.approx(4 * group)}
+    row = workload.compare(w, ph, ph, [d.key for d in devices], [1.5, 1.5, 1.0], LINK)[
+        "AF disaggregation (TP)"]
+    assert row["tokens_per_s"] == pytest.approx(workload.mixed(w, 4 * group, 4 * group))
+    assert row["attention_on"] == way.name
     # no twins, no group; the group is second when home is not in it
     assert tp.ways(PlanContext(g, [r[1:] for r in times], LINK, 2, 1.0), devices[1:],
                    nvlink) == []
