@@ -185,9 +185,12 @@ WIDE = {"gpt2_768": 16, "bert_768": 32, "llama_1024": 16, "vit_768": 32, "resnet
 GPUS = ["system=gpus", "devices=[a100,l40s]"]
 
 
-def build(name: str, n: int, extra: list[str], store: Path, run: Path) -> dict:
+def build(name: str, n: int, extra: list[str], store: Path, run: Path,
+          module: str = "hf_models") -> dict:
+    """One ``pimbuild`` run of ``<module>:<name>`` (a module of this directory) at size ``n``:
+    its exit status, seconds and summary lines (or its ``error:`` line)."""
     cmd = [str(Path(sys.executable).parent / "pimbuild"), "model=relu", f"model.name={name}",
-           f"model.recipe=hf_models:{name}", f"model.size={{n:{n}}}", f"store={store}",
+           f"model.recipe={module}:{name}", f"model.size={{n:{n}}}", f"store={store}",
            f"hydra.run.dir={run}", *extra]
     env = {**os.environ, "PYTHONPATH": f"{HERE}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     began = time.perf_counter()
