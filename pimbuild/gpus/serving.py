@@ -43,8 +43,9 @@ import simpy
 from pimbuild.gpus import cost
 from pimbuild.gpus.arrivals import Request
 from pimbuild.gpus.cost import Link
-from pimbuild.gpus.ddg import HOME, Graph
+from pimbuild.gpus.ddg import Graph
 from pimbuild.gpus.serve import Forward, Server, percentile, segments
+from pimbuild.gpus.workload import first_of_kind, two_sets
 
 
 @dataclass(frozen=True)
@@ -493,14 +494,15 @@ def alternative(policy: str, ctx: Any, planned: list[int]) -> list[int]:
 
 
 def systems(pre: tuple, dec: tuple, devices: list[Any], policy: str, monitor: bool,
-            order: tuple[list[int], list[int]] | None = None, limit: int | None = None
-            ) -> dict[str, System]:
+            order: tuple[list[int], list[int]] | None = None, limit: int | None = None,
+            tp_ways: list[tuple[Any, Any]] = ()) -> dict[str, System]:
     """The planned system (with the other policy's placements for the monitor) and the
     baselines: each device alone, request distribution (a replica on every device), PD and
     AF (where the model has attention and other kernels) on the splits of the devices in
     two. ``pre``/``dec``: (planner context, planned placement, kernels.json) of the prefill
     and decode phases; ``order``: PD's and AF's splits best first (``workload.ranked``), of
-    which the first ``limit`` are simulated (default: every split)."""
+    which the first ``limit`` are simulated (default: every split); ``tp_ways``: AF with TP
+    attention on a group of twins, ``tp.ways``' prefill and decode way of each group."""
     (pc, pp, pd_), (dc, dp, dd) = pre, dec
     kept = set(kv_map(pd_, dd))
     n, price = len(devices), sum(d.price_per_hour for d in devices)
@@ -514,12 +516,15 @@ def systems(pre: tuple, dec: tuple, devices: list[Any], policy: str, monitor: bo
     for d, dev in enumerate(devices):
         one = Plan(_phase(pc, pp, pd_, d, kept), _phase(dc, dp, dd, d))
         alone.append(System({"alone": one}, 1, dev.price_per_hour))
-        if _first_of_kind(devices, [[d]], home=None):  # alone, a device is its own home
+        if first_of_kind(devices, [[d]], home=None):  # alone, a device is its own home
             out[f"{dev.key} alone"] = alone[-1]
     out["request distribution"] = System({}, n, price, alone)
     pd_order, af_order = order or (None, None)
     out |= pd_systems(pre, dec, devices, kept, pd_order, limit)
     out |= af_systems(pre, dec, devices, kept, af_order, limit)
+    for way, dec_way in tp_ways:  # two_sets' index of the split with attention on the group
+        out |= af_systems((way.ctx, pp, pd_), (dec_way.ctx, dp, dd), way.devices, kept,
+                          order=[(1 << way.at) - 1], limit=1)
     return out
 
 
@@ -561,10 +566,8 @@ def pd_systems(pre: tuple, dec: tuple, devices: list[Any], kept: set[str],
     """PD disaggregation on the splits of the devices in two (``order``: indices into
     ``two_sets``, best first; the first ``limit`` of them): each prefill device and each
     decode device an instance of its own (``in_turn``). On two devices "PD (prefill on X)";
-    on more the decode set is named too; of twin splits (``_first_of_kind``) only the
+    on more the decode set is named too; of twin splits (``workload.first_of_kind``) only the
     first."""
-    from pimbuild.gpus.workload import two_sets
-
     (pc, pp, pd_), (dc, dp, dd) = pre, dec
     n, price = len(devices), sum(d.price_per_hour for d in devices)
     out: dict[str, System] = {}
@@ -587,8 +590,6 @@ def af_systems(pre: tuple, dec: tuple, devices: list[Any], kept: set[str],
     same turn, so its KV cache stays where its attention runs; ``order`` and ``limit`` as in
     ``pd_systems``); none without that structure; of twin splits only the first."""
     from pimbuild.gpus.simulate import af_ways
-    from pimbuild.gpus.workload import two_sets
-
     (pc, _, pd_), (dc, _, dd) = pre, dec
     price = sum(d.price_per_hour for d in devices)
     pre_ways, dec_ways = af_ways(pc, devices), af_ways(dc, devices)
@@ -606,30 +607,14 @@ def af_systems(pre: tuple, dec: tuple, devices: list[Any], kept: set[str],
 def _picked(devices: list[Any], sets: list, order: list[int] | None, limit: int | None
             ) -> list[int]:
     """The indices ``i`` in ``order`` (default: all, in turn) whose ``sets[i]`` is no
-    twin's (``_first_of_kind``), at most ``limit``."""
+    twin's (``workload.first_of_kind``), at most ``limit``."""
     chosen = [i for i in (range(len(sets)) if order is None else order)
-              if _first_of_kind(devices, list(sets[i]))]
+              if first_of_kind(devices, list(sets[i]))]
     return chosen if limit is None else chosen[:limit]
 
 
 def _names(devices: list[Any], on: list[int]) -> str:
     return "+".join(devices[d].key for d in on)
-
-
-def _first_of_kind(devices: list[Any], sets: list[list[int]], home: int | None = HOME
-                   ) -> bool:
-    """Whether ``sets`` (of device indices) is the first, in index order, of the ways to
-    pick sets of the same kinds of device: twins (a100#2, a100#3: equal but for their
-    label) serve alike, so one of them is simulated. ``home`` (where requests enter and
-    results leave; None for systems of one device each) has no twin."""
-    kind = [d if d == home else replace(dev, key="") for d, dev in enumerate(devices)]
-    taken: set[int] = set()
-    for on in sets:  # each set takes the lowest free twins of its kinds
-        if any(e < d and e not in taken and e not in on and kind[e] == kind[d]
-               for d in on for e in range(len(devices))):
-            return False
-        taken |= set(on)
-    return True
 
 
 def max_rate(system: System, prompt: int, output_len: int, slo_s_per_token: float,

@@ -327,16 +327,13 @@ def simulated(p: Params, pre: tuple, dec: tuple, devices: list[Any],
     s = p.serve
     try:
         systems = serving.systems(pre, dec, devices, p.decide.policy, monitor=s.monitor,
-                                  order=order, limit=s.splits)
+                                  order=order, limit=s.splits, tp_ways=tp_ways)
     except RuntimeError as e:  # HiGHS stopped on the monitor's other placement
         raise StageError(NAME, f"the online monitor's alternative placement: {e} "
                                f"(gpus.time_limit_s={p.decide.time_limit_s}; raise it, keep "
                                f"the best placement found: gpus.on_time_limit=best, or "
                                f"serve.monitor=false)") from None
     kv = serving.kv_map(pre[2], dec[2])
-    for way, dec_way in tp_ways:  # two_sets' index of the split with attention on the group
-        systems |= serving.af_systems((way.ctx, pre[1], pre[2]), (dec_way.ctx, dec[1], dec[2]),
-                                      way.devices, set(kv), order=[(1 << way.at) - 1], limit=1)
     requests = serving.requests(s, pre[2].get("prompt", 0))
     link = pre[0].link
     monitor = serving.Monitor(s.window_s, s.beta, s.stall_s) if s.monitor else None

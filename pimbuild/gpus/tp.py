@@ -54,20 +54,15 @@ class Group:
         return self.order.index(self.members)
 
 
-def twins(a: Any, b: Any) -> bool:
-    return replace(a, key="") == replace(b, key="")
-
-
 def groups(devices: list[Any]) -> list[Group]:
     """Every split of ``devices`` into a TP group of two or more twins and the rest (one
     device or more), in ``workload.two_sets``' order; of splits that differ only by which
-    twins they take, the first (``serving._first_of_kind``)."""
-    from pimbuild.gpus.serving import _first_of_kind
-    from pimbuild.gpus.workload import two_sets
+    twins they take, the first (``workload.first_of_kind``)."""
+    from pimbuild.gpus.workload import first_of_kind, twins, two_sets
 
     return [Group(tuple(a), tuple(r)) for a, r in two_sets(len(devices))
             if len(a) >= 2 and all(twins(devices[a[0]], devices[d]) for d in a)
-            and _first_of_kind(devices, [a, r])]
+            and first_of_kind(devices, [a, r])]
 
 
 def kernel_seconds(seconds: float, launch_s: float, t: int) -> float:
