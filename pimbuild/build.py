@@ -13,7 +13,14 @@ from hydra.utils import to_absolute_path
 from omegaconf import DictConfig
 
 from pimbuild.artifacts import Store, write_manifest
-from pimbuild.console import candidates_table, cast_line, console, report_lines, summary_table
+from pimbuild.console import (
+    candidates_table,
+    cast_line,
+    console,
+    evaluated_line,
+    report_lines,
+    summary_table,
+)
 from pimbuild.decide import policy_params
 from pimbuild.tasks import plan
 from pimbuild.tasks.runner import execute
@@ -99,6 +106,9 @@ def _summarize(cfg: DictConfig, stage_tasks: list, result: BuildResult, run_dir:
         sig = json.loads((Path(stages["lower"]["dir"]) / "signature.json").read_text())
         if sig.get("cast"):
             console.print(cast_line(cfg.model.name, sig["cast"], cfg.model.dtype),
+                          soft_wrap=True, markup=False)
+        if sig.get("evaluated"):
+            console.print(evaluated_line(cfg.model.name, sig["evaluated"]),
                           soft_wrap=True, markup=False)
     if "simulate" in stages:
         report = json.loads((Path(stages["simulate"]["dir"]) / "report.json").read_text())

@@ -77,6 +77,13 @@ def cast_line(model: str, cast: dict, dtype: str) -> str:
             f"it in {dtype} (model.dtype), so its numbers are those of the {dtype} model")
 
 
+def evaluated_line(model: str, layers: list[str]) -> str:
+    """The note that the model was in training mode (``signature.json``'s ``evaluated``)."""
+    return (f"note: model '{model}' is in training mode with {', '.join(layers)}; pimbuild "
+            f"builds, runs and checks its inference forward (module.eval(): no dropout, "
+            f"normalisation by running statistics)")
+
+
 def error(message: str) -> None:
     errors.print(f"[bold red]error:[/] {message}", soft_wrap=True, markup=True)
 

@@ -70,6 +70,7 @@ def build_recipe(p: ModelParams) -> recipes.Recipe:
                               f"be a constant of the module instead)")
     dtype = DTYPES[p.dtype]
     recipe.cast = foreign_floats(recipe, dtype)
+    recipe.evaluated = training_layers(recipe.module)
     recipe.module = recipe.module.to(dtype).eval()
     recipe.inputs = {k: v.to(dtype) if v.is_floating_point() else v
                      for k, v in recipe.inputs.items()}
@@ -100,6 +101,27 @@ def foreign_floats(recipe: recipes.Recipe, dtype: torch.dtype) -> dict[str, dict
     inputs = {k: dtype_name(v.dtype) for k, v in recipe.inputs.items()
               if v.is_floating_point() and v.dtype != dtype}
     return {k: v for k, v in (("parameters", params), ("inputs", inputs)) if v}
+
+
+def training_layers(module: torch.nn.Module) -> list[str]:
+    """The kinds of layer in ``module`` that are in training mode and whose forward changes
+    with it, as PyTorch documents: dropout (p > 0, in its own module or inside attention and
+    stacked RNNs) and normalisation with running statistics. ``eval()`` turns them to
+    inference; other modules' mode changes nothing they compute."""
+    from torch import nn
+
+    def changes(m: nn.Module) -> bool:
+        if isinstance(m, nn.modules.dropout._DropoutNd):
+            return m.p > 0
+        if isinstance(m, nn.modules.batchnorm._NormBase):
+            return m.track_running_stats
+        if isinstance(m, nn.MultiheadAttention):
+            return m.dropout > 0
+        if isinstance(m, nn.RNNBase):
+            return m.dropout > 0 and m.num_layers > 1
+        return False
+
+    return sorted({type(m).__name__ for m in module.modules() if m.training and changes(m)})
 
 
 def eager(p: ModelParams, recipe: recipes.Recipe, layout: list[str | None] | None = None
@@ -384,7 +406,7 @@ def signature(prog: ExportedProgram, recipe: recipes.Recipe, outputs: list[torch
             "forwards_per_request": recipe.forwards_per_request, "prompt": recipe.prompt,
             "carry": {k: _shifted(v, layout) for k, v in recipe.carry.items()},
             "state": {**{k: _shifted(v, layout) for k, v in recipe.state.items()}, **written},
-            "cast": recipe.cast,
+            "cast": recipe.cast, "evaluated": recipe.evaluated,
             "mutations": written}
 
 

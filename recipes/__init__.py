@@ -53,6 +53,9 @@ class Recipe:
     # that the module's parameters and buffers ("parameters": dtype -> how many) and the
     # inputs ("inputs": name -> dtype) had before pimbuild cast them to it.
     cast: dict[str, dict[str, Any]] = field(default_factory=dict, init=False)
+    # Set by pimbuild: the kinds of layer that were in training mode and compute otherwise
+    # in inference (dropout, batch norm's statistics) before pimbuild called ``eval()``.
+    evaluated: list[str] = field(default_factory=list, init=False)
 
 
 def split(path: str) -> tuple[str, str]:

@@ -113,6 +113,13 @@ def returns_input(n: int = 64) -> Recipe:
     return Recipe(_Fn(lambda x: x), {"x": torch.randn(n)})
 
 
+def training_mode(n: int = 16) -> Recipe:
+    """A model left in training mode (as ``nn.Module`` starts): dropout draws and batch norm
+    normalises by the batch's statistics until ``eval()``."""
+    return Recipe(nn.Sequential(nn.Linear(n, n), nn.BatchNorm1d(n), nn.Dropout(0.5)).train(),
+                  {"x": torch.randn(4, n)})
+
+
 class _Bfloat16Inside(nn.Module):
     """A float32 model that computes in bfloat16: a linear under autocast, a tanh and a
     softmax of a bfloat16 tensor, and a float64 -> bfloat16 conversion."""

@@ -120,6 +120,39 @@ def test_run_time_assertions_are_dropped_and_recorded(run_build) -> None:
     assert "cf.assert" not in (lower / "scf.mlir").read_text()
 
 
+def test_training_mode_is_recorded_and_said(run_build, capsys) -> None:
+    """pimbuild builds the inference forward (``eval()``): a model left in training mode with
+    layers that compute otherwise there is told so, and its check is against eager in
+    inference (the run matches, which dropout's draws in training mode could not)."""
+    result = run_build(["model=relu", "model.recipe=tests.odd_recipes:training_mode",
+                        "model.size={n:16}", "profile.backend=timer", "targets=[reinsert]"])
+    sig = json.loads((artifact_dir(result, "lower") / "signature.json").read_text())
+    assert sig["evaluated"] == ["BatchNorm1d", "Dropout"]
+    assert "is in training mode with BatchNorm1d, Dropout" in " ".join(
+        capsys.readouterr().out.split())
+    check = json.loads((artifact_dir(result, "reinsert") / "reinsert.json").read_text())
+    assert check["check"]["max_rel_error"] <= RTOL
+    run_build(["model=relu", "model.size={n:16}", "targets=[lower]"])
+    assert "training mode" not in capsys.readouterr().out
+
+
+def test_training_layers_are_those_whose_forward_changes() -> None:
+    from torch import nn
+
+    from pimbuild.frontend import training_layers
+
+    assert training_layers(nn.Sequential(nn.Linear(4, 4), nn.ReLU())) == []  # train, alike
+    assert training_layers(nn.Dropout(0.0)) == []
+    assert training_layers(nn.InstanceNorm1d(4)) == []  # no running statistics
+    assert training_layers(nn.InstanceNorm1d(4, track_running_stats=True)) == [
+        "InstanceNorm1d"]
+    assert training_layers(nn.LSTM(4, 4, num_layers=1)) == []
+    assert training_layers(nn.LSTM(4, 4, num_layers=2, dropout=0.1)) == ["LSTM"]
+    assert training_layers(nn.MultiheadAttention(4, 2, dropout=0.1)) == [
+        "MultiheadAttention"]
+    assert training_layers(nn.Sequential(nn.BatchNorm1d(4), nn.Dropout()).eval()) == []
+
+
 def test_float_types_cast_to_model_dtype_are_recorded_and_said(run_build, capsys) -> None:
     """pimbuild builds the model in model.dtype; a recipe's bfloat16 weights or float16
     inputs are cast to it, and the build says so instead of checking a changed model
