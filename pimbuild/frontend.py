@@ -78,6 +78,44 @@ def build_recipe(p: ModelParams) -> recipes.Recipe:
     return recipe
 
 
+UNITS = ("tokens", "requests")
+
+
+def check_declarations(p: ModelParams, recipe: recipes.Recipe, outputs: list) -> None:
+    """What the recipe declares about the model (``recipes.Recipe``: counts, ``unit``,
+    ``carry`` and ``state``) against what it is: positive whole counts, a known unit, each
+    carried or state output an output of the forward feeding one of its inputs, and a
+    carried one (the next layer's input) of that input's shape and dtype; a state output
+    may be a delta (the new keys a KV cache appends). A RecipeError names the first that is
+    not."""
+    def bad(what: str) -> RecipeError:
+        return RecipeError(f"model '{p.name}': the recipe's {what}")
+
+    for name, least in (("layers", 1), ("tokens", 1), ("forwards_per_request", 1),
+                        ("prompt", 0)):
+        value = getattr(recipe, name)
+        if type(value) is not int or value < least:
+            raise bad(f"{name} is {value!r}; it must be a whole number >= {least}")
+    if recipe.unit not in UNITS:
+        raise bad(f"unit is {recipe.unit!r}; choose from {', '.join(UNITS)}")
+    for kind in ("carry", "state"):
+        for name, index in getattr(recipe, kind).items():
+            if name not in recipe.inputs:
+                raise bad(f"{kind} names input {name!r}, but the forward's inputs are "
+                          f"{', '.join(recipe.inputs) or 'none'}")
+            if type(index) is not int or not 0 <= index < len(outputs):
+                raise bad(f"{kind} feeds input {name!r} from output {index!r}, but the "
+                          f"forward returns {len(outputs)} output(s)")
+            have, want = outputs[index], recipe.inputs[name]
+            if kind == "carry" and (have.shape != want.shape or have.dtype != want.dtype):
+                raise bad(f"{kind} feeds input {name!r} ({_kind(want)}) from output {index} "
+                          f"({_kind(have)}); they must have one shape and dtype")
+
+
+def _kind(t: torch.Tensor) -> str:
+    return f"{dtype_name(t.dtype)} {list(t.shape)}"
+
+
 def _reject_input_dtypes(p: ModelParams, recipe: recipes.Recipe) -> None:
     """An input of a dtype the lowered program cannot take (complex, quantized), refused by
     name before it reaches the lowering; floating-point inputs are already ``model.dtype``."""
@@ -361,6 +399,32 @@ def _where(node: torch.fx.Node) -> str:
     """`` in '<submodule>'`` for messages, or nothing for the model's own forward."""
     path = _module_path(node)
     return f" in '{path}'" if path else ""
+
+
+def nonnegative_scatter_dims(gm: torch.fx.GraphModule) -> int:
+    """Write the scatter family's negative ``dim`` (``scatter(-1, ...)``, a mixture of experts'
+    top-k routing) as the same dimension counted from the front: torch-mlir's TorchToLinalg
+    crashes (SIGSEGV or SIGABRT) on a negative one (seen at -1 and -2 on 2-D and 3-D
+    tensors; counted from the front, the same ops lower). Returns how many it rewrote."""
+    rewritten = 0
+    for node in gm.graph.nodes:
+        name = getattr(node.target, "_schema", None) and node.target._schema.name
+        if node.op != "call_function" or name not in SCATTERS:
+            continue
+        dim = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim")
+        rank = len(node.args[0].meta["val"].shape)
+        if isinstance(dim, int) and dim < 0 and rank:
+            if len(node.args) > 1:
+                node.update_arg(1, dim + rank)
+            else:
+                node.update_kwarg("dim", dim + rank)
+            rewritten += 1
+    if rewritten:
+        gm.recompile()
+    return rewritten
+
+
+SCATTERS = {"aten::scatter", "aten::scatter_add", "aten::scatter_reduce"}
 
 
 def annotate_sources(gm: torch.fx.GraphModule) -> None:

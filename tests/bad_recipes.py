@@ -180,3 +180,34 @@ def large_literal(n: int = 8) -> Recipe:
     keeps)."""
     return Recipe(_Fn(lambda x: x + torch.tensor([float(i) for i in range(5000)])[:n]),
                   {"x": torch.randn(n)})
+
+
+def _declared(**declared) -> Recipe:
+    """A linear layer (16 -> 16, one output) with the given declarations."""
+    torch.manual_seed(0)
+    return Recipe(nn.Linear(16, 16), {"x": torch.randn(2, 16)}, **declared)
+
+
+def zero_layers(n: int = 8) -> Recipe:
+    return _declared(layers=0)
+
+
+def fractional_tokens(n: int = 8) -> Recipe:
+    return _declared(tokens=2.5)
+
+
+def unknown_unit(n: int = 8) -> Recipe:
+    return _declared(unit="images")
+
+
+def carry_of_no_input(n: int = 8) -> Recipe:
+    return _declared(layers=4, carry={"y": 0})
+
+
+def state_of_no_output(n: int = 8) -> Recipe:
+    return _declared(state={"x": 1})
+
+
+def carry_of_another_shape(n: int = 8) -> Recipe:
+    torch.manual_seed(0)
+    return Recipe(nn.Linear(16, 8), {"x": torch.randn(2, 16)}, layers=4, carry={"x": 0})

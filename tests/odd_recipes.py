@@ -160,6 +160,22 @@ def reciprocal_of_zero(n: int = 64) -> Recipe:
     return Recipe(_Fn(lambda x: torch.reciprocal(x) + 1), {"x": x})
 
 
+def topk_router(n: int = 64) -> Recipe:
+    """A mixture of experts' router: the top 2 of 4 experts' softmax weights scattered back
+    along the last dim (``scatter(-1, ...)``, on which torch-mlir's TorchToLinalg crashes
+    unless the frontend counts the dim from the front), then the experts, dense."""
+    torch.manual_seed(0)
+    gate, experts = nn.Linear(16, 4), torch.randn(4, 16, 16) * 0.1
+
+    def route(x):
+        values, index = gate(x).topk(2, -1)
+        weights = torch.zeros(x.shape[0], 4).scatter(-1, index, values.softmax(-1))
+        return torch.einsum("te,etd->td", weights, torch.einsum("td,edf->etf", x, experts))
+    module = _Fn(route)
+    module.gate = gate
+    return Recipe(module, {"x": torch.randn(n, 16)})
+
+
 def uint8_arithmetic(n: int = 64) -> Recipe:
     """uint8 ops torch-mlir lowers (wrapping add, unsigned compare, max, shift): the module
     is lowered in a child process first, then as usual."""

@@ -58,7 +58,7 @@ def test_outputs_of_every_supported_dtype_go_through_every_stage(run_build) -> N
                                     "sorted_values", "cached_step", "nested_outputs",
                                     "tensor_literal", "returns_input", "gelu_tanh_mlp",
                                     "reciprocal_of_zero", "uint8_arithmetic",
-                                    "constant_result"])
+                                    "constant_result", "topk_router"])
 def test_unusual_models_go_through_every_stage(run_build, recipe: str) -> None:
     result = run_build(["model=relu", f"model.recipe=tests.odd_recipes:{recipe}",
                         "model.size={n:64}", "profile.backend=timer"])

@@ -99,6 +99,23 @@ def test_a_pass_that_crashes_is_an_error_not_a_dead_process(run_build, store: Pa
     _assert_store_clean(store)
 
 
+def test_any_crash_of_the_linalg_conversion_is_an_error_line(run_build, store: Path,
+                                                              monkeypatch) -> None:
+    """The conversion to linalg always runs in a child first: with the frontend's rewrite of
+    scatter's negative dim switched off, torch-mlir crashes on the router's scatter, and the
+    build fails with one error naming the crash, the saved IR and a repro."""
+    from pimbuild import frontend
+
+    monkeypatch.setattr(frontend, "nonnegative_scatter_dims", lambda gm: 0)
+    with pytest.raises(StageError, match=r"crashed \(SIG[A-Z]+\).*a bug in torch-mlir") as err:
+        run_build(["model=relu", "model.recipe=tests.odd_recipes:topk_router",
+                   "model.size={n:8}"])
+    assert err.value.stage == "lower"
+    assert "torch.aten.scatter.src" in err.value.saved_input.read_text()
+    assert "pimbuild-opt" in err.value.repro
+    _assert_store_clean(store)
+
+
 def test_unknown_target(run_build, store: Path) -> None:
     with pytest.raises(ConfigError, match="unknown target"):
         run_build(["model=relu", "targets=[simulate9]"])
@@ -317,6 +334,15 @@ def test_a_second_ctrl_c_during_an_import_leaves_at_once(tmp_path: Path) -> None
                                         r"program cannot take \(supported: float32"),
     ("tests.bad_recipes:complex_inside", "aten.complex.default computes a complex64 tensor"),
     ("tests.bad_recipes:side_effects", "calls aten._linalg_check_errors.default, an op with side"),
+    ("tests.bad_recipes:zero_layers", "recipe's layers is 0; it must be a whole number >= 1"),
+    ("tests.bad_recipes:fractional_tokens", "recipe's tokens is 2.5; it must be a whole number"),
+    ("tests.bad_recipes:unknown_unit", "recipe's unit is 'images'; choose from tokens, requests"),
+    ("tests.bad_recipes:carry_of_no_input",
+     "recipe's carry names input 'y', but the forward's inputs are x"),
+    ("tests.bad_recipes:state_of_no_output",
+     "recipe's state feeds input 'x' from output 1, but the forward returns 1 output"),
+    ("tests.bad_recipes:carry_of_another_shape", r"recipe's carry feeds input 'x' \(float32 "
+     r"\[2, 16\]\) from output 0 \(float32 \[2, 8\]\); they must have one shape and dtype"),
 ])
 def test_recipe_that_returns_the_wrong_thing(run_build, store: Path, recipe: str,
                                              message: str) -> None:
