@@ -240,6 +240,31 @@ def test_partitioned_program_runs_on_two_processes_and_a_dropped_edge_fails(
     partition = tmp_path / "partition"
     assert run(place, moves, partition / "partition.o") <= RTOL
     assert run(place, moves[1:], partition / "partition.o") > RTOL
+    # A transfer from a device that never has the buffer is refused before any worker
+    # starts (it would wait for it), not a run that hangs.
+    b, src, dst, size = next(m for m in moves if m[0] not in data["outputs"])
+    with pytest.raises(StageError, match=rf"transfer\(s\) that no worker sends, e.g. {b} "):
+        run(place, [*moves, (b, dst, src, size)])  # back from where it was received
+
+
+def test_every_argument_but_the_inputs_is_on_every_device() -> None:
+    """Parameters, buffers and tensor constants the export lifted (``constant_tensor``) are
+    replicated, as the workers hold them: a kernel on another device reads them with no
+    transfer; the forward's inputs come from home."""
+    data = {"kernels": [
+        {"id": 0, "kind": "elementwise", "flops": 1, "reads": {"arg0": 4}, "writes":
+         {"k0.0": 4}, "source_module": "", "op": "linalg.generic"},
+        {"id": 1, "kind": "elementwise", "flops": 1,
+         "reads": {"k0.0": 4, "arg1": 4, "arg2": 4, "arg3": 4}, "writes": {"k1.0": 4},
+         "source_module": "", "op": "linalg.generic"}],
+        "outputs": ["k1.0"], "buffers": {
+            "arg0": {"bytes": 4, "role": "input"}, "arg1": {"bytes": 4, "role": "parameter"},
+            "arg2": {"bytes": 4, "role": "constant_tensor"},
+            "arg3": {"bytes": 4, "role": "buffer"},
+            "k0.0": {"bytes": 4}, "k1.0": {"bytes": 4}}}
+    g = ddg.build(data, layers=0)
+    assert g.inputs == ("arg0",)
+    assert {b for b, _, _, _ in ddg.transfers(g, [1, 1])} == {"arg0", "k1.0"}
 
 
 def test_workers_compile_where_the_object_cannot_be_linked(tmp_path) -> None:
@@ -266,7 +291,8 @@ def alternate():
 @pytest.mark.parametrize("recipe", ["mixed_dtypes", "tensor_constant", "empty_output",
                                     "with_nan", "only_empty", "running_sum", "scatter_rows",
                                     "sorted_values", "output_slices", "cached_step",
-                                    "nested_outputs", "tensor_literal", "constant_result"])
+                                    "nested_outputs", "tensor_literal", "constant_result",
+                                    "topk_router"])
 def test_odd_models_run_partitioned(run_build, alternate: str, recipe: str) -> None:
     """Outputs of every dtype, NaN, empty tensors, constants, TMTensor ops and results that
     are slices of one tensor all go through the GPU pipeline split over two processes."""

@@ -91,9 +91,9 @@ def build(data: dict[str, Any], layers: int = 1, float_scale: float = 1.0) -> Gr
                            scaled(k["writes"]), k["source_module"], k.get("source_node", ""))
                     for k in data["kernels"])
     carried_in = set(data.get("state", {})) | set(data.get("carry", {}))
-    params = {b for b, info in data["buffers"].items()
-              if (info.get("role") in ("parameter", "buffer", "constant")
-                  or b.startswith("const")) and b not in carried_in}
+    params = {b for b, info in data["buffers"].items()  # every argument but the inputs:
+              if (info.get("role") not in (None, "input")   # parameters, buffers, lifted
+                  or b.startswith("const")) and b not in carried_in}  # constants, literals
     producer: dict[str, int] = {}
     readers: dict[str, list[int]] = {}
     for k in kernels:

@@ -106,6 +106,12 @@ def run(llvm_path: Path, specs: list[dict], place: list[int],
 
     from pimbuild.errors import StageError
 
+    unsent = unsent_transfers(specs, place, transfers, inputs)
+    if unsent:  # a worker would wait for it until TIMEOUT
+        b, src, dst, _ = unsent[0]
+        raise StageError("reinsert", f"{len(unsent)} transfer(s) that no worker sends, e.g. "
+                                     f"{b} from device {src} to {dst}: nothing on device {src} "
+                                     f"writes it and it is not an input at home")
     with tempfile.TemporaryDirectory(prefix="pimbuild-workers-") as tmp:
         init_file = os.path.join(tmp, "rendezvous")
         result_path = os.path.join(tmp, "outputs.npz")
@@ -121,6 +127,16 @@ def run(llvm_path: Path, specs: list[dict], place: list[int],
                                          f"{lines[-1] if lines else type(e).__name__}") from None
         with np.load(result_path) as found:
             return [found[f"arr_{i}"] for i in range(len(outputs))]
+
+
+def unsent_transfers(specs: list[dict], place: list[int],
+                     transfers: list[tuple[str, int, int, int]], inputs: set[str]) -> list:
+    """The transfers whose source worker never sends their buffer: a worker sends what its
+    own kernels write and, at home, the inputs (``_worker``); any other would leave its
+    receiver waiting."""
+    written = {(b, place[spec["id"]]) for spec in specs for b in spec["results"]}
+    return [t for t in transfers
+            if (t[0], t[1]) not in written and not (t[0] in inputs and t[1] == HOME)]
 
 
 def buffer_table(specs: list[dict], signature: dict[str, Any]) -> dict[str, tuple[list, str]]:
