@@ -590,6 +590,7 @@ def af_systems(pre: tuple, dec: tuple, devices: list[Any], kept: set[str],
     same turn, so its KV cache stays where its attention runs; ``order`` and ``limit`` as in
     ``pd_systems``); none without that structure; of twin splits only the first."""
     from pimbuild.gpus.simulate import af_ways
+
     (pc, _, pd_), (dc, _, dd) = pre, dec
     price = sum(d.price_per_hour for d in devices)
     pre_ways, dec_ways = af_ways(pc, devices), af_ways(dc, devices)
