@@ -77,9 +77,12 @@ class Model:
         best placement found is returned with its proven gap if ``incumbent``, else this
         raises RuntimeError. ``start``: values of some columns (every integer one) of a
         feasible solution, which HiGHS completes and starts from (a MIP start): what it
-        returns is never worse. ``cutoff``: only solutions below it are of interest (HiGHS's
-        ``objective_bound``): when the model has none, this returns ``(None, inf, seconds,
-        {"status": "Cut off", "bound": cutoff})``; stopped before it found one or proved
+        returns is never worse; stopped before it completed the start (a time limit of
+        milliseconds), with ``incumbent`` it returns ``(None, inf, seconds, {status,
+        bound})`` and the start is the best placement known. ``cutoff``: only solutions
+        below it are of interest (HiGHS's ``objective_bound``): when the model has none,
+        this returns ``(None, inf, seconds, {"status": "Cut off", "bound": cutoff})``;
+        stopped before it found one or proved
         there is none, the same with HiGHS's status and bound if ``incumbent``, else it
         raises. ``options``: more HiGHS options."""
         h = silent_highs()
@@ -126,6 +129,9 @@ class Model:
                                             "bound": info.mip_dual_bound}
             raise RuntimeError(f"HiGHS ended with {h.modelStatusToString(status)}")
         if status != highspy.HighsModelStatus.kOptimal and not (incumbent and found):
+            if incumbent and start:  # stopped before it even completed the start: the
+                return None, INF, seconds, {  # caller keeps its start
+                    "status": h.modelStatusToString(status), "bound": info.mip_dual_bound}
             raise RuntimeError(f"HiGHS ended with {h.modelStatusToString(status)}")
         objective = info.objective_function_value
         bound = info.mip_dual_bound if self.integer else objective

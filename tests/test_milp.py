@@ -63,3 +63,31 @@ def test_a_solution_within_the_mip_tolerance_is_not_rejected_as_a_solve_error() 
     for lo, hi, terms in m.rows:  # within the primal tolerance on every row
         activity = sum(coef * x[col] for col, coef in terms.items())
         assert lo - 1e-7 <= activity <= hi + 1e-7
+
+
+def test_stopped_before_completing_its_start_it_says_so_and_the_planner_keeps_the_start(
+        ) -> None:
+    """With a time limit too short to complete a MIP start, ``Model.solve`` returns no
+    values when asked for its incumbent (else it raises), and a planner given that start
+    returns it, scored by the cost model."""
+    import random
+
+    from pimbuild.gpus import cost
+    from pimbuild.gpus.planners import PlanContext, place
+    from tests.test_gpus import LINK, random_graph
+
+    m = split([3, 5, 7, 8, 9, 11])
+    start = {col: 1.0 for col in range(1, 4)} | {col: 0.0 for col in range(4, 7)}
+    values, objective, _, status = m.solve(1e-9, incumbent=True, start=start)
+    assert values is None and objective == INF and status["status"] == "Time limit reached"
+    with pytest.raises(RuntimeError, match="Time limit reached"):
+        m.solve(1e-9, start=start)
+    g = random_graph(random.Random(5), 40, carried=False)
+    times = [[1e-5, 2e-5]] * 40
+    begin = tuple(k % 2 for k in range(40))
+    for policy, score in (("latency", cost.critical_path(g, list(begin), times, LINK, 2)),
+                          ("throughput", cost.cycle_time(g, list(begin), times, LINK, 2, 1.0))):
+        plan = place(policy, PlanContext(g, times, LINK, 2, 1.0, time_limit_s=1e-9,
+                                         incumbent=True, start=begin))
+        assert plan.place == list(begin) and plan.objective == pytest.approx(score)
+        assert plan.info["solver_status"] == "Time limit reached"

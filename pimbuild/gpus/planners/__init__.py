@@ -53,7 +53,7 @@ def solved(place: list[int], achieved_s: float, model: Any, seconds: float,
     """The Plan of a MILP's placement. ``achieved_s`` is the cost model's value of the
     placement: equal to the MILP's objective at the optimum, and at most it for a placement
     HiGHS stopped at (its transfer variables may sit above their smallest values)."""
-    bound = status["bound"] / US
+    bound = max(status["bound"], 0.0) / US  # times: -inf (no bound yet) says nothing more
     return Plan(place, achieved_s, seconds,
                 {"variables": len(model.cost), "constraints": len(model.rows),
                  "solver_status": status["status"], "bound_s": bound,

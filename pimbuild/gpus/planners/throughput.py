@@ -97,6 +97,6 @@ def per_kernel(ctx: PlanContext, options: dict | None = None) -> Plan:
         m.row({c: 1.0, **{col: -t for col, t in into[d].items()}}, 0)
     values, _, seconds, status = m.solve(ctx.time_limit_s, ctx.mip_gap, ctx.incumbent,
                                          start_values(x, ctx.start), options=options)
-    chosen = placement(x, values)
+    chosen = placement(x, values) if values is not None else list(ctx.start)
     return solved(chosen, cycle_time(g, chosen, ctx.times, ctx.link, n_dev, ctx.comm_on_device),
                   m, seconds, status)
