@@ -82,9 +82,8 @@ class Model:
         bound})`` and the start is the best placement known. ``cutoff``: only solutions
         below it are of interest (HiGHS's ``objective_bound``): when the model has none,
         this returns ``(None, inf, seconds, {"status": "Cut off", "bound": cutoff})``;
-        stopped before it found one or proved
-        there is none, the same with HiGHS's status and bound if ``incumbent``, else it
-        raises. ``options``: more HiGHS options."""
+        stopped before it found one or proved there is none, the same with HiGHS's status
+        and bound if ``incumbent``, else it raises. ``options``: more HiGHS options."""
         h = silent_highs()
         h.setOptionValue("time_limit", float(time_limit_s))
         h.setOptionValue("mip_rel_gap", float(gap))
