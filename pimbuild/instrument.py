@@ -102,8 +102,8 @@ def jammed_rows(module: ir.Module) -> dict[int, int]:
             top = top.parent.operation
         ops = [o.operation for o in top.block.operations]
         for prev in reversed(ops[:ops.index(top)]):
-            if prev.name == "arith.constant":
-                continue  # bounds code generation placed before the nest
+            if prev.name in ("arith.constant", "memref.alloca"):
+                continue  # bounds and panels (``panels``) code generation placed before it
             if prev.name == "func.call" and \
                     ir.FlatSymbolRefAttr(prev.attributes["callee"]).value == ENTER:
                 ident = ir.IntegerAttr(prev.operands[0].owner.attributes["value"]).value

@@ -34,7 +34,7 @@ from __future__ import annotations
 from torch_mlir import ir
 from torch_mlir.dialects import arith, vector
 
-from pimbuild import codegen
+from pimbuild import codegen, panels
 from pimbuild.codegen import Accumulator, _add, _blocked_dim, _constant, _depends, _factor
 from pimbuild.loops import owner
 
@@ -43,6 +43,7 @@ VECTORS = 2  # vectors of columns per row of the tile, where the columns divide 
 # (more where there are fewer than TILE // VECTORS rows)
 TILE = 8  # vectors in a tile (rows x vectors): 8 of the 16 AVX2 registers hold accumulators,
 # enough independent sums to keep two FMA units of 4 cycles' latency busy
+PACK = True  # copy the panels the blocks of rows share (``pimbuild.panels``)
 # Ops without side effects: the copies of one for the tile's rows and vectors are merged
 # when their operands are the same.
 PURE = ("arith.", "math.", "affine.apply")
@@ -242,6 +243,8 @@ def _tile(parallel: ir.Operation) -> bool:
         codegen._step(parallel, rows[0], r)
     if inner:  # rows innermost: each block of vectors loaded serves every row
         codegen._swap(parallel, d, rows[0])
+        if PACK and not tail:
+            panels.pack(parallel, column=rows[0], row=d, width=v * lanes)
     if r > 1 or inner:
         codegen._mark_rows(parallel, rows[1] if inner else r)
     return True

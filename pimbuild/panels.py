@@ -1,0 +1,230 @@
+"""Host code generation: packed panels of the operand a vector register tile loads
+(``vectile``), where its rows run innermost (docs/design.md §1).
+
+A tile of ``x @ W`` with ``W`` stored (K, N) loads, for its block of ``width`` columns
+``j .. j + width``, the vectors ``W[k, j .. j + width]`` for every ``k``: one or two cache
+lines 4 * N bytes apart. When the rows run innermost, every block of rows loads that same
+panel again, and at N = 256 its 256 lines fall in 4 of a 32 KiB L1's 64 sets, so (by that
+arithmetic; no counters here to show it) every block reads it from the L2. oneDNN packs B
+for this reason; here each panel is copied once per block of columns into a contiguous
+buffer (``K x width`` floats, on the stack) that the blocks of rows then read in order.
+
+``pack`` rewrites a tiled nest ``scf.parallel (.., j, i)`` (the rows ``i`` innermost) into
+one whose row dimension runs once, and whose body copies the panels and then runs the rows
+in an ``scf.for``: each vector is the same sum of the same products, only loaded from the
+copy. The panel is one buffer before the nest, shared by the nest's iterations: host code
+runs them one after another (``jit.SCF_TO_LLVM``). It packs a load when its address moves
+with the columns by one (``j + c``, ``c`` constant), does not move with the rows, moves
+with the reduction loops (from 0 by 1), and the panel it reads is not already contiguous;
+and only where at least ``ROW_BLOCKS`` blocks of rows share the copy and the panels fit in
+``PANEL_BYTES``. Measured: docs/measurements/unseen_models_epyc.md (packed panels).
+"""
+
+from __future__ import annotations
+
+from torch_mlir import ir
+from torch_mlir.dialects import memref, scf, vector
+
+from pimbuild.codegen import _clone, _constant, _depends, _index_constant
+from pimbuild.loops import owner
+
+ROW_BLOCKS = 8  # blocks of rows that read each panel, at least (the copy is one more read)
+PANEL_BYTES = 256 * 1024  # the panels of one block of columns, at most (they stay in the L2)
+PANELS_ATTR = "pimbuild.panels"  # on a nest given panels: how many
+
+
+def pack(parallel: ir.Operation, column: int, row: int, width: int) -> int:
+    """Pack the panels of a tiled nest whose dimension ``row`` (the innermost) runs its
+    blocks of rows and ``column`` its blocks of ``width`` columns; returns how many panels
+    it gave the nest (0: the nest is left as it was)."""
+    body = parallel.regions[0].blocks[0]
+    ivs = list(body.arguments)
+    n = len(ivs)
+    lb, ub, step = (_constant(parallel.operands[k * n + row]) for k in range(3))
+    nests = [op.operation for op in body.operations if op.operation.name == "scf.for"]
+    if None in (lb, ub, step) or (ub - lb) // step < ROW_BLOCKS or len(nests) != 1:
+        return 0
+    loops = _chain(nests[0])
+    groups = _groups(parallel, loops, ivs[column], ivs[row], width)
+    shapes = {key: [_constant(loop.operands[1]) for loop in group[0]] + [width]
+              for key, group in groups.items()}
+    if not groups or sum(_elements(s) for s in shapes.values()) * 4 > PANEL_BYTES:
+        return 0
+    loc = parallel.location
+    row_loop = _run_rows(parallel, row, (lb, ub, step), loc)
+    here = ir.InsertionPoint(row_loop)
+    for key, (deps, loads) in groups.items():
+        with loc:
+            kind = ir.MemRefType.get(shapes[key], ir.F32Type.get())
+            panel = memref.AllocaOp(kind, [], [], ip=ir.InsertionPoint(parallel)).result
+        _copy(panel, deps, loads, ivs, row_loop, here, loc)
+        for load, offset in loads:
+            _redirect(load, panel, [loop.regions[0].blocks[0].arguments[0] for loop in deps],
+                      offset, loc)
+    parallel.attributes[PANELS_ATTR] = ir.IntegerAttr.get(
+        ir.IntegerType.get_signless(64), len(groups))
+    return len(groups)
+
+
+def packed(module: ir.Module) -> int:
+    """How many nests of ``module`` ``pack`` gave panels."""
+    from pimbuild import mlir
+
+    return sum(PANELS_ATTR in op.attributes for op in mlir.walk(module.operation)
+               if op.name == "scf.parallel")
+
+
+def _chain(loop: ir.Operation) -> list[ir.Operation]:
+    """``loop`` and the ``scf.for`` loops nested as the first op of each body."""
+    loops = [loop]
+    while True:
+        first = loops[-1].regions[0].blocks[0].operations[0].operation
+        if first.name != "scf.for":
+            return loops
+        loops.append(first)
+
+
+def _elements(shape: list[int]) -> int:
+    total = 1
+    for d in shape:
+        total *= d
+    return total
+
+
+def _groups(parallel: ir.Operation, loops: list[ir.Operation], col: ir.Value, row: ir.Value,
+            width: int) -> dict:
+    """The loads to pack, grouped by buffer and address but the column: key -> (the
+    reduction loops the address moves with, [(load, column offset)])."""
+    groups: dict = {}
+    for op in [o.operation for o in loops[-1].regions[0].blocks[0].operations]:
+        found = _packable(op, parallel, loops, col, row, width) \
+            if op.name == "vector.load" else None
+        if found is not None:
+            deps, offset = found
+            groups.setdefault((op.operands[0], *list(op.operands)[1:-1]), (deps, []))[1] \
+                .append((op, offset))
+    return groups
+
+
+def _packable(load: ir.Operation, parallel: ir.Operation, loops: list[ir.Operation],
+              col: ir.Value, row: ir.Value, width: int) -> tuple[list, int] | None:
+    """The reduction loops ``load``'s address moves with and its column offset, where a
+    panel can hold what it reads and would not be contiguous already; else None."""
+    buffer, *index = load.operands
+    offset = _offset(index[-1], col)
+    lanes = ir.VectorType(load.result.type).shape[0]
+    if offset is None or offset + lanes > width or _inside(buffer, parallel) \
+            or any(_depends(i, row) for i in index) \
+            or any(_depends(i, col) for i in index[:-1]):
+        return None
+    deps = [loop for loop in loops
+            if any(_depends(i, loop.regions[0].blocks[0].arguments[0]) for i in index)]
+    if not deps or any((_constant(loop.operands[0]), _constant(loop.operands[2])) != (0, 1)
+                       or _constant(loop.operands[1]) is None for loop in deps):
+        return None
+    return None if _contiguous_panel(load, deps[-1], width) else (deps, offset)
+
+
+def _offset(index: ir.Value, col: ir.Value) -> int | None:
+    """``c`` where ``index`` is ``col + c`` (``col`` itself: 0), else None."""
+    if index == col:
+        return 0
+    op = owner(index)
+    if isinstance(op, ir.Block) or op.name != "arith.addi" or op.operands[0] != col:
+        return None
+    return _constant(op.operands[1])
+
+
+def _inside(value: ir.Value, op: ir.Operation) -> bool:
+    """Whether ``value`` is defined inside ``op``'s regions."""
+    parent = owner(value)
+    parent = parent.owner if isinstance(parent, ir.Block) else parent.parent
+    while parent is not None and parent.name != "func.func":
+        if parent.operation == op.operation:
+            return True
+        parent = parent.parent
+    return False
+
+
+def _contiguous_panel(load: ir.Operation, loop: ir.Operation, width: int) -> bool:
+    """Whether consecutive iterations of ``loop`` load the panel's rows ``width`` elements
+    apart already (attention's V with 16 columns a row, say): packing would gain nothing."""
+    from pimbuild.vectile import _slope
+
+    strides, _ = ir.MemRefType(load.operands[0].type).get_strides_and_offset()
+    iv = loop.regions[0].blocks[0].arguments[0]
+    slopes = [_slope(i, iv) for i in list(load.operands)[1:]]
+    return None not in slopes and sum(s * t for s, t in zip(slopes, strides, strict=True)) == width
+
+
+def _run_rows(parallel: ir.Operation, row: int, bounds: tuple[int, int, int],
+              loc: ir.Location) -> ir.Operation:
+    """Dimension ``row`` of ``parallel`` set to one iteration, its ``bounds`` run by an
+    ``scf.for`` that holds the body; returns that loop."""
+    body = parallel.regions[0].blocks[0]
+    n = len(body.arguments)
+    ops = [op.operation for op in body.operations]
+    here = ir.InsertionPoint(ops[0])
+    lb, ub, step = (_index_constant(v, here, loc) for v in bounds)
+    with loc:
+        loop = scf.ForOp(lb, ub, step, ip=here)
+        with ir.InsertionPoint(loop.body):
+            yield_op = scf.YieldOp([])
+    for op in ops[:-1]:
+        ir.Operation.move_before(op, yield_op.operation)
+    iv = body.arguments[row]
+    for use in list(iv.uses):
+        use.owner.operands[use.operand_number] = loop.induction_variable
+    before = ir.InsertionPoint(parallel)
+    parallel.operands[row] = _index_constant(0, before, loc)
+    parallel.operands[n + row] = _index_constant(1, before, loc)
+    parallel.operands[2 * n + row] = _index_constant(1, before, loc)
+    return loop.operation
+
+
+def _copy(panel: ir.Value, deps: list[ir.Operation], loads: list, ivs: list[ir.Value],
+          row_loop: ir.Operation, here: ir.InsertionPoint, loc: ir.Location) -> None:
+    """Before ``row_loop``: ``deps``' loops again, storing each load's vector to the panel
+    (``panel[k.., offset]``)."""
+    nest, ip = [], here
+    for loop in deps:
+        with loc:
+            new = scf.ForOp(*list(loop.operands)[:3], ip=ip)
+            with ir.InsertionPoint(new.body):
+                scf.YieldOp([])
+        nest.append(new)
+        ip = ir.InsertionPoint(new.body.operations[0])
+    mapping = {loop.regions[0].blocks[0].arguments[0]: new.induction_variable
+               for loop, new in zip(deps, nest, strict=True)}
+    for load, offset in loads:
+        index = [_materialize(i, mapping, ip, row_loop) for i in list(load.operands)[1:]]
+        with ip, loc:
+            value = vector.LoadOp(load.result.type, load.operands[0], index).result
+            at = [new.induction_variable for new in nest] + [_index_constant(offset, ip, loc)]
+            vector.StoreOp(value, panel, at)
+
+
+def _materialize(value: ir.Value, mapping: dict, ip: ir.InsertionPoint,
+                 scope: ir.Operation) -> ir.Value:
+    """``value`` computed at ``ip``: ops inside ``scope`` (the row loop) cloned with their
+    operands renamed through ``mapping``."""
+    if value in mapping:
+        return mapping[value]
+    if not _inside(value, scope):
+        return value
+    op = owner(value)
+    for v in op.operands:
+        _materialize(v, mapping, ip, scope)
+    _clone(op, mapping, ip)
+    return mapping[value]
+
+
+def _redirect(load: ir.Operation, panel: ir.Value, ivs: list[ir.Value], offset: int,
+              loc: ir.Location) -> None:
+    """``load`` replaced by the same vector loaded from ``panel[ivs.., offset]``."""
+    here = ir.InsertionPoint(load)
+    with loc:
+        new = vector.LoadOp(load.result.type, panel,
+                            [*ivs, _index_constant(offset, here, loc)], ip=here).result
+    load.result.replace_all_uses_with(new)
+    load.erase()

@@ -1,0 +1,107 @@
+"""Packed panels of the operand a vector tile's rows share (pimbuild.panels)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pimbuild import instrument, jit, panels, vectile
+from tests.test_codegen import XW, parse, rows_attr
+
+# x @ W for a batch: W[b, k, j] read at the batch the outer parallel dimension runs, as
+# attention's probabilities x V lower.
+BATCHED = """
+func.func @mv(%x: memref<2x${I}x${K}xf32>, %W: memref<2x${K}x${J}xf32>,
+              %y: memref<2x${I}x${J}xf32>) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c2 = arith.constant 2 : index
+  %cI = arith.constant ${I} : index
+  %cJ = arith.constant ${J} : index
+  %cK = arith.constant ${K} : index
+  %zero = arith.constant 0.0 : f32
+  scf.parallel (%b, %i, %j) = (%c0, %c0, %c0) to (%c2, %cI, %cJ) step (%c1, %c1, %c1) {
+    memref.store %zero, %y[%b, %i, %j] : memref<2x${I}x${J}xf32>
+    scf.reduce
+  }
+  scf.parallel (%b, %i, %j) = (%c0, %c0, %c0) to (%c2, %cI, %cJ) step (%c1, %c1, %c1) {
+    scf.for %k = %c0 to %cK step %c1 {
+      %0 = memref.load %x[%b, %i, %k] : memref<2x${I}x${K}xf32>
+      %1 = memref.load %W[%b, %k, %j] : memref<2x${K}x${J}xf32>
+      %2 = memref.load %y[%b, %i, %j] : memref<2x${I}x${J}xf32>
+      %3 = arith.mulf %0, %1 fastmath<reassoc,contract> : f32
+      %4 = arith.addf %2, %3 fastmath<reassoc,contract> : f32
+      memref.store %4, %y[%b, %i, %j] : memref<2x${I}x${J}xf32>
+    }
+    scf.reduce
+  }
+  return
+}
+"""
+
+
+def compiled(module, args: list[np.ndarray], shape: tuple, tmp_path: Path):
+    done = jit.to_llvm(module, 8, stage="test", failure_dir=tmp_path / "failure")
+    (y,) = jit.invoke(jit.engine_of(module), "mv", args,
+                      [{"shape": list(shape), "dtype": "float32"}])
+    return done, y
+
+
+@pytest.mark.parametrize(("i", "j", "k"), [(64, 32, 40), (32, 48, 7), (36, 64, 5)])
+def test_packed_product_computes_the_same_values(tmp_path: Path, i: int, j: int,
+                                                 k: int) -> None:
+    rng = np.random.default_rng(i + j + k)
+    x, w = rng.standard_normal((i, k)).astype(np.float32), \
+        rng.standard_normal((k, j)).astype(np.float32)
+    done, y = compiled(parse(XW, I=i, J=j, K=k), [x, w], (i, j), tmp_path)
+    assert (done["vector_tiled_nests"], done["packed_nests"]) == (1, 1)
+    np.testing.assert_allclose(y, x @ w, rtol=1e-5, atol=1e-5)
+
+
+def test_batched_product_packs_each_batch(tmp_path: Path) -> None:
+    rng = np.random.default_rng(7)
+    x, w = rng.standard_normal((2, 32, 24)).astype(np.float32), \
+        rng.standard_normal((2, 24, 32)).astype(np.float32)
+    done, y = compiled(parse(BATCHED, I=32, K=24, J=32), [x, w], (2, 32, 32), tmp_path)
+    assert done["packed_nests"] == 1
+    np.testing.assert_allclose(y, x @ w, rtol=1e-5, atol=1e-5)
+
+
+def test_rows_read_w_from_the_panel() -> None:
+    """W's two vectors per term are copied once per block of 16 columns into a K x 16 panel
+    before the blocks of rows; the tile then loads them from it, in order."""
+    module = parse(XW, I=64, J=32, K=16)
+    assert vectile.tile(module) == 1
+    text = str(module)
+    assert text.count("memref.alloca() : memref<16x16xf32>") == 1
+    copy, tile = text[:text.index("iter_args")], text[text.index("iter_args"):]
+    assert copy.count("vector.load %arg1[") == 2 and copy.count("vector.store") == 2
+    assert "%arg1[" not in tile and tile.count("vector.load %alloca[") == 2
+    assert rows_attr(module) == [64] and panels.packed(module) == 1
+
+
+def test_left_alone_where_a_panel_gains_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    def packed(**dims: int) -> int:
+        module = parse(XW, **dims)
+        assert vectile.tile(module) == 1
+        return panels.packed(module)
+
+    assert packed(I=64, J=32, K=16) == 1
+    assert packed(I=28, J=32, K=16) == 0  # 7 blocks of 4 rows share it: fewer than 8
+    assert packed(I=64, J=16, K=16) == 0  # W's rows are the panel's: contiguous already
+    assert packed(I=64, J=28, K=16) == 0  # a masked vector ends each row
+    monkeypatch.setattr(panels, "PANEL_BYTES", 16 * 16 * 4 - 4)
+    assert packed(I=64, J=32, K=16) == 0  # past the size the panels may take
+
+
+def test_profile_still_finds_the_rows_of_a_packed_nest() -> None:
+    """The panel sits between the nest's marker and the nest: ``jammed_rows`` looks past
+    it, as footprint needs the rows to charge W once."""
+    module = parse(XW, I=64, J=32, K=16)
+    instrument.insert_markers(module, "mv", 2)
+    rows: dict[int, int] = {}
+    jit.to_llvm(module, 8, stage="test", failure_dir=Path("/nonexistent"),
+                inspect=lambda m: rows.update(instrument.jammed_rows(m)))
+    assert rows == {1: 64}
