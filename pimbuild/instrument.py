@@ -86,16 +86,18 @@ def insert_markers(module: ir.Module, function: str, n_candidates: int) -> int:
     return len(nests)
 
 
-def jammed_rows(module: ir.Module) -> dict[int, int]:
+def jammed_rows(module: ir.Module, attribute: str | None = None) -> dict[int, int]:
     """Nest id -> the rows code generation jammed in it (``codegen.ROWS_ATTR`` on one of its
-    ``scf.parallel`` ops), the id read from the ``region_enter`` call before the nest."""
+    ``scf.parallel`` ops; or the integer ``attribute`` names), the id read from the
+    ``region_enter`` call before the nest."""
     from torch_mlir import ir
 
     from pimbuild import codegen, mlir
 
+    attribute = attribute or codegen.ROWS_ATTR
     found = {}
     for op in mlir.walk(module.operation):
-        if op.name != "scf.parallel" or codegen.ROWS_ATTR not in op.attributes:
+        if op.name != "scf.parallel" or attribute not in op.attributes:
             continue
         top = op
         while top.parent.operation.name != "func.func":
@@ -107,14 +109,14 @@ def jammed_rows(module: ir.Module) -> dict[int, int]:
             if prev.name == "func.call" and \
                     ir.FlatSymbolRefAttr(prev.attributes["callee"]).value == ENTER:
                 ident = ir.IntegerAttr(prev.operands[0].owner.attributes["value"]).value
-                found[ident] = ir.IntegerAttr(op.attributes[codegen.ROWS_ATTR]).value
+                found[ident] = ir.IntegerAttr(op.attributes[attribute]).value
             break
     return found
 
 
 def instrument(scf_path: Path, candidates_path: Path, runtime_lib: Path, block: int,
                out: Path, failure_dir: Path) -> None:
-    from pimbuild import jit, mlir
+    from pimbuild import jit, mlir, panels
     from pimbuild.runtime import Markers
 
     candidates = json.loads(candidates_path.read_text())
@@ -122,10 +124,16 @@ def instrument(scf_path: Path, candidates_path: Path, runtime_lib: Path, block: 
     insert_markers(module, candidates["function"], len(candidates["candidates"]))
     mlir.write_ir(module, out / "instrumented.mlir")
     rows: dict[int, int] = {}
-    done = jit.to_llvm(module, block, stage=NAME, failure_dir=failure_dir,
-                       inspect=lambda m: rows.update(jammed_rows(m)))
+    columns: dict[int, int] = {}
+
+    def marks(m) -> None:
+        rows.update(jammed_rows(m))
+        columns.update(jammed_rows(m, panels.COLUMNS_ATTR))
+
+    done = jit.to_llvm(module, block, stage=NAME, failure_dir=failure_dir, inspect=marks)
     (out / "codegen.json").write_text(json.dumps(
-        {"register_block": block, **done, "rows": {str(k): v for k, v in sorted(rows.items())}},
+        {"register_block": block, **done, "rows": {str(k): v for k, v in sorted(rows.items())},
+         "panel_columns": {str(k): v for k, v in sorted(columns.items())}},
         indent=2) + "\n")
     mlir.write_ir(module, out / "llvm.mlir")
     jit.write_object(module, Markers(runtime_lib).symbols([ENTER, EXIT]), out / "forward.o")

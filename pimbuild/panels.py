@@ -31,6 +31,7 @@ from pimbuild.loops import owner
 ROW_BLOCKS = 8  # blocks of rows that read each panel, at least (the copy is one more read)
 PANEL_BYTES = 256 * 1024  # the panels of one block of columns, at most (they stay in the L2)
 PANELS_ATTR = "pimbuild.panels"  # on a nest given panels: how many
+COLUMNS_ATTR = "pimbuild.panel_columns"  # and the columns of each (the footprint backend's)
 
 
 def pack(parallel: ir.Operation, column: int, row: int, width: int) -> int:
@@ -61,8 +62,9 @@ def pack(parallel: ir.Operation, column: int, row: int, width: int) -> int:
         for load, offset in loads:
             _redirect(load, panel, [loop.regions[0].blocks[0].arguments[0] for loop in deps],
                       offset, loc)
-    parallel.attributes[PANELS_ATTR] = ir.IntegerAttr.get(
-        ir.IntegerType.get_signless(64), len(groups))
+    i64 = ir.IntegerType.get_signless(64)
+    parallel.attributes[PANELS_ATTR] = ir.IntegerAttr.get(i64, len(groups))
+    parallel.attributes[COLUMNS_ATTR] = ir.IntegerAttr.get(i64, width)
     return len(groups)
 
 
@@ -72,6 +74,27 @@ def packed(module: ir.Module) -> int:
 
     return sum(PANELS_ATTR in op.attributes for op in mlir.walk(module.operation)
                if op.name == "scf.parallel")
+
+
+def shares(parallel: ir.Operation, loops: list[ir.Operation], column: int, row: int,
+           width: int, blocks: int) -> bool:
+    """Whether ``pack`` will give the nest (before ``vectile`` tiles it: ``loops`` its
+    reduction loops) panels once its ``blocks`` blocks of rows run innermost with ``width``
+    columns: ``vectile`` then runs them innermost even where x is large (each block of
+    columns reads x once, and x's elements serve ``width`` columns each where W's would
+    serve a block of rows)."""
+    ivs = parallel.regions[0].blocks[0].arguments
+    if blocks < ROW_BLOCKS:
+        return False
+    groups: dict = {}
+    for op in [o.operation for o in loops[-1].regions[0].blocks[0].operations]:
+        found = _packable(op, parallel, loops, ivs[column], ivs[row], width) \
+            if op.name == "memref.load" else None
+        if found is not None:
+            groups[(op.operands[0], *list(op.operands)[1:-1])] = found[0]
+    return bool(groups) and sum(
+        _elements([_constant(loop.operands[1]) for loop in deps] + [width])
+        for deps in groups.values()) * 4 <= PANEL_BYTES
 
 
 def _chain(loop: ir.Operation) -> list[ir.Operation]:
@@ -112,7 +135,8 @@ def _packable(load: ir.Operation, parallel: ir.Operation, loops: list[ir.Operati
     panel can hold what it reads and would not be contiguous already; else None."""
     buffer, *index = load.operands
     offset = _offset(index[-1], col)
-    lanes = ir.VectorType(load.result.type).shape[0]
+    kind = load.result.type
+    lanes = ir.VectorType(kind).shape[0] if isinstance(kind, ir.VectorType) else 1
     if offset is None or offset + lanes > width or _inside(buffer, parallel) \
             or any(_depends(i, row) for i in index) \
             or any(_depends(i, col) for i in index[:-1]):

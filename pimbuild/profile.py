@@ -138,9 +138,13 @@ class Program:
 
 def nest_candidates(extract_dir: Path, instrument_dir: Path) -> list[dict[str, Any]]:
     """Extract's candidates, each with ``row_block``: how many rows of a product the compiled
-    code reads each shared operand for (instrument's ``codegen.json`` ``rows``; 1 if none)."""
-    rows = json.loads((instrument_dir / "codegen.json").read_text()).get("rows", {})
-    return [{**c, "row_block": rows.get(str(c["id"]), 1)}
+    code reads each shared operand for (instrument's ``codegen.json`` ``rows``; 1 if none),
+    and where code generation packed panels for it, ``column_block``: the columns of each
+    (``panel_columns``)."""
+    codegen = json.loads((instrument_dir / "codegen.json").read_text())
+    rows, columns = codegen.get("rows", {}), codegen.get("panel_columns", {})
+    return [{**c, "row_block": rows.get(str(c["id"]), 1),
+             **({"column_block": columns[str(c["id"])]} if str(c["id"]) in columns else {})}
             for c in json.loads((extract_dir / "candidates.json").read_text())["candidates"]]
 
 

@@ -233,8 +233,10 @@ def _tile(parallel: ir.Operation) -> bool:
     lines = codegen._offsets(body.arguments[rows[0]], r, here, loc) if r > 1 else [None]
     maps = [{col: c, **({body.arguments[rows[0]]: line} if line is not None else {})}
             for line in lines for c in cols]
-    inner = rows is not None and codegen._row_operand_bytes(
-        loops, accs, body.arguments[rows[0]]) <= codegen.ROW_OPERAND_BYTES
+    inner = rows is not None and (codegen._row_operand_bytes(
+        loops, accs, body.arguments[rows[0]]) <= codegen.ROW_OPERAND_BYTES or (
+        PACK and not tail and panels.shares(parallel, loops, d, rows[0], v * lanes,
+                                            rows[1] // r)))
     masks = [tail if tail and k % v == v - 1 else None for k in range(len(maps))]
     _Emitter(loops, accs, slopes, lanes, loc).emit(maps, masks, here)
     loops[0].erase()

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pimbuild import instrument, jit, panels, vectile
+from pimbuild import codegen, instrument, jit, panels, vectile
 from tests.test_codegen import XW, parse, rows_attr
 
 # x @ W for a batch: W[b, k, j] read at the batch the outer parallel dimension runs, as
@@ -102,6 +102,47 @@ def test_profile_still_finds_the_rows_of_a_packed_nest() -> None:
     module = parse(XW, I=64, J=32, K=16)
     instrument.insert_markers(module, "mv", 2)
     rows: dict[int, int] = {}
-    jit.to_llvm(module, 8, stage="test", failure_dir=Path("/nonexistent"),
-                inspect=lambda m: rows.update(instrument.jammed_rows(m)))
-    assert rows == {1: 64}
+    columns: dict[int, int] = {}
+
+    def marks(m) -> None:
+        rows.update(instrument.jammed_rows(m))
+        columns.update(instrument.jammed_rows(m, panels.COLUMNS_ATTR))
+
+    jit.to_llvm(module, 8, stage="test", failure_dir=Path("/nonexistent"), inspect=marks)
+    assert rows == {1: 64} and columns == {1: 16}
+
+
+def test_rows_run_innermost_past_the_row_operand_bound_where_panels_pack(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """x past ``codegen.ROW_OPERAND_BYTES``: with panels the rows still run innermost (each
+    block of columns reads x once; pimbuild.rows: all 64), without them in blocks of 4."""
+    monkeypatch.setattr(codegen, "ROW_OPERAND_BYTES", 1024)
+    module = parse(XW, I=64, J=32, K=16)
+    assert vectile.tile(module) == 1 and panels.packed(module) == 1
+    assert rows_attr(module) == [64]
+    monkeypatch.setattr(vectile, "PACK", False)
+    module = parse(XW, I=64, J=32, K=16)
+    assert vectile.tile(module) == 1 and panels.packed(module) == 0
+    assert rows_attr(module) == [4]
+    rng = np.random.default_rng(3)
+    x, w = rng.standard_normal((64, 16)).astype(np.float32), \
+        rng.standard_normal((16, 32)).astype(np.float32)
+    monkeypatch.setattr(vectile, "PACK", True)
+    done, y = compiled(parse(XW, I=64, J=32, K=16), [x, w], (64, 32), tmp_path)
+    assert done["packed_nests"] == 1
+    np.testing.assert_allclose(y, x @ w, rtol=1e-5, atol=1e-5)
+
+
+def test_profile_reads_the_panels_columns(tmp_path: Path) -> None:
+    """codegen.json's panel_columns reach the footprint backend as column_block."""
+    import json
+
+    from pimbuild import profile
+
+    (tmp_path / "codegen.json").write_text(json.dumps(
+        {"rows": {"1": 64}, "panel_columns": {"1": 16}}))
+    (tmp_path / "candidates.json").write_text(json.dumps(
+        {"candidates": [{"id": 0}, {"id": 1}]}))
+    nests = profile.nest_candidates(tmp_path, tmp_path)
+    assert nests == [{"id": 0, "row_block": 1},
+                     {"id": 1, "row_block": 64, "column_block": 16}]

@@ -326,6 +326,29 @@ def test_footprint_rereads_what_the_outer_loop_does_not_address() -> None:
     assert paired["offcore_data_rd"] == 2 * 256 + 16
 
 
+def test_footprint_rereads_x_per_block_of_columns_with_panels() -> None:
+    """All 64 rows in one block, 64 columns in 4 blocks of 16 (packed panels): x (16 KiB)
+    is read once per block of columns. With x past the cache, all of it again each block;
+    with x in the cache but not with a block's share of W and y, what that share pushes
+    past it; with room for both, once."""
+    kib = 1024
+    gemm = {**_nest(0, {"x": 16 * kib, "w": 16 * kib}, {"y": 16 * kib}),
+            "parallel_dims": [64, 64], "row_block": 64, "column_block": 16,
+            "outer_invariant_reads": ["w"], "next_invariant_reads": ["x"]}
+
+    def n_rd(capacity: int) -> int:
+        return footprint_counts([gemm], capacity=capacity, line=64)[0]["offcore_data_rd"]
+
+    compulsory = 2 * 256
+    assert n_rd(8 * kib) == compulsory + 3 * 256
+    assert n_rd(18 * kib) == compulsory + 3 * (16 + 8 - 18) * kib // 64
+    assert n_rd(32 * kib) == compulsory
+    # without panels the rows' rule applies: one block of rows, nothing read again
+    no_panels = {k: v for k, v in gemm.items() if k != "column_block"}
+    assert footprint_counts([no_panels], capacity=8 * kib, line=64)[0][
+        "offcore_data_rd"] == compulsory
+
+
 def test_footprint_keeps_what_the_repeating_loop_reads_past_a_stream() -> None:
     """A GEMM streaming a weight as large as the cache keeps its activations resident when
     code generation runs all its rows in one block (the loop over weight rows repeats, and
