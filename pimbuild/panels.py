@@ -43,7 +43,8 @@ def pack(parallel: ir.Operation, column: int, row: int, width: int) -> int:
     n = len(ivs)
     lb, ub, step = (_constant(parallel.operands[k * n + row]) for k in range(3))
     nests = [op.operation for op in body.operations if op.operation.name == "scf.for"]
-    if None in (lb, ub, step) or (ub - lb) // step < ROW_BLOCKS or len(nests) != 1:
+    if None in (lb, ub, step) or (ub - lb) // step < ROW_BLOCKS or len(nests) != 1 \
+            or not _top_level(parallel):
         return 0
     loops = _chain(nests[0])
     groups = _groups(parallel, loops, ivs[column], ivs[row], width)
@@ -84,7 +85,7 @@ def shares(parallel: ir.Operation, loops: list[ir.Operation], column: int, row: 
     columns reads x once, and x's elements serve ``width`` columns each where W's would
     serve a block of rows)."""
     ivs = parallel.regions[0].blocks[0].arguments
-    if blocks < ROW_BLOCKS:
+    if blocks < ROW_BLOCKS or not _top_level(parallel):
         return False
     groups: dict = {}
     for op in [o.operation for o in loops[-1].regions[0].blocks[0].operations]:
@@ -95,6 +96,12 @@ def shares(parallel: ir.Operation, loops: list[ir.Operation], column: int, row: 
     return bool(groups) and sum(
         _elements([_constant(loop.operands[1]) for loop in deps] + [width])
         for deps in groups.values()) * 4 <= PANEL_BYTES
+
+
+def _top_level(parallel: ir.Operation) -> bool:
+    """Whether ``parallel`` is an op of its function's body: its panels, placed before it,
+    are then allocated once a call (inside a loop, once an iteration: the stack grows)."""
+    return parallel.parent.name == "func.func"
 
 
 def _chain(loop: ir.Operation) -> list[ir.Operation]:

@@ -146,3 +146,14 @@ def test_profile_reads_the_panels_columns(tmp_path: Path) -> None:
     nests = profile.nest_candidates(tmp_path, tmp_path)
     assert nests == [{"id": 0, "row_block": 1},
                      {"id": 1, "row_block": 64, "column_block": 16}]
+
+
+def test_a_nest_inside_a_loop_gets_no_panel() -> None:
+    """Its panel would be allocated on the stack once an iteration of the loop around it."""
+    second = XW.index("scf.parallel", XW.index("scf.parallel") + 1)
+    end = XW.index("  return")
+    looped = XW[:second] + "scf.for %t = %c0 to %c1 step %c1 {\n" + XW[second:end] \
+        + "  }\n" + XW[end:]
+    module = parse(looped, I=64, J=32, K=16)
+    assert vectile.tile(module) == 1 and panels.packed(module) == 0
+    assert "memref.alloca" not in str(module)
