@@ -104,7 +104,7 @@ def jammed_rows(module: ir.Module, attribute: str | None = None) -> dict[int, in
             top = top.parent.operation
         ops = [o.operation for o in top.block.operations]
         for prev in reversed(ops[:ops.index(top)]):
-            if prev.name in ("arith.constant", "memref.alloca"):
+            if prev.name in ("arith.constant", "memref.alloc"):
                 continue  # bounds and panels (``panels``) code generation placed before it
             if prev.name == "func.call" and \
                     ir.FlatSymbolRefAttr(prev.attributes["callee"]).value == ENTER:

@@ -7,17 +7,24 @@ lines 4 * N bytes apart. When the rows run innermost, every block of rows loads 
 panel again, and at N = 256 its 256 lines fall in 4 of a 32 KiB L1's 64 sets, so (by that
 arithmetic; no counters here to show it) every block reads it from the L2. oneDNN packs B
 for this reason; here each panel is copied once per block of columns into a contiguous
-buffer (``K x width`` floats, on the stack) that the blocks of rows then read in order.
+buffer (``K x width`` floats) that the blocks of rows then read in order. ``nn.Linear``'s
+weight, stored (N, K), has no such vectors at all: ``W[j .. j + width, k]`` is one element
+of each of ``width`` rows. ``vectile`` tiles it all the same (``TRANSPOSED``), leaving
+stand-in loads that only its panel, copied element by element, makes true; it does so only
+where ``shares`` says ``pack`` will pack them all.
 
 ``pack`` rewrites a tiled nest ``scf.parallel (.., j, i)`` (the rows ``i`` innermost) into
 one whose row dimension runs once, and whose body copies the panels and then runs the rows
 in an ``scf.for``: each vector is the same sum of the same products, only loaded from the
-copy. The panel is one buffer before the nest, shared by the nest's iterations: host code
-runs them one after another (``jit.SCF_TO_LLVM``). It packs a load when its address moves
-with the columns by one (``j + c``, ``c`` constant), does not move with the rows, moves
-with the reduction loops (from 0 by 1), and the panel it reads is not already contiguous;
-and only where at least ``ROW_BLOCKS`` blocks of rows share the copy and the panels fit in
-``PANEL_BYTES``. Measured: docs/measurements/unseen_models_epyc.md (packed panels).
+copy. The panel is one buffer allocated before the nest (on the heap: up to
+``PANEL_BYTES`` a nest, and a model may have hundreds; the deallocation pipeline of
+``jit.SCF_TO_LLVM`` frees it after the nest), shared by the nest's iterations, which host
+code runs one after another. It packs a load when its address moves with the columns by one
+along one index (``j + c``, ``c`` constant), does not move with the rows, moves with the
+reduction loops (from 0 by 1), and the panel it reads is not already contiguous; and only
+where at least ``ROW_BLOCKS`` blocks of rows share the copy (``TRANSPOSED_ROW_BLOCKS`` for
+a transposed one) and the panels fit in ``PANEL_BYTES``. Measured:
+docs/measurements/unseen_models_epyc.md (packed panels).
 """
 
 from __future__ import annotations
@@ -25,13 +32,18 @@ from __future__ import annotations
 from torch_mlir import ir
 from torch_mlir.dialects import memref, scf, vector
 
-from pimbuild.codegen import _clone, _constant, _depends, _index_constant
+from pimbuild.codegen import _add, _clone, _constant, _depends, _index_constant
 from pimbuild.loops import owner
 
 ROW_BLOCKS = 8  # blocks of rows that read each panel, at least (the copy is one more read)
-PANEL_BYTES = 256 * 1024  # the panels of one block of columns, at most (they stay in the L2)
+# and for a transposed panel (W[j, k], copied element by element), at least: below it the
+# register blocking of codegen was faster (nn.Linear 1024 x 1024, 64 rows: 1.04x its time,
+# 96 rows: 0.91x, 32 rows: 1.43x; docs/measurements/unseen_models_epyc.md)
+TRANSPOSED_ROW_BLOCKS = 24
+PANEL_BYTES = 1024 * 1024  # the panels of one block of columns, at most (an L2's worth)
 PANELS_ATTR = "pimbuild.panels"  # on a nest given panels: how many
 COLUMNS_ATTR = "pimbuild.panel_columns"  # and the columns of each (the footprint backend's)
+TRANSPOSED_ATTR = "pimbuild.transposed"  # on vectile's stand-in for W[j, k]'s vector
 
 
 def pack(parallel: ir.Operation, column: int, row: int, width: int) -> int:
@@ -58,15 +70,23 @@ def pack(parallel: ir.Operation, column: int, row: int, width: int) -> int:
     for key, (deps, loads) in groups.items():
         with loc:
             kind = ir.MemRefType.get(shapes[key], ir.F32Type.get())
-            panel = memref.AllocaOp(kind, [], [], ip=ir.InsertionPoint(parallel)).result
+            panel = memref.AllocOp(kind, [], [], ip=ir.InsertionPoint(parallel)).result
         _copy(panel, deps, loads, ivs, row_loop, here, loc)
-        for load, offset in loads:
+        for load, offset, _ in loads:
             _redirect(load, panel, [loop.regions[0].blocks[0].arguments[0] for loop in deps],
                       offset, loc)
     i64 = ir.IntegerType.get_signless(64)
     parallel.attributes[PANELS_ATTR] = ir.IntegerAttr.get(i64, len(groups))
     parallel.attributes[COLUMNS_ATTR] = ir.IntegerAttr.get(i64, width)
     return len(groups)
+
+
+def standins(parallel: ir.Operation) -> int:
+    """How many of ``vectile``'s stand-ins for ``W[j, k]``'s vectors are left in the nest
+    (``pack`` replaces them all; any left would read the wrong elements)."""
+    from pimbuild import mlir
+
+    return sum(TRANSPOSED_ATTR in op.attributes for op in mlir.walk(parallel))
 
 
 def packed(module: ir.Module) -> int:
@@ -89,18 +109,26 @@ def shares(parallel: ir.Operation, loops: list[ir.Operation], column: int, row: 
         return False
     groups: dict = {}
     for op in [o.operation for o in loops[-1].regions[0].blocks[0].operations]:
-        found = _packable(op, parallel, loops, ivs[column], ivs[row], width) \
-            if op.name == "memref.load" else None
-        if found is not None:
-            groups[(op.operands[0], *list(op.operands)[1:-1])] = found[0]
+        if op.name != "memref.load":
+            continue
+        index = list(op.operands)[1:]
+        found = _packable(op, parallel, loops, ivs[column], ivs[row], width)
+        if found is None:
+            if any(_depends(i, ivs[column]) for i in index[:-1]):
+                return False  # W[j, k] that no panel holds: vectile cannot tile it
+            continue
+        deps, _, at = found
+        if at != len(index) - 1 and blocks < TRANSPOSED_ROW_BLOCKS:
+            return False
+        groups[(op.operands[0], *index[:at], *index[at + 1:])] = deps
     return bool(groups) and sum(
         _elements([_constant(loop.operands[1]) for loop in deps] + [width])
         for deps in groups.values()) * 4 <= PANEL_BYTES
 
 
 def _top_level(parallel: ir.Operation) -> bool:
-    """Whether ``parallel`` is an op of its function's body: its panels, placed before it,
-    are then allocated once a call (inside a loop, once an iteration: the stack grows)."""
+    """Whether ``parallel`` is an op of its function's body: its panels are then allocated
+    once a call (inside a loop, once an iteration)."""
     return parallel.parent.name == "func.func"
 
 
@@ -124,36 +152,47 @@ def _elements(shape: list[int]) -> int:
 def _groups(parallel: ir.Operation, loops: list[ir.Operation], col: ir.Value, row: ir.Value,
             width: int) -> dict:
     """The loads to pack, grouped by buffer and address but the column: key -> (the
-    reduction loops the address moves with, [(load, column offset)])."""
+    reduction loops the address moves with, [(load, column offset, the index that moves
+    with the columns)])."""
     groups: dict = {}
     for op in [o.operation for o in loops[-1].regions[0].blocks[0].operations]:
         found = _packable(op, parallel, loops, col, row, width) \
             if op.name == "vector.load" else None
         if found is not None:
-            deps, offset = found
-            groups.setdefault((op.operands[0], *list(op.operands)[1:-1]), (deps, []))[1] \
-                .append((op, offset))
+            deps, offset, at = found
+            index = list(op.operands)[1:]
+            key = (op.operands[0], *index[:at], *index[at + 1:])
+            groups.setdefault(key, (deps, []))[1].append((op, offset, at))
     return groups
 
 
 def _packable(load: ir.Operation, parallel: ir.Operation, loops: list[ir.Operation],
-              col: ir.Value, row: ir.Value, width: int) -> tuple[list, int] | None:
-    """The reduction loops ``load``'s address moves with and its column offset, where a
-    panel can hold what it reads and would not be contiguous already; else None."""
+              col: ir.Value, row: ir.Value, width: int) -> tuple[list, int, int] | None:
+    """The reduction loops ``load``'s address moves with, its column offset and the
+    position of the index that moves with the columns (the last; an outer one for
+    ``nn.Linear``'s ``W[j, k]``: a scalar load before ``vectile`` tiles the nest, or the
+    stand-in it leaves, ``TRANSPOSED_ATTR``), where a panel can hold what it reads and would
+    not be contiguous already; else None."""
     buffer, *index = load.operands
-    offset = _offset(index[-1], col)
+    moving = [at for at, i in enumerate(index) if _depends(i, col)]
     kind = load.result.type
     lanes = ir.VectorType(kind).shape[0] if isinstance(kind, ir.VectorType) else 1
-    if offset is None or offset + lanes > width or _inside(buffer, parallel) \
-            or any(_depends(i, row) for i in index) \
-            or any(_depends(i, col) for i in index[:-1]):
+    transposed = moving != [len(index) - 1]
+    if len(moving) != 1 or _inside(buffer, parallel) or any(_depends(i, row) for i in index) \
+            or transposed and isinstance(kind, ir.VectorType) \
+            and TRANSPOSED_ATTR not in load.attributes:
+        return None
+    offset = _offset(index[moving[0]], col)
+    if offset is None or offset + lanes > width:
         return None
     deps = [loop for loop in loops
             if any(_depends(i, loop.regions[0].blocks[0].arguments[0]) for i in index)]
     if not deps or any((_constant(loop.operands[0]), _constant(loop.operands[2])) != (0, 1)
                        or _constant(loop.operands[1]) is None for loop in deps):
         return None
-    return None if _contiguous_panel(load, deps[-1], width) else (deps, offset)
+    if not transposed and _contiguous_panel(load, deps[-1], width):
+        return None
+    return deps, offset, moving[0]
 
 
 def _offset(index: ir.Value, col: ir.Value) -> int | None:
@@ -216,7 +255,8 @@ def _run_rows(parallel: ir.Operation, row: int, bounds: tuple[int, int, int],
 def _copy(panel: ir.Value, deps: list[ir.Operation], loads: list, ivs: list[ir.Value],
           row_loop: ir.Operation, here: ir.InsertionPoint, loc: ir.Location) -> None:
     """Before ``row_loop``: ``deps``' loops again, storing each load's vector to the panel
-    (``panel[k.., offset]``)."""
+    (``panel[k.., offset]``); a transposed one's lanes one element each, read along the
+    outer index that moves with the columns."""
     nest, ip = [], here
     for loop in deps:
         with loc:
@@ -227,12 +267,19 @@ def _copy(panel: ir.Value, deps: list[ir.Operation], loads: list, ivs: list[ir.V
         ip = ir.InsertionPoint(new.body.operations[0])
     mapping = {loop.regions[0].blocks[0].arguments[0]: new.induction_variable
                for loop, new in zip(deps, nest, strict=True)}
-    for load, offset in loads:
+    at_k = [new.induction_variable for new in nest]
+    for load, offset, at in loads:
         index = [_materialize(i, mapping, ip, row_loop) for i in list(load.operands)[1:]]
-        with ip, loc:
-            value = vector.LoadOp(load.result.type, load.operands[0], index).result
-            at = [new.induction_variable for new in nest] + [_index_constant(offset, ip, loc)]
-            vector.StoreOp(value, panel, at)
+        if at == len(index) - 1:
+            with ip, loc:
+                value = vector.LoadOp(load.result.type, load.operands[0], index).result
+                vector.StoreOp(value, panel, at_k + [_index_constant(offset, ip, loc)])
+            continue
+        for lane in range(ir.VectorType(load.result.type).shape[0]):
+            moved = index[:at] + [_add(index[at], lane, ip, loc)] + index[at + 1:]
+            with ip, loc:
+                value = memref.LoadOp(load.operands[0], moved).result
+                memref.StoreOp(value, panel, at_k + [_index_constant(offset + lane, ip, loc)])
 
 
 def _materialize(value: ir.Value, mapping: dict, ip: ir.InsertionPoint,

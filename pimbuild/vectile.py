@@ -44,6 +44,7 @@ VECTORS = 2  # vectors of columns per row of the tile, where the columns divide 
 TILE = 8  # vectors in a tile (rows x vectors): 8 of the 16 AVX2 registers hold accumulators,
 # enough independent sums to keep two FMA units of 4 cycles' latency busy
 PACK = True  # copy the panels the blocks of rows share (``pimbuild.panels``)
+TRANSPOSED = -1  # ``_plan``'s slope of a load whose outer index moves with the columns
 # Ops without side effects: the copies of one for the tile's rows and vectors are merged
 # when their operands are the same.
 PURE = ("arith.", "math.", "affine.apply")
@@ -125,7 +126,8 @@ def _contiguous(memref: ir.Value) -> bool:
 def _plan(loops: list[ir.Operation], accs: list[Accumulator],
           col: ir.Value) -> dict[int, int] | None:
     """For each load of the innermost reduction body (by position), the stride of its
-    address along the columns (0: a broadcast); None when the nest cannot be tiled."""
+    address along the columns (0: a broadcast; ``TRANSPOSED``: 1 along an outer index, as
+    ``nn.Linear``'s weight is read); None when the nest cannot be tiled."""
     f32 = ir.F32Type.get()
     ops = [op.operation for op in loops[-1].regions[0].blocks[0].operations][:-1]
     acc_ops = [a.load for a in accs] + [a.store for a in accs]
@@ -143,7 +145,10 @@ def _plan(loops: list[ir.Operation], accs: list[Accumulator],
         if op.name == "memref.load":
             *outer, inner = operands[1:] or [None]
             s = _slope(inner, col) if inner is not None else 0
-            if any(_depends(i, col) for i in outer) or s not in (0, 1, 2):
+            moving = [i for i in outer if _depends(i, col)]
+            if s == 0 and len(moving) == 1 and _slope(moving[0], col) == 1 and PACK:
+                s = TRANSPOSED  # nn.Linear's W[j, k]: only from a panel (``_tile``)
+            elif moving or s not in (0, 1, 2):
                 return None
             if s and (op.result.type != f32 or not _contiguous(operands[0])):
                 return None
@@ -220,6 +225,9 @@ def _tile(parallel: ir.Operation) -> bool:
     if slopes is None or lanes is None:
         return False
     last = len(body.arguments) - 1
+    transposed = TRANSPOSED in slopes.values()
+    if transposed and (d != last or tail):
+        return False
     if d != last:  # the columns innermost (a depthwise convolution's channels were)
         codegen._swap(parallel, d, last)
         d, col = last, body.arguments[last]
@@ -228,15 +236,17 @@ def _tile(parallel: ir.Operation) -> bool:
     r = _factor(rows[1], 1, TILE // v) if rows else 1
     while not tail and r * v < TILE and trips % (2 * v * lanes) == 0:
         v *= 2  # few rows (a decode step's heads): more vectors, as many sums in flight
+    packs = rows is not None and PACK and not tail and panels.shares(
+        parallel, loops, d, rows[0], v * lanes, rows[1] // r)
+    if transposed and not packs:
+        return False  # its vectors exist only in a panel
+    inner = rows is not None and (codegen._row_operand_bytes(
+        loops, accs, body.arguments[rows[0]]) <= codegen.ROW_OPERAND_BYTES or packs)
     here, loc = ir.InsertionPoint(loops[0]), loops[0].location
     cols = [col] + [_add(col, k * lanes, here, loc) for k in range(1, v)]
     lines = codegen._offsets(body.arguments[rows[0]], r, here, loc) if r > 1 else [None]
     maps = [{col: c, **({body.arguments[rows[0]]: line} if line is not None else {})}
             for line in lines for c in cols]
-    inner = rows is not None and (codegen._row_operand_bytes(
-        loops, accs, body.arguments[rows[0]]) <= codegen.ROW_OPERAND_BYTES or (
-        PACK and not tail and panels.shares(parallel, loops, d, rows[0], v * lanes,
-                                            rows[1] // r)))
     masks = [tail if tail and k % v == v - 1 else None for k in range(len(maps))]
     _Emitter(loops, accs, slopes, lanes, loc).emit(maps, masks, here)
     loops[0].erase()
@@ -247,6 +257,9 @@ def _tile(parallel: ir.Operation) -> bool:
         codegen._swap(parallel, d, rows[0])
         if PACK and not tail:
             panels.pack(parallel, column=rows[0], row=d, width=v * lanes)
+    if transposed and panels.standins(parallel):
+        raise RuntimeError("vectile: W[j, k]'s vectors got no panel (panels.shares said "
+                           "they would)")
     if r > 1 or inner:
         codegen._mark_rows(parallel, rows[1] if inner else r)
     return True
@@ -301,6 +314,12 @@ class _Emitter:
 
     def _one(self, op: ir.Operation, n: int, mapping: dict, ip: ir.InsertionPoint,
              mask: int | None) -> list[ir.Value]:
+        if self.slopes.get(n) == TRANSPOSED:  # a stand-in ``panels.pack`` replaces
+            index = [mapping.get(i, i) for i in list(op.operands)[1:]]
+            with ip, self.loc:
+                load = vector.LoadOp(self.vector, op.operands[0], index)
+            load.operation.attributes[panels.TRANSPOSED_ATTR] = ir.UnitAttr.get()
+            return [load.result]
         if self.slopes.get(n):
             return [self._load_vector(op, mapping, ip, self.slopes[n], mask)]
         operands = [mapping.get(v, v) for v in op.operands]

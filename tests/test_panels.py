@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from pimbuild import codegen, instrument, jit, panels, vectile
-from tests.test_codegen import XW, parse, rows_attr
+from tests.test_codegen import LINEAR, XW, parse, rows_attr
 
 # x @ W for a batch: W[b, k, j] read at the batch the outer parallel dimension runs, as
 # attention's probabilities x V lower.
@@ -75,10 +75,10 @@ def test_rows_read_w_from_the_panel() -> None:
     module = parse(XW, I=64, J=32, K=16)
     assert vectile.tile(module) == 1
     text = str(module)
-    assert text.count("memref.alloca() : memref<16x16xf32>") == 1
+    assert text.count("memref.alloc() : memref<16x16xf32>") == 1
     copy, tile = text[:text.index("iter_args")], text[text.index("iter_args"):]
     assert copy.count("vector.load %arg1[") == 2 and copy.count("vector.store") == 2
-    assert "%arg1[" not in tile and tile.count("vector.load %alloca[") == 2
+    assert "%arg1[" not in tile and tile.count("vector.load %alloc[") == 2
     assert rows_attr(module) == [64] and panels.packed(module) == 1
 
 
@@ -149,11 +149,56 @@ def test_profile_reads_the_panels_columns(tmp_path: Path) -> None:
 
 
 def test_a_nest_inside_a_loop_gets_no_panel() -> None:
-    """Its panel would be allocated on the stack once an iteration of the loop around it."""
+    """Its panel would be allocated once an iteration of the loop around it."""
     second = XW.index("scf.parallel", XW.index("scf.parallel") + 1)
     end = XW.index("  return")
     looped = XW[:second] + "scf.for %t = %c0 to %c1 step %c1 {\n" + XW[second:end] \
         + "  }\n" + XW[end:]
     module = parse(looped, I=64, J=32, K=16)
     assert vectile.tile(module) == 1 and panels.packed(module) == 0
-    assert "memref.alloca" not in str(module)
+    assert "memref.alloc(" not in str(module)
+
+
+@pytest.mark.parametrize(("i", "j", "k"), [(96, 32, 16), (128, 48, 40), (200, 64, 7)])
+def test_linear_weight_is_tiled_from_a_transposed_panel(tmp_path: Path, i: int, j: int,
+                                                        k: int) -> None:
+    """nn.Linear's W[j, k] (stored N x K): no vector of W exists along the columns, so the
+    tile reads them from a panel copied element by element; every stand-in is replaced and
+    the product is x @ W.T."""
+    module = parse(LINEAR, I=i, J=j, K=k)
+    assert vectile.tile(module) == 1 and panels.packed(module) == 1
+    text = str(module)
+    assert panels.TRANSPOSED_ATTR not in text
+    tile = text[text.index("iter_args"):]
+    assert "%arg1[" not in tile and "vector.load %alloc[" in tile
+    rng = np.random.default_rng(i + j + k)
+    x, w = rng.standard_normal((i, k)).astype(np.float32), \
+        rng.standard_normal((j, k)).astype(np.float32)
+    done, y = compiled(parse(LINEAR, I=i, J=j, K=k), [x, w], (i, j), tmp_path)
+    assert (done["vector_tiled_nests"], done["packed_nests"]) == (1, 1)
+    np.testing.assert_allclose(y, x @ w.T, rtol=1e-5, atol=1e-5)
+
+
+def test_linear_weight_with_few_rows_stays_with_register_blocking(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Below TRANSPOSED_ROW_BLOCKS blocks of rows (64 rows: 16), or without panels, or with
+    columns that need a masked vector, vectile leaves nn.Linear's nest to codegen."""
+    for dims in ({"I": 64, "J": 32, "K": 16}, {"I": 96, "J": 20, "K": 16},
+                 {"I": 1, "J": 64, "K": 32}):
+        assert vectile.tile(parse(LINEAR, **dims)) == 0
+    monkeypatch.setattr(vectile, "PACK", False)
+    assert vectile.tile(parse(LINEAR, I=96, J=32, K=16)) == 0
+    monkeypatch.setattr(vectile, "PACK", True)
+    monkeypatch.setattr(panels, "PANEL_BYTES", 16 * 16 * 4 - 4)
+    assert vectile.tile(parse(LINEAR, I=96, J=32, K=16)) == 0
+
+
+def test_the_panel_is_freed_after_its_nest() -> None:
+    """The deallocation pipeline frees each nest's panel (a model may have hundreds)."""
+    from pimbuild import mlir
+
+    module = parse(XW, I=64, J=32, K=16)
+    vectile.tile(module)
+    mlir.run_pipeline(module, "builtin.module(func.func(buffer-deallocation-pipeline))",
+                      stage="test", failure_dir=Path("/nonexistent"))
+    assert "memref.dealloc %alloc : memref<16x16xf32>" in str(module)
