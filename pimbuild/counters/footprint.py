@@ -157,12 +157,17 @@ class _Lru:
              kept: list[str], views: dict[str, dict[str, int]] | None = None
              ) -> tuple[int, int]:
         """One nest: the lines it reads, then writes, that were not resident (of a buffer
-        partly resident, the bytes past what is). ``views``: extract's ``read_views``."""
+        partly resident, the bytes past what is; of a buffer it also reads, the bytes past
+        those). ``views``: extract's ``read_views``."""
         views = views or {}
         missed = []
         for buffers, through in ((reads, views), (writes, {})):
-            missed.append(sum(-(-max(0, size - self.resident(name, size, through.get(name)))
-                                // line) for name, size in buffers.items()))
+            # a line the nest reads before it writes it is there when written (y += ...),
+            # even when y streams: only the bytes past those it read can miss
+            read_first = reads if buffers is writes else {}
+            missed.append(sum(-(-max(0, size - self.resident(name, size, through.get(name))
+                                     - read_first.get(name, 0)) // line)
+                              for name, size in buffers.items()))
             for name, size in buffers.items():
                 had = self.held.pop(name, 0)
                 if name in through and (name in self.parts or not had):
