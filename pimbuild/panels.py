@@ -183,8 +183,8 @@ def _packable(load: ir.Operation, parallel: ir.Operation, loops: list[ir.Operati
             and TRANSPOSED_ATTR not in load.attributes:
         return None
     offset = _offset(index[moving[0]], col)
-    if offset is None or offset + lanes > width:
-        return None
+    if offset is None or offset + lanes > width or lanes == 1 and offset:
+        return None  # W[.., j + c] tiled reads W[.., (j + 8) + c]: past what _offset reads
     deps = [loop for loop in loops
             if any(_depends(i, loop.regions[0].blocks[0].arguments[0]) for i in index)]
     if not deps or any((_constant(loop.operands[0]), _constant(loop.operands[2])) != (0, 1)

@@ -202,3 +202,20 @@ def test_the_panel_is_freed_after_its_nest() -> None:
     mlir.run_pipeline(module, "builtin.module(func.func(buffer-deallocation-pipeline))",
                       stage="test", failure_dir=Path("/nonexistent"))
     assert "memref.dealloc %alloc : memref<16x16xf32>" in str(module)
+
+
+def test_linear_weight_read_at_a_shifted_row_is_left_to_register_blocking(
+        tmp_path: Path) -> None:
+    """W[j + 1, k]: the tile's second vector would read W[(j + 8) + 1, k], an address the
+    panel's copy does not recognize, so vectile leaves the nest (before this, it tiled it
+    and stopped with an internal error)."""
+    text = LINEAR.replace("%W: memref<${J}x${K}xf32>", "%W: memref<${J1}x${K}xf32>").replace(
+        "%1 = memref.load %W[%j, %k] : memref<${J}x${K}xf32>",
+        "%jj = arith.addi %j, %c1 : index\n"
+        "      %1 = memref.load %W[%jj, %k] : memref<${J1}x${K}xf32>")
+    assert vectile.tile(parse(text, I=96, J=32, J1=33, K=16)) == 0
+    rng = np.random.default_rng(5)
+    x, w = rng.standard_normal((96, 16)).astype(np.float32), \
+        rng.standard_normal((33, 16)).astype(np.float32)
+    _, y = compiled(parse(text, I=96, J=32, J1=33, K=16), [x, w], (96, 32), tmp_path)
+    np.testing.assert_allclose(y, x @ w[1:].T, rtol=1e-5, atol=1e-5)
