@@ -182,9 +182,11 @@ def test_linear_weight_is_tiled_from_a_transposed_panel(tmp_path: Path, i: int, 
 def test_linear_weight_with_few_rows_stays_with_register_blocking(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """Below TRANSPOSED_ROW_BLOCKS blocks of rows (64 rows: 16), or without panels, or with
-    columns that need a masked vector, vectile leaves nn.Linear's nest to codegen."""
+    columns that need a masked vector or vectors of 4, vectile leaves nn.Linear's nest to
+    codegen."""
     for dims in ({"I": 64, "J": 32, "K": 16}, {"I": 96, "J": 20, "K": 16},
-                 {"I": 1, "J": 64, "K": 32}):
+                 {"I": 1, "J": 64, "K": 32},
+                 {"I": 96, "J": 68, "K": 16}):  # vectors of 4 (68 columns): slower so
         assert vectile.tile(parse(LINEAR, **dims)) == 0
     monkeypatch.setattr(vectile, "PACK", False)
     assert vectile.tile(parse(LINEAR, I=96, J=32, K=16)) == 0
