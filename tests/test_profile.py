@@ -362,6 +362,11 @@ def test_footprint_rereads_x_per_block_of_columns_with_panels() -> None:
     no_panels = {k: v for k, v in gemm.items() if k != "column_block"}
     assert footprint_counts([no_panels], capacity=8 * kib, line=64)[0][
         "offcore_data_rd"] == compulsory
+    # a batch of such products (heads): which dimension holds the columns is not known
+    # here, so nothing is read again, as before panels
+    batched = {**gemm, "parallel_dims": [4, 64, 64]}
+    assert footprint_counts([batched], capacity=8 * kib, line=64)[0][
+        "offcore_data_rd"] == compulsory
 
 
 def test_footprint_keeps_what_the_repeating_loop_reads_past_a_stream() -> None:

@@ -105,7 +105,7 @@ def rereads(c: dict, read: dict[str, int], capacity: int, line: int) -> int:
     rows = dims[0] if dims else 1
     block = min(c.get("row_block", 1), rows)  # rows the code reads them once for
     passes = -(-rows // block)
-    if passes == 1 and "column_block" in c and len(dims) > 1:
+    if passes == 1 and "column_block" in c and len(dims) == 2:  # (a batch's: not modelled)
         return _column_rereads(c, read, -(-dims[1] // c["column_block"]), capacity, line)
     if passes == 1 or not invariant:
         return 0
