@@ -86,15 +86,15 @@ def insert_markers(module: ir.Module, function: str, n_candidates: int) -> int:
     return len(nests)
 
 
-def jammed_rows(module: ir.Module, attribute: str | None = None) -> dict[int, int]:
-    """Nest id -> the rows code generation jammed in it (``codegen.ROWS_ATTR`` on one of its
-    ``scf.parallel`` ops; or the integer ``attribute`` names), the id read from the
+def nest_marks(module: ir.Module, attribute: str) -> dict[int, int]:
+    """Nest id -> the integer ``attribute`` code generation set on one of its
+    ``scf.parallel`` ops (``codegen.ROWS_ATTR``: the rows it jammed or ran innermost;
+    ``panels.COLUMNS_ATTR``: the columns of its panels), the id read from the
     ``region_enter`` call before the nest."""
     from torch_mlir import ir
 
-    from pimbuild import codegen, mlir
+    from pimbuild import mlir
 
-    attribute = attribute or codegen.ROWS_ATTR
     found = {}
     for op in mlir.walk(module.operation):
         if op.name != "scf.parallel" or attribute not in op.attributes:
@@ -116,7 +116,7 @@ def jammed_rows(module: ir.Module, attribute: str | None = None) -> dict[int, in
 
 def instrument(scf_path: Path, candidates_path: Path, runtime_lib: Path, block: int,
                out: Path, failure_dir: Path) -> None:
-    from pimbuild import jit, mlir, panels
+    from pimbuild import codegen, jit, mlir, panels
     from pimbuild.runtime import Markers
 
     candidates = json.loads(candidates_path.read_text())
@@ -127,8 +127,8 @@ def instrument(scf_path: Path, candidates_path: Path, runtime_lib: Path, block: 
     columns: dict[int, int] = {}
 
     def marks(m) -> None:
-        rows.update(jammed_rows(m))
-        columns.update(jammed_rows(m, panels.COLUMNS_ATTR))
+        rows.update(nest_marks(m, codegen.ROWS_ATTR))
+        columns.update(nest_marks(m, panels.COLUMNS_ATTR))
 
     done = jit.to_llvm(module, block, stage=NAME, failure_dir=failure_dir, inspect=marks)
     (out / "codegen.json").write_text(json.dumps(

@@ -97,7 +97,7 @@ def test_left_alone_where_a_panel_gains_nothing(monkeypatch: pytest.MonkeyPatch)
 
 
 def test_profile_still_finds_the_rows_of_a_packed_nest() -> None:
-    """The panel sits between the nest's marker and the nest: ``jammed_rows`` looks past
+    """The panel sits between the nest's marker and the nest: ``nest_marks`` looks past
     it, as footprint needs the rows to charge W once."""
     module = parse(XW, I=64, J=32, K=16)
     instrument.insert_markers(module, "mv", 2)
@@ -105,8 +105,8 @@ def test_profile_still_finds_the_rows_of_a_packed_nest() -> None:
     columns: dict[int, int] = {}
 
     def marks(m) -> None:
-        rows.update(instrument.jammed_rows(m))
-        columns.update(instrument.jammed_rows(m, panels.COLUMNS_ATTR))
+        rows.update(instrument.nest_marks(m, codegen.ROWS_ATTR))
+        columns.update(instrument.nest_marks(m, panels.COLUMNS_ATTR))
 
     jit.to_llvm(module, 8, stage="test", failure_dir=Path("/nonexistent"), inspect=marks)
     assert rows == {1: 64} and columns == {1: 16}
