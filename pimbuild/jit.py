@@ -47,10 +47,10 @@ def to_llvm(module: ir.Module, register_block: int, *, stage: str, failure_dir: 
     """Host code generation in place: vector register tiles (``pimbuild.vectile``; not at
     ``register_block`` 1, which leaves the host code as lowered) and their packed panels
     (``pimbuild.panels``), loop interchange and register blocking (``pimbuild.codegen``),
-    f32 exp, tanh and erf as arithmetic
-    (``pimbuild.vecmath``), C interfaces, bf16 arithmetic as f32 (``mlir.EMULATE_BF16``),
-    then the LLVM dialect. Returns how many nests (ops) each of the first five rewrote.
-    ``inspect`` sees the module after them, while its loops are still loops."""
+    f32 exp, tanh and erf as arithmetic (``pimbuild.vecmath``), C interfaces, bf16
+    arithmetic as f32 (``mlir.EMULATE_BF16``), then the LLVM dialect. Returns how many
+    nests (ops) each of the first five rewrote. ``inspect`` sees the module after them,
+    while its loops are still loops."""
     done = {"vector_tiled_nests": vectile.tile(module) if register_block > 1 else 0,
             "packed_nests": panels.packed(module),
             "interchanged_nests": codegen.interchange(module),
