@@ -29,9 +29,12 @@ docs/measurements/unseen_models_epyc.md (packed panels).
 
 from __future__ import annotations
 
+import math
+
 from torch_mlir import ir
 from torch_mlir.dialects import memref, scf, vector
 
+from pimbuild import mlir
 from pimbuild.codegen import _add, _clone, _constant, _depends, _index_constant
 from pimbuild.loops import owner
 
@@ -60,9 +63,8 @@ def pack(parallel: ir.Operation, column: int, row: int, width: int) -> int:
         return 0
     loops = _chain(nests[0])
     groups = _groups(parallel, loops, ivs[column], ivs[row], width)
-    shapes = {key: [_constant(loop.operands[1]) for loop in group[0]] + [width]
-              for key, group in groups.items()}
-    if not groups or sum(_elements(s) for s in shapes.values()) * 4 > PANEL_BYTES:
+    shapes = {key: _shape(deps, width) for key, (deps, _) in groups.items()}
+    if not groups or not _fits(shapes.values()):
         return 0
     loc = parallel.location
     row_loop = _run_rows(parallel, row, (lb, ub, step), loc)
@@ -84,15 +86,11 @@ def pack(parallel: ir.Operation, column: int, row: int, width: int) -> int:
 def standins(parallel: ir.Operation) -> int:
     """How many of ``vectile``'s stand-ins for ``W[j, k]``'s vectors are left in the nest
     (``pack`` replaces them all; any left would read the wrong elements)."""
-    from pimbuild import mlir
-
     return sum(TRANSPOSED_ATTR in op.attributes for op in mlir.walk(parallel))
 
 
 def packed(module: ir.Module) -> int:
     """How many nests of ``module`` ``pack`` gave panels."""
-    from pimbuild import mlir
-
     return sum(PANELS_ATTR in op.attributes for op in mlir.walk(module.operation)
                if op.name == "scf.parallel")
 
@@ -121,9 +119,7 @@ def shares(parallel: ir.Operation, loops: list[ir.Operation], column: int, row: 
         if at != len(index) - 1 and blocks < TRANSPOSED_ROW_BLOCKS:
             return False
         groups[(op.operands[0], *index[:at], *index[at + 1:])] = deps
-    return bool(groups) and sum(
-        _elements([_constant(loop.operands[1]) for loop in deps] + [width])
-        for deps in groups.values()) * 4 <= PANEL_BYTES
+    return bool(groups) and _fits([_shape(deps, width) for deps in groups.values()])
 
 
 def _top_level(parallel: ir.Operation) -> bool:
@@ -142,11 +138,15 @@ def _chain(loop: ir.Operation) -> list[ir.Operation]:
         loops.append(first)
 
 
-def _elements(shape: list[int]) -> int:
-    total = 1
-    for d in shape:
-        total *= d
-    return total
+def _shape(deps: list[ir.Operation], width: int) -> list[int]:
+    """A panel's shape: the trips of the reduction loops its load moves with, then the
+    columns."""
+    return [_constant(loop.operands[1]) for loop in deps] + [width]
+
+
+def _fits(shapes) -> bool:
+    """Whether panels of these shapes (f32) fit in ``PANEL_BYTES`` together."""
+    return sum(math.prod(shape) for shape in shapes) * 4 <= PANEL_BYTES
 
 
 def _groups(parallel: ir.Operation, loops: list[ir.Operation], col: ir.Value, row: ir.Value,
@@ -178,7 +178,8 @@ def _packable(load: ir.Operation, parallel: ir.Operation, loops: list[ir.Operati
     kind = load.result.type
     lanes = ir.VectorType(kind).shape[0] if isinstance(kind, ir.VectorType) else 1
     transposed = moving != [len(index) - 1]
-    if len(moving) != 1 or _inside(buffer, parallel) or any(_depends(i, row) for i in index) \
+    if len(moving) != 1 or mlir.defined_inside(buffer, parallel) \
+            or any(_depends(i, row) for i in index) \
             or transposed and isinstance(kind, ir.VectorType) \
             and TRANSPOSED_ATTR not in load.attributes:
         return None
@@ -203,17 +204,6 @@ def _offset(index: ir.Value, col: ir.Value) -> int | None:
     if isinstance(op, ir.Block) or op.name != "arith.addi" or op.operands[0] != col:
         return None
     return _constant(op.operands[1])
-
-
-def _inside(value: ir.Value, op: ir.Operation) -> bool:
-    """Whether ``value`` is defined inside ``op``'s regions."""
-    parent = owner(value)
-    parent = parent.owner if isinstance(parent, ir.Block) else parent.parent
-    while parent is not None and parent.name != "func.func":
-        if parent.operation == op.operation:
-            return True
-        parent = parent.parent
-    return False
 
 
 def _contiguous_panel(load: ir.Operation, loop: ir.Operation, width: int) -> bool:
@@ -288,7 +278,7 @@ def _materialize(value: ir.Value, mapping: dict, ip: ir.InsertionPoint,
     operands renamed through ``mapping``."""
     if value in mapping:
         return mapping[value]
-    if not _inside(value, scope):
+    if not mlir.defined_inside(value, scope):
         return value
     op = owner(value)
     for v in op.operands:
