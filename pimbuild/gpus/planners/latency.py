@@ -85,6 +85,6 @@ def place(ctx: PlanContext) -> Plan:
             m.row([(end, 1.0), (x[s][HOME], c_b)] + [(c, -v) for c, v in finish(s)], c_b)
     values, _, seconds, status = m.solve(ctx.time_limit_s, ctx.mip_gap, ctx.incumbent,
                                          start_values(x, ctx.start))
-    chosen = placement(x, values) if values is not None else list(ctx.start)
+    chosen = placement(x, values, ctx.start)
     return solved(chosen, critical_path(g, chosen, ctx.times, ctx.link, n_dev), m, seconds,
                   status)

@@ -37,7 +37,11 @@ def assignment(m: Model, n_kernels: int, n_dev: int) -> list[list[int]]:
     return x
 
 
-def placement(x: list[list[int]], values) -> list[int]:
+def placement(x: list[list[int]], values, start: tuple[int, ...] | None = None) -> list[int]:
+    """Each kernel's device from a MILP's values, or, where HiGHS stopped before it completed
+    the MIP start (``values`` None, ``Model.solve``), the ``start`` itself."""
+    if values is None:
+        return list(start)
     return [max(range(len(row)), key=lambda d: values[row[d]]) for row in x]
 
 
@@ -97,6 +101,6 @@ def per_kernel(ctx: PlanContext, options: dict | None = None) -> Plan:
         m.row({c: 1.0, **{col: -t for col, t in into[d].items()}}, 0)
     values, _, seconds, status = m.solve(ctx.time_limit_s, ctx.mip_gap, ctx.incumbent,
                                          start_values(x, ctx.start), options=options)
-    chosen = placement(x, values) if values is not None else list(ctx.start)
+    chosen = placement(x, values, ctx.start)
     return solved(chosen, cycle_time(g, chosen, ctx.times, ctx.link, n_dev, ctx.comm_on_device),
                   m, seconds, status)
