@@ -17,6 +17,7 @@ import argparse
 import ctypes
 import importlib
 import json
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -59,6 +60,20 @@ def error(outputs: list[np.ndarray], reference) -> float:
                for o, r in zip(outputs, reference, strict=True))
 
 
+def switch_module(switch: str):
+    """The pimbuild module ``switch`` (``module.NAME``) names, which must hold a bool NAME;
+    else one ``error:`` line and exit status 1."""
+    module_name, _, name = switch.rpartition(".")
+    try:
+        module = importlib.import_module(f"pimbuild.{module_name}")
+    except ImportError:
+        sys.exit(f"error: no module pimbuild.{module_name} (the switch is module.NAME, "
+                 "e.g. vectile.PACK)")
+    if not isinstance(getattr(module, name, None), bool):
+        sys.exit(f"error: pimbuild.{module_name} has no bool {name!r} to switch")
+    return module
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("switch", help="module.NAME under pimbuild, e.g. vectile.PACK")
@@ -66,8 +81,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=40)
     parser.add_argument("--block", type=int, default=4, help="lowering.register_block")
     args = parser.parse_args()
-    module_name, name = args.switch.rsplit(".", 1)
-    module = importlib.import_module(f"pimbuild.{module_name}")
+    module = switch_module(args.switch)
+    name = args.switch.rsplit(".", 1)[1]
     with initialize_config_module(config_module=CONFIG_MODULE, version_base="1.3"):
         cfg = compose("config", overrides=args.overrides)
     p = lower.params(cfg)
