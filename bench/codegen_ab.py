@@ -14,7 +14,6 @@ ratios, and the largest relative difference of each program's outputs from eager
 from __future__ import annotations
 
 import argparse
-import ctypes
 import importlib
 import json
 import sys
@@ -25,7 +24,6 @@ from pathlib import Path
 import numpy as np
 import torch
 from hydra import compose, initialize_config_module
-from torch_mlir.runtime import get_ranked_memref_descriptor
 
 from pimbuild import frontend, jit, lower, mlir
 from pimbuild.cli import CONFIG_MODULE
@@ -46,11 +44,7 @@ def compiled(scf: Path, module, name: str, value: bool, block: int, tmp: Path):
 
 def prepared(engine, signature: dict, args: list[np.ndarray]):
     """A call of the forward on fixed descriptors, and the output buffers it writes."""
-    outputs = jit.output_buffers(signature["outputs"])
-    arrays = [np.ascontiguousarray(a) for a in args] + outputs
-    pointers = [ctypes.pointer(ctypes.pointer(get_ranked_memref_descriptor(a)))
-                for a in arrays]
-    return (lambda: engine.invoke(signature["function"], *pointers)), outputs
+    return jit.prepare(engine, signature["function"], args, signature["outputs"])
 
 
 def error(outputs: list[np.ndarray], reference) -> float:

@@ -98,12 +98,13 @@ def search_register_block(candidates: tuple[int, ...], buffer_mib: int, work: Pa
     signature = json.loads((work / "signature.json").read_text())
     engines = {b: jit.compile_scf(work / "scf.mlir", work / "failure", b) for b in candidates}
     args, _ = frontend.materialize(model, signature)
-    outputs = jit.output_buffers(signature["outputs"])
+    calls = {b: jit.prepare(engine, signature["function"], args, signature["outputs"])[0]
+             for b, engine in engines.items()}
     times: dict[int, list[float]] = {b: [] for b in candidates}
     for _ in range(SEARCH_REPETITIONS + 2):  # two warm-up rounds, dropped
-        for b, engine in engines.items():
+        for b, call in calls.items():
             start = time.perf_counter()
-            jit.invoke(engine, signature["function"], args, signature["outputs"], outputs)
+            call()
             times[b].append(time.perf_counter() - start)
     best = {b: float(np.min(t[2:])) for b, t in times.items()}
     chosen = min(best, key=best.get)

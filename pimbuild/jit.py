@@ -7,6 +7,7 @@ them) followed by one out-parameter per result, all as memrefs.
 from __future__ import annotations
 
 import ctypes
+import functools
 import subprocess
 import tempfile
 from collections.abc import Callable
@@ -15,7 +16,7 @@ from pathlib import Path
 import numpy as np
 from torch_mlir import ir
 from torch_mlir.execution_engine import ExecutionEngine
-from torch_mlir.runtime import get_ranked_memref_descriptor
+from torch_mlir.runtime import as_ctype, make_nd_memref_descriptor, make_zero_d_memref_descriptor
 
 from pimbuild import codegen, mlir, panels, vecmath, vectile
 from pimbuild.errors import StageError
@@ -170,12 +171,51 @@ def output_buffers(outputs: list[dict]) -> list[np.ndarray]:
     return buffers
 
 
-def invoke(engine: ExecutionEngine, function: str, args: list[np.ndarray],
-           outputs: list[dict], into: list[np.ndarray] | None = None) -> list[np.ndarray]:
-    """Call ``function`` with ``args`` and output buffers (``into``, reused: a timing loop
-    then measures no page faults of fresh buffers; else newly allocated); return them."""
+@functools.cache
+def _descriptor_type(rank: int, ctype: type) -> type[ctypes.Structure]:
+    """One memref descriptor class per rank and element type. torch-mlir's
+    ``get_ranked_memref_descriptor`` defines a new class on every call, and ``ctypes.pointer``
+    keeps every class it has made a pointer type for: a process that called a forward a few
+    thousand times (the profile stage's timing loop) kept hundreds of MB of dead classes."""
+    if rank == 0:
+        return make_zero_d_memref_descriptor(ctype)
+    return make_nd_memref_descriptor(rank, ctype)
+
+
+def descriptor(array: np.ndarray) -> ctypes.Structure:
+    """The ranked memref descriptor of a C-contiguous array (strides in elements)."""
+    ctype = as_ctype(array.dtype)
+    d = _descriptor_type(array.ndim, ctype)()
+    d.allocated = array.ctypes.data
+    d.aligned = array.ctypes.data_as(ctypes.POINTER(ctype))
+    d.offset = 0
+    if array.ndim:
+        d.shape = (ctypes.c_longlong * array.ndim)(*array.shape)
+        d.strides = (ctypes.c_longlong * array.ndim)(*[s // array.itemsize
+                                                       for s in array.strides])
+    return d
+
+
+def prepare(engine: ExecutionEngine, function: str, args: list[np.ndarray],
+            outputs: list[dict], into: list[np.ndarray] | None = None
+            ) -> tuple[Callable[[], None], list[np.ndarray]]:
+    """A call of ``function`` on fixed descriptors of ``args`` and output buffers (``into``,
+    reused, else newly allocated), and those buffers. A timing loop calls it again and again
+    without building descriptors (or touching fresh pages) inside the timed region."""
     results = into if into is not None else output_buffers(outputs)
     arrays = [np.ascontiguousarray(a) for a in args] + results
-    descriptors = [get_ranked_memref_descriptor(a) for a in arrays]
-    engine.invoke(function, *[ctypes.pointer(ctypes.pointer(d)) for d in descriptors])
+    pointers = [ctypes.pointer(ctypes.pointer(descriptor(a))) for a in arrays]
+
+    def call() -> None:
+        engine.invoke(function, *pointers)
+    call.arrays = arrays  # the descriptors point into these (copies made here included)
+    return call, results
+
+
+def invoke(engine: ExecutionEngine, function: str, args: list[np.ndarray],
+           outputs: list[dict], into: list[np.ndarray] | None = None) -> list[np.ndarray]:
+    """Call ``function`` once with ``args`` and output buffers (``into``, reused, else newly
+    allocated); return them."""
+    call, results = prepare(engine, function, args, outputs, into)
+    call()
     return results

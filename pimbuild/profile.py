@@ -180,14 +180,14 @@ def timing_run(engine, markers, inp: Program, args: list[np.ndarray], warmup: in
 
     n = len(inp.candidates)
     samples, invocations = [], None
-    outputs = jit.output_buffers(inp.signature["outputs"])
+    call, _ = jit.prepare(engine, inp.signature["function"], args, inp.signature["outputs"])
     for _ in range(warmup):
-        jit.invoke(engine, inp.signature["function"], args, inp.signature["outputs"], outputs)
+        call()
     measured = 0.0
     while len(samples) < repetitions or (measured < min_time_s
                                          and len(samples) < MAX_REPETITIONS):
         markers.reset()
-        jit.invoke(engine, inp.signature["function"], args, inp.signature["outputs"], outputs)
+        call()
         seconds = markers.seconds(FORWARD_REGION + 1)
         samples.append(np.append(seconds[:n], seconds[FORWARD_REGION]))  # nests, forward
         measured += samples[-1][n]
