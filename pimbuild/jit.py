@@ -18,7 +18,7 @@ from torch_mlir import ir
 from torch_mlir.execution_engine import ExecutionEngine
 from torch_mlir.runtime import as_ctype, make_nd_memref_descriptor, make_zero_d_memref_descriptor
 
-from pimbuild import codegen, mlir, panels, vecmath, vectile
+from pimbuild import codegen, mlir, panels, relayout, vecmath, vectile
 from pimbuild.errors import StageError
 
 # scf + memref -> LLVM dialect. Deallocation runs here, after extract has counted the nests.
@@ -45,14 +45,17 @@ def prepare_for_llvm(module: ir.Module) -> None:
 
 def to_llvm(module: ir.Module, register_block: int, *, stage: str, failure_dir: Path,
             inspect: Callable[[ir.Module], None] | None = None) -> dict[str, int]:
-    """Host code generation in place: vector register tiles (``pimbuild.vectile``; not at
-    ``register_block`` 1, which leaves the host code as lowered) and their packed panels
+    """Host code generation in place: operands copied so each row's reduction is contiguous
+    (``pimbuild.relayout``) and vector register tiles (``pimbuild.vectile``; neither at
+    ``register_block`` 1, which leaves the host code as lowered), their packed panels
     (``pimbuild.panels``), loop interchange and register blocking (``pimbuild.codegen``),
     f32 exp, tanh and erf as arithmetic (``pimbuild.vecmath``), C interfaces, bf16
     arithmetic as f32 (``mlir.EMULATE_BF16``), then the LLVM dialect. Returns how many
-    nests (ops) each of the first five rewrote. ``inspect`` sees the module after them,
+    nests (ops) each of the first six rewrote. ``inspect`` sees the module after them,
     while its loops are still loops."""
-    done = {"vector_tiled_nests": vectile.tile(module) if register_block > 1 else 0,
+    tiles = register_block > 1
+    done = {"relaid_out_nests": relayout.relayout(module) if tiles else 0,
+            "vector_tiled_nests": vectile.tile(module) if tiles else 0,
             "packed_nests": panels.packed(module),
             "interchanged_nests": codegen.interchange(module),
             "register_blocked_nests": codegen.register_block(module, register_block),
