@@ -29,6 +29,7 @@ from torch_mlir.dialects import memref, scf
 
 from pimbuild import codegen, mlir
 from pimbuild.codegen import _index_constant
+from pimbuild.loops import view_root
 
 MIN_BYTES = codegen.ROW_OPERAND_BYTES  # operands smaller than this are left as they are
 # Iterations of the parallel dimensions the operand's address does not move with, at least:
@@ -56,10 +57,12 @@ def _relayout(parallel: ir.Operation) -> int:
     reductions = codegen._reduction_ivs(loops)
     parallels = list(parallel.regions[0].blocks[0].arguments)
     body = [op.operation for op in loops[-1].regions[0].blocks[0].operations]
-    written = {op.operands[1] for op in mlir.walk(parallel) if op.name == "memref.store"}
+    written = _written(parallel)
+    if written is None:
+        return 0
     copies: dict = {}
     for load in body:
-        if load.name != "memref.load" or load.operands[0] in written \
+        if load.name != "memref.load" or view_root(load.operands[0]) in written \
                 or mlir.defined_inside(load.operands[0], parallel):
             continue
         index = list(load.operands)[1:]
@@ -74,6 +77,20 @@ def _relayout(parallel: ir.Operation) -> int:
         i64 = ir.IntegerType.get_signless(64)
         parallel.attributes[RELAYOUT_ATTR] = ir.IntegerAttr.get(i64, len(copies))
     return len(copies)
+
+
+def _written(parallel: ir.Operation) -> set[ir.Value] | None:
+    """The buffers (views resolved to their allocation or argument) the nest stores to;
+    None when it has an op that may write memory in another way (a call, a copy)."""
+    written = set()
+    for op in mlir.walk(parallel):
+        if op.name in ("memref.store", "vector.store"):
+            written.add(view_root(op.operands[1]))
+        elif op.name == "vector.maskedstore":
+            written.add(view_root(op.operands[0]))
+        elif op.name.endswith(("call", "copy")) or op.name.startswith("linalg."):
+            return None
+    return written
 
 
 def _order(buffer: ir.Value, index: list[ir.Value], parallels: list[ir.Value],

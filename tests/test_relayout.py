@@ -115,3 +115,15 @@ def test_operand_read_once_is_left_alone(small: None) -> None:
     write (a decode step's weight read across heads would double its traffic)."""
     assert relayout.relayout(parse(HEADS, **{**DIMS, "J": 1})) == 0
     assert relayout.relayout(parse(HEADS, **{**DIMS, "J": relayout.MIN_REUSE})) == 1
+
+
+def test_operand_the_nest_writes_through_a_view_is_left_alone(small: None) -> None:
+    """The store names another view of a's buffer: it is the same memory."""
+    aliased = HEADS.replace(
+        "  scf.parallel",
+        "  %v = memref.collapse_shape %a [[0, 1], [2], [3]] : memref<1x${H}x${I}x${D}xf32> "
+        "into memref<${H}x${I}x${D}xf32>\n  scf.parallel", 1).replace(
+        "memref.store %4, %y[%p, %i, %j] : memref<1x${I}x${J}xf32>",
+        "memref.store %4, %y[%p, %i, %j] : memref<1x${I}x${J}xf32>\n"
+        "        memref.store %4, %v[%h, %i, %d] : memref<${H}x${I}x${D}xf32>")
+    assert relayout.relayout(parse(aliased, **DIMS)) == 0
