@@ -94,6 +94,7 @@ def nest_marks(module: ir.Module, attribute: str) -> dict[int, int]:
     from torch_mlir import ir
 
     from pimbuild import mlir
+    from pimbuild.relayout import COPY_ATTR
 
     found = {}
     for op in mlir.walk(module.operation):
@@ -104,8 +105,9 @@ def nest_marks(module: ir.Module, attribute: str) -> dict[int, int]:
             top = top.parent.operation
         ops = [o.operation for o in top.block.operations]
         for prev in reversed(ops[:ops.index(top)]):
-            if prev.name in ("arith.constant", "memref.alloc"):
-                continue  # bounds and panels (``panels``) code generation placed before it
+            if prev.name in ("arith.constant", "memref.alloc") or COPY_ATTR in prev.attributes:
+                continue  # bounds, panels (``panels``) and copies (``relayout``) code
+                # generation placed before it
             if prev.name == "func.call" and \
                     ir.FlatSymbolRefAttr(prev.attributes["callee"]).value == ENTER:
                 ident = ir.IntegerAttr(prev.operands[0].owner.attributes["value"]).value

@@ -37,6 +37,7 @@ MIN_BYTES = codegen.ROW_OPERAND_BYTES  # operands smaller than this are left as 
 # decode step's weight, read once, is left as it is.
 MIN_REUSE = 8
 RELAYOUT_ATTR = "pimbuild.relayout"  # on a nest given copies: how many
+COPY_ATTR = "pimbuild.relayout_copy"  # on the outermost loop of a copy (before its nest)
 COPY = True  # False: leave every operand as it is (``bench/codegen_ab.py relayout.COPY``)
 
 
@@ -158,6 +159,8 @@ def _copy(buffer: ir.Value, order: list[int], parallel: ir.Operation) -> ir.Valu
             loop = scf.ForOp(zero, n, one, ip=ip)
             with ir.InsertionPoint(loop.body):
                 scf.YieldOp([])
+        if not ivs:
+            loop.operation.attributes[COPY_ATTR] = ir.UnitAttr.get()
         ivs.append(loop.induction_variable)
         ip = ir.InsertionPoint(loop.body.operations[0])
     with ip, loc:
