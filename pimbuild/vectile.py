@@ -44,6 +44,10 @@ VECTORS = 2  # vectors of columns per row of the tile, where the columns divide 
 TILE = 8  # vectors in a tile (rows x vectors): 8 of the 16 AVX2 registers hold accumulators,
 # enough independent sums to keep two FMA units of 4 cycles' latency busy
 PACK = True  # copy the panels the blocks of rows share (``pimbuild.panels``)
+# Where panels pack and the rows divide by 6: tiles of 6 rows x VECTORS vectors, 12
+# accumulators, 15 of the 16 registers with the panel's two vectors and a broadcast. With
+# 8 accumulators two FMA units of 4 cycles' latency have no slack; 16 (4 x 4) spilled.
+SIX_ROWS = True
 TRANSPOSED = -1  # ``_plan``'s slope of a load whose outer index moves with the columns
 # Ops without side effects: the copies of one for the tile's rows and vectors are merged
 # when their operands are the same.
@@ -238,6 +242,9 @@ def _tile(parallel: ir.Operation) -> bool:
         v *= 2  # few rows (a decode step's heads): more vectors, as many sums in flight
     packs = rows is not None and PACK and not tail and panels.shares(
         parallel, loops, d, rows[0], v * lanes, rows[1] // r)
+    if packs and SIX_ROWS and v == VECTORS and r * v == TILE and rows[1] % 6 == 0 \
+            and panels.shares(parallel, loops, d, rows[0], v * lanes, rows[1] // 6):
+        r = 6  # 12 accumulators: slack for the FMAs' latency (docs/measurements)
     if transposed and not packs:
         return False  # its vectors exist only in a panel
     inner = rows is not None and (codegen._row_operand_bytes(
