@@ -221,3 +221,22 @@ def test_linear_weight_read_at_a_shifted_row_is_left_to_register_blocking(
         rng.standard_normal((33, 16)).astype(np.float32)
     _, y = compiled(parse(text, I=96, J=32, J1=33, K=16), [x, w], (96, 32), tmp_path)
     np.testing.assert_allclose(y, x @ w[1:].T, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize(("rows", "six", "accumulators"),
+                         [(96, True, 12), (96, False, 8), (64, True, 8)])
+def test_packed_rows_that_divide_by_six_run_six_at_a_time(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path, rows: int, six: bool,
+        accumulators: int) -> None:
+    """Where panels pack, 6 rows x 2 vectors (12 accumulators) where the rows divide by 6
+    (``vectile.SIX_ROWS``); else 4 x 2. The same values either way."""
+    monkeypatch.setattr(vectile, "SIX_ROWS", six)
+    module = parse(XW, I=rows, J=32, K=16)
+    assert vectile.tile(module) == 1 and panels.packed(module) == 1
+    tile = str(module)[str(module).index("iter_args"):]
+    assert tile.count("vector.store") == accumulators  # each accumulator's, after the sums
+    rng = np.random.default_rng(rows)
+    x, w = rng.standard_normal((rows, 16)).astype(np.float32), \
+        rng.standard_normal((16, 32)).astype(np.float32)
+    _, y = compiled(parse(XW, I=rows, J=32, K=16), [x, w], (rows, 32), tmp_path)
+    np.testing.assert_allclose(y, x @ w, rtol=1e-5, atol=1e-5)
