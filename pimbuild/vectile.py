@@ -42,7 +42,7 @@ LANES = 8  # f32 lanes of a 256-bit register (AVX2)
 VECTORS = 2  # vectors of columns per row of the tile, where the columns divide by them
 # (more where there are fewer than TILE // VECTORS rows)
 TILE = 8  # vectors in a tile (rows x vectors): 8 of the 16 AVX2 registers hold accumulators,
-# enough independent sums to keep two FMA units of 4 cycles' latency busy
+# just enough independent sums to keep two FMA units of 4 cycles' latency busy (SIX_ROWS)
 PACK = True  # copy the panels the blocks of rows share (``pimbuild.panels``)
 # Where panels pack and the rows divide by 6: tiles of 6 rows x VECTORS vectors, 12
 # accumulators, 15 of the 16 registers with the panel's two vectors and a broadcast. With
