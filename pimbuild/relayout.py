@@ -27,9 +27,9 @@ import math
 from torch_mlir import ir
 from torch_mlir.dialects import memref, scf
 
-from pimbuild import codegen, mlir
+from pimbuild import codegen, mlir, panels
 from pimbuild.codegen import _index_constant
-from pimbuild.loops import view_root
+from pimbuild.loops import trip_counts, view_root
 
 MIN_BYTES = codegen.ROW_OPERAND_BYTES  # operands smaller than this are left as they are
 # Iterations of the parallel dimensions the operand's address does not move with, at least:
@@ -46,7 +46,7 @@ def relayout(module: ir.Module) -> int:
     copies."""
     if not COPY:
         return 0
-    nests = [op for op in codegen.host_nests(module) if op.parent.name == "func.func"]
+    nests = [op for op in codegen.host_nests(module) if panels._top_level(op)]
     with module.context:
         return sum(_relayout(op) > 0 for op in nests)
 
@@ -125,16 +125,12 @@ def _order(buffer: ir.Value, index: list[ir.Value], parallels: list[ir.Value],
 def _reuse(parallel: ir.Operation, index: list[ir.Value]) -> int:
     """How many times the nest reads each element: the iterations of its parallel
     dimensions that no index of the load is (0 where a bound is not a constant)."""
-    ivs = list(parallel.regions[0].blocks[0].arguments)
-    n, reuse = len(ivs), 1
-    for d, iv in enumerate(ivs):
-        if iv in index:
-            continue
-        lb, ub, step = (codegen._constant(parallel.operands[k * n + d]) for k in range(3))
-        if None in (lb, ub, step):
-            return 0
-        reuse *= -(-(ub - lb) // step)
-    return reuse
+    try:
+        trips = trip_counts(parallel)
+    except ValueError:
+        return 0
+    ivs = parallel.regions[0].blocks[0].arguments
+    return math.prod(t for iv, t in zip(ivs, trips, strict=True) if iv not in index)
 
 
 def _contiguous(kind: ir.MemRefType) -> bool:
