@@ -71,6 +71,7 @@ class ProfileConfig:
     estimator: str = MISSING  # min | p25 | median
     valgrind_last_level: str = MISSING  # llc | l2: the cache whose read misses are n_rd
     valgrind_warm: bool = MISSING  # count a forward after a warm-up forward (steady state)
+    reuse_memory: bool = MISSING  # time with freed memory reused, no page faults per forward
 
 
 @dataclass

@@ -435,3 +435,37 @@ def test_footprint_counts_follow_valgrind(run_build, overrides: list[str],
     assert [int(r["event:offcore_data_rd"]) for r in rows] == [
         modelled[int(r["id"])]["offcore_data_rd"] for r in rows]
     assert _profile_json(again)["counter_backend"] == "footprint"
+
+
+def test_freed_memory_is_reused_without_page_faults() -> None:
+    """After ``reuse_freed_memory`` a block past glibc's largest mmap threshold (32 MiB),
+    freed and asked for again, comes back without a page fault per page (else 16,384)."""
+    import ctypes
+
+    from pimbuild.profile import minor_faults, reuse_freed_memory
+
+    assert reuse_freed_memory().startswith("freed memory reused")
+    libc = ctypes.CDLL(None)
+    libc.malloc.restype, libc.malloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t]
+    libc.free.argtypes = [ctypes.c_void_p]
+    nbytes = 64 << 20
+
+    def touch() -> None:
+        block = libc.malloc(nbytes)
+        assert block
+        ctypes.memset(block, 1, nbytes)
+        libc.free(block)
+
+    touch()
+    before = minor_faults()
+    touch()
+    assert minor_faults() - before < nbytes // 4096 // 100
+
+
+def test_profile_records_the_allocator_and_page_faults(run_build) -> None:
+    base = ["model=relu", "model.size.n=4096", "profile.backend=timer", "targets=[profile]"]
+    info = _profile_json(run_build(base))
+    assert info["memory"].startswith("freed memory reused")
+    assert info["minor_faults_per_forward"] >= 0
+    off = _profile_json(run_build([*base, "profile.reuse_memory=false"]))
+    assert off["memory"] == "not changed by this stage"
