@@ -57,8 +57,7 @@ ESTIMATORS = {
 N_RD, C_STORE = "offcore_data_rd", "store_bound"
 BACKEND_TERMS = ("backend_stalls", "backend_1port", "backend_2port")
 LL_WRITE_MISSES = "ll_write_misses"  # valgrind: last-level data write misses (DLmw)
-M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # glibc's mallopt parameters (malloc.h)
-INT_MAX = 2**31 - 1
+M_TRIM_THRESHOLD, M_MMAP_THRESHOLD, M_MMAP_MAX = -1, -3, -4  # glibc's mallopt (malloc.h)
 
 
 @dataclass(frozen=True)
@@ -132,17 +131,18 @@ def reuse_freed_memory() -> str:
     unmapped at ``free``, so each forward's large buffers (a 1020-token prefill's attention
     scores, 133 MB) are faulted in again page by page by the nest that first writes them: a
     fill then runs at 1.7 GB/s, on every forward, in the lowered program and in eager
-    PyTorch alike (docs/design.md §8). Both thresholds raised to their largest value keep
-    freed blocks in the heap, as a serving process's allocator would. Process-wide, for
-    PyTorch in this process too, and not undone."""
+    PyTorch alike (docs/design.md §8). With mmap off for large blocks (``M_MMAP_MAX`` 0) and
+    the heap never trimmed (``M_TRIM_THRESHOLD`` -1), freed blocks stay in the heap for the
+    next forward, as a serving process's allocator would keep them. Process-wide, for PyTorch
+    in this process too, and not undone."""
     try:
         mallopt = ctypes.CDLL(None).mallopt
     except (OSError, AttributeError):
         return "unchanged: the C library has no mallopt"
     mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
-    if not (mallopt(M_MMAP_THRESHOLD, INT_MAX) and mallopt(M_TRIM_THRESHOLD, INT_MAX)):
-        return "unchanged: mallopt refused the thresholds"
-    return "freed memory reused (mallopt M_MMAP_THRESHOLD, M_TRIM_THRESHOLD raised)"
+    if not (mallopt(M_MMAP_MAX, 0) and mallopt(M_TRIM_THRESHOLD, -1)):
+        return "unchanged: mallopt refused the settings"
+    return "freed memory reused (mallopt: M_MMAP_MAX 0, M_TRIM_THRESHOLD -1)"
 
 
 def minor_faults() -> int:
