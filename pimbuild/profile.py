@@ -58,6 +58,7 @@ N_RD, C_STORE = "offcore_data_rd", "store_bound"
 BACKEND_TERMS = ("backend_stalls", "backend_1port", "backend_2port")
 LL_WRITE_MISSES = "ll_write_misses"  # valgrind: last-level data write misses (DLmw)
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD, M_MMAP_MAX = -1, -3, -4  # glibc's mallopt (malloc.h)
+_reused: list[str] = []  # what reuse_freed_memory did in this process, once it has run
 
 
 @dataclass(frozen=True)
@@ -142,7 +143,19 @@ def reuse_freed_memory() -> str:
     mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
     if not (mallopt(M_MMAP_MAX, 0) and mallopt(M_TRIM_THRESHOLD, -1)):
         return "unchanged: mallopt refused the settings"
-    return "freed memory reused (mallopt: M_MMAP_MAX 0, M_TRIM_THRESHOLD -1)"
+    _reused[:] = ["freed memory reused (mallopt: M_MMAP_MAX 0, M_TRIM_THRESHOLD -1)"]
+    return _reused[0]
+
+
+def memory_state(reuse: bool) -> str:
+    """``profile.json``'s ``memory``: what ``reuse_freed_memory`` did, or with ``reuse``
+    off, that this stage left the allocator alone, and whether an earlier build in this
+    process had already changed it (which cannot be undone)."""
+    if reuse:
+        return reuse_freed_memory()
+    if _reused:
+        return f"not changed by this stage; an earlier build in this process: {_reused[0]}"
+    return "not changed by this stage"
 
 
 def minor_faults() -> int:
@@ -329,7 +342,7 @@ def profile(program: Program, p: Params, b_cpu_gbps: float, out: Path) -> None:
         seconds[name] = time.perf_counter() - clock
         clock = time.perf_counter()
 
-    memory = reuse_freed_memory() if p.reuse_memory else "not changed by this stage"
+    memory = memory_state(p.reuse_memory)
     markers = Markers(program.runtime_dir / LIBRARY)
     engine, loaded = load_program(program, markers)
     lap("load")

@@ -462,10 +462,21 @@ def test_freed_memory_is_reused_without_page_faults() -> None:
     assert minor_faults() - before < nbytes // 4096 // 100
 
 
+def test_memory_state_says_whether_the_allocator_was_changed(monkeypatch) -> None:
+    from pimbuild import profile
+
+    monkeypatch.setattr(profile, "_reused", [])
+    assert profile.memory_state(False) == "not changed by this stage"
+    monkeypatch.setattr(profile, "_reused", ["freed memory reused (x)"])
+    assert profile.memory_state(False) == ("not changed by this stage; an earlier build in "
+                                           "this process: freed memory reused (x)")
+
+
 def test_profile_records_the_allocator_and_page_faults(run_build) -> None:
     base = ["model=relu", "model.size.n=4096", "profile.backend=timer", "targets=[profile]"]
     info = _profile_json(run_build(base))
     assert info["memory"].startswith("freed memory reused")
     assert info["minor_faults_per_forward"] >= 0
     off = _profile_json(run_build([*base, "profile.reuse_memory=false"]))
-    assert off["memory"] == "not changed by this stage"
+    assert off["memory"] == ("not changed by this stage; an earlier build in this process: "
+                             + info["memory"])
