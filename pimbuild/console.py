@@ -112,4 +112,14 @@ def report_lines(r: dict) -> list[str]:
         f"agreement with ground truth {a['agree']}/{a['total']} (FP {a['false_positives']}, "
         f"FN {a['false_negatives']}); hybrid program matches eager "
         f"(max rel. error {r['hybrid_check']['max_rel_error']:.2g})",
+        *([f"costliest false positives (T_hybrid added by each offloaded alone): "
+           f"{losses(r['false_positives'])}"] if r.get("false_positives") else []),
     ]
+
+
+def losses(false_positives: list[dict], most: int = 3) -> str:
+    """The first ``most`` of simulate's ``false_positives``: name, id and loss."""
+    shown = [f"{f['source']} #{f['id']} +{f['loss_s'] * 1e3:.4g} ms"
+             for f in false_positives[:most]]
+    more = len(false_positives) - most
+    return ", ".join(shown) + (f" and {more} more" if more > 0 else "")

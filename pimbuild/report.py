@@ -10,6 +10,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from pimbuild.console import losses  # noqa: E402
 from pimbuild.nests import display_name  # noqa: E402
 
 PLOTS = ("speedup_vs_cores.png", "bandwidth_vs_theta.png", "time_breakdown.png")
@@ -53,6 +54,8 @@ def markdown(r: dict[str, Any]) -> str:
         f"Agreement with the per-nest ground truth: {a['agree']}/{a['total']} = "
         f"{a['accuracy']:.3f} (false positives {a['false_positives']}, false negatives "
         f"{a['false_negatives']}).",
+        *([f"Costliest false positives (what each, offloaded alone, adds to T_hybrid): "
+           f"{losses(r['false_positives'])}."] if r.get("false_positives") else []),
         "",
         "| cores | " + " | ".join(k for k in r["sweep"][0] if k != "cores") + " |",
         "|---:|" + "---:|" * (len(r["sweep"][0]) - 1),

@@ -60,6 +60,20 @@ def agreement(ctx: PolicyContext, offloaded: set[int], truth: set[int]) -> dict[
             "true_negatives": tn}
 
 
+def false_positives(ctx: PolicyContext, offloaded: set[int], truth: set[int]
+                    ) -> list[dict[str, Any]]:
+    """The offloaded nests the ground truth keeps on the host, costliest first, each with
+    what offloading it alone adds to T_hybrid (``loss_s``): where a placement loses time."""
+    rows = []
+    for n in ctx.nests:
+        if n.id in offloaded and n.id not in truth:
+            alone = hybrid.hybrid(ctx.nests, {n.id}, ctx.forward_s, ctx.target,
+                                  ctx.copy_model, ctx.outputs)
+            rows.append({"id": n.id, "source": display_name(n.source_module, n.source_op),
+                         "loss_s": alone.t_hybrid_s - alone.t_cpu_only_s})
+    return sorted(rows, key=lambda r: -r["loss_s"])
+
+
 def sweep(ctx: PolicyContext, sizes: tuple[int, ...]) -> list[dict[str, Any]]:
     """The policy and the baselines re-decided and evaluated at each target size."""
     t = ctx.target
@@ -110,6 +124,7 @@ def simulate(ctx: PolicyContext, decisions: dict[str, Any], reinsert: dict[str, 
         "borderline": decisions.get("borderline", []),
         "captured_share_of_cpu_time": captured / main["t_cpu_only_s"],
         "agreement": agreement(ctx, offloaded, truth),
+        "false_positives": false_positives(ctx, offloaded, truth),
         "baselines": {b: r["speedup"] for b, r in baselines.items()},
         "baseline_breakdowns": baselines,
         "theta_gbps": ctx.policy.theta(ctx.b_cpu_gbps), "b_cpu_gbps": ctx.b_cpu_gbps,

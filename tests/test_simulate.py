@@ -52,6 +52,24 @@ def test_report_invariants(run_build) -> None:
     assert a["agree"] + a["false_positives"] + a["false_negatives"] == a["total"]
 
 
+def test_false_positives_listed_costliest_first(run_build) -> None:
+    """A nest of a few microseconds that C1 (the paper's, with T_ctx 0) and theta 0 let
+    through loses to the switches, launch and sync under the model: the report names it
+    with what offloading it alone adds to T_hybrid."""
+    result = run_build(["model=relu", "model.size.n=16384", "policy.c1=paper",
+                        "pim.t_ctx_us=0", "policy.theta_gbps=0.0"])
+    r = _report(result)
+    fps = r["false_positives"]
+    assert len(fps) == r["agreement"]["false_positives"] >= 1
+    by_id = {n["id"]: n for n in r["nests"]}
+    for f in fps:
+        assert by_id[f["id"]]["target"] == "pim" and not by_id[f["id"]]["beneficial"]
+        assert f["loss_s"] >= 0
+    assert [f["loss_s"] for f in fps] == sorted((f["loss_s"] for f in fps), reverse=True)
+    text = (artifact_dir(result, "simulate") / "report.md").read_text()
+    assert "Costliest false positives" in text and f"#{fps[0]['id']} +" in text
+
+
 def test_cpu_policy_has_speedup_one(run_build) -> None:
     r = _report(run_build([*STREAM, "policy=cpu"]))
     assert r["speedup"] == 1.0 and r["offloaded"] == [] and r["n_region"] == 0
