@@ -284,6 +284,20 @@ def test_valgrind_warm_counts_and_the_l2_as_last_level(run_build) -> None:
     assert abs(l2 - read_bytes) <= 0.2 * read_bytes
 
 
+def test_valgrind_warm_driver_keeps_freed_memory() -> None:
+    """Counted warm with ``profile.reuse_memory``, the driver's second forward gets the
+    blocks the first freed (glibc told before the first), as the timing run's forwards do."""
+    from pimbuild.counters.valgrind import driver_source
+
+    signature = {"function": "forward", "args": [{"shape": [4], "dtype": "float32"}],
+                 "outputs": [{"shape": [4], "dtype": "float32"}]}
+    steady = driver_source(signature, warm=True, reuse=True)
+    assert steady.index("mallopt(M_MMAP_MAX, 0);") < steady.index("_mlir_ciface_forward(&")
+    assert "mallopt(M_TRIM_THRESHOLD, -1);" in steady
+    assert "mallopt" not in driver_source(signature, warm=True, reuse=False)
+    assert "mallopt" not in driver_source(signature, warm=False, reuse=True)
+
+
 def _nest(ident: int, reads: dict[str, int], writes: dict[str, int]) -> dict:
     return {"id": ident, "source_op": "op", "reads": reads, "writes": writes}
 

@@ -88,23 +88,28 @@ def arg_offsets(signature: dict) -> list[int]:
     return offsets
 
 
-def driver_source(signature: dict, warm: bool = False) -> str:
+def driver_source(signature: dict, warm: bool = False, reuse: bool = False) -> str:
     """A C ``main`` that maps the arguments from a file (no copy: pages arrive as the forward
     touches them), switches callgrind's instrumentation on, and calls the lowered function
     once. Valgrind runs with ``--instr-atstart=no``, so nothing before the forward is
     simulated: the counted forward starts with empty (cold) simulated caches, and setting up
     its inputs costs native speed. ``warm``: it calls the function twice, and the second
     forward is the one counted (``count`` keeps the later half of the dumps), in the cache
-    state one forward leaves."""
+    state one forward leaves; with ``reuse`` (``profile.reuse_memory``) glibc keeps the
+    blocks the first frees for the second, at the addresses the simulated caches hold, as
+    in the steady state the timing run measures (``profile.reuse_freed_memory``)."""
     outputs = [(o["shape"], np.dtype(o["dtype"]).itemsize) for o in signature["outputs"]]
     shapes = [a["shape"] for a in signature["args"]] + [s for s, _ in outputs]
     ranks = sorted({len(shape) for shape in shapes})
-    lines = ["#include <fcntl.h>", "#include <stdint.h>", "#include <stdio.h>",
-             "#include <stdlib.h>", "#include <sys/mman.h>", "#include <sys/stat.h>",
-             "#include <valgrind/callgrind.h>", *[_memref_struct(r) for r in ranks]]
+    lines = ["#include <fcntl.h>", "#include <malloc.h>", "#include <stdint.h>",
+             "#include <stdio.h>", "#include <stdlib.h>", "#include <sys/mman.h>",
+             "#include <sys/stat.h>", "#include <valgrind/callgrind.h>",
+             *[_memref_struct(r) for r in ranks]]
     params = ", ".join(f"memref{len(s)} *" for s in shapes)
     lines.append(f"void _mlir_ciface_{signature['function']}({params});")
     lines += ["int main(int argc, char **argv) {",
+              *(["  mallopt(M_MMAP_MAX, 0);", "  mallopt(M_TRIM_THRESHOLD, -1);"]
+                if warm and reuse else []),
               "  int fd = argc > 1 ? open(argv[1], O_RDONLY) : -1;",
               "  struct stat st;",
               "  if (fd < 0 || fstat(fd, &st) != 0) { perror(\"inputs\"); return 2; }",
@@ -152,7 +157,7 @@ def write_inputs(args: list[np.ndarray], path: Path, signature: dict) -> None:
 def build_driver(inp: Program, p: Params, work: Path) -> Path:
     symbols = Markers(inp.runtime_dir / LIBRARY).symbols([ENTER, EXIT])
     obj = compile_portable_object(inp.llvm_path, symbols, work / "forward_x86-64-v3.o")
-    (work / "driver.c").write_text(driver_source(inp.signature, p.valgrind_warm))
+    (work / "driver.c").write_text(driver_source(inp.signature, p.valgrind_warm, p.reuse_memory))
     runtime = inp.runtime_dir / CALLGRIND_LIBRARY
     if not runtime.is_file():
         raise StageError("profile", "the marker runtime has no callgrind build "
