@@ -57,7 +57,8 @@ ESTIMATORS = {
 N_RD, C_STORE = "offcore_data_rd", "store_bound"
 BACKEND_TERMS = ("backend_stalls", "backend_1port", "backend_2port")
 LL_WRITE_MISSES = "ll_write_misses"  # valgrind: last-level data write misses (DLmw)
-M_TRIM_THRESHOLD, M_MMAP_THRESHOLD, M_MMAP_MAX = -1, -3, -4  # glibc's mallopt (malloc.h)
+M_TRIM_THRESHOLD, M_MMAP_MAX, M_ARENA_MAX = -1, -4, -8  # glibc's mallopt (malloc.h)
+SETTINGS = ((M_MMAP_MAX, 0), (M_TRIM_THRESHOLD, -1), (M_ARENA_MAX, 1))  # reuse_freed_memory
 _reused: list[str] = []  # what reuse_freed_memory did in this process, once it has run
 
 
@@ -134,16 +135,19 @@ def reuse_freed_memory() -> str:
     fill then runs at 1.7 GB/s, on every forward, in the lowered program and in eager
     PyTorch alike (docs/design.md §8). With mmap off for large blocks (``M_MMAP_MAX`` 0) and
     the heap never trimmed (``M_TRIM_THRESHOLD`` -1), freed blocks stay in the heap for the
-    next forward, as a serving process's allocator would keep them. Process-wide, for PyTorch
-    in this process too, and not undone."""
+    next forward, as a serving process's allocator would keep them. One arena
+    (``M_ARENA_MAX`` 1): after a request it cannot meet (PyTorch asked for petabytes, say)
+    glibc moves the thread to another arena, which mmaps large blocks whatever
+    ``M_MMAP_MAX`` says. Process-wide, for PyTorch in this process too, and not undone."""
     try:
         mallopt = ctypes.CDLL(None).mallopt
     except (OSError, AttributeError):
         return "unchanged: the C library has no mallopt"
     mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
-    if not (mallopt(M_MMAP_MAX, 0) and mallopt(M_TRIM_THRESHOLD, -1)):
+    if not all(mallopt(k, v) for k, v in SETTINGS):
         return "unchanged: mallopt refused the settings"
-    _reused[:] = ["freed memory reused (mallopt: M_MMAP_MAX 0, M_TRIM_THRESHOLD -1)"]
+    _reused[:] = ["freed memory reused (mallopt: M_MMAP_MAX 0, M_TRIM_THRESHOLD -1, "
+                  "M_ARENA_MAX 1)"]
     return _reused[0]
 
 

@@ -48,6 +48,8 @@ if TYPE_CHECKING:
 
 TARGET_CPU = "x86-64-v3"
 TARGET_FEATURES = "#llvm.target_features<[\"-avx512f\", \"-fma\"]>"
+# profile.reuse_freed_memory's mallopt settings, in C
+REUSE = (("M_MMAP_MAX", 0), ("M_TRIM_THRESHOLD", -1), ("M_ARENA_MAX", 1))
 DUMP_RE = re.compile(r"^desc: Trigger: Client Request: region (\d+)$", re.M)
 
 
@@ -108,7 +110,7 @@ def driver_source(signature: dict, warm: bool = False, reuse: bool = False) -> s
     params = ", ".join(f"memref{len(s)} *" for s in shapes)
     lines.append(f"void _mlir_ciface_{signature['function']}({params});")
     lines += ["int main(int argc, char **argv) {",
-              *(["  mallopt(M_MMAP_MAX, 0);", "  mallopt(M_TRIM_THRESHOLD, -1);"]
+              *([f"  mallopt({name}, {value});" for name, value in REUSE]
                 if warm and reuse else []),
               "  int fd = argc > 1 ? open(argv[1], O_RDONLY) : -1;",
               "  struct stat st;",
