@@ -116,15 +116,13 @@ def nest_marks(module: ir.Module, attribute: str) -> dict[int, int]:
     return found
 
 
-def instrument(scf_path: Path, candidates_path: Path, runtime_lib: Path, block: int,
-               out: Path, failure_dir: Path) -> None:
-    from pimbuild import codegen, jit, mlir, panels
-    from pimbuild.runtime import Markers
+def generate(module, block: int, stage: str, failure_dir: Path
+             ) -> tuple[dict[str, int], dict[int, int], dict[int, int]]:
+    """Host code generation of a marked module (``jit.to_llvm``): what it rewrote, and per
+    nest id the rows it jammed or ran innermost and the columns of its panels, read while
+    the loops are still loops (``nest_marks``)."""
+    from pimbuild import codegen, jit, panels
 
-    candidates = json.loads(candidates_path.read_text())
-    module = mlir.parse_file(scf_path)
-    insert_markers(module, candidates["function"], len(candidates["candidates"]))
-    mlir.write_ir(module, out / "instrumented.mlir")
     rows: dict[int, int] = {}
     columns: dict[int, int] = {}
 
@@ -132,7 +130,20 @@ def instrument(scf_path: Path, candidates_path: Path, runtime_lib: Path, block: 
         rows.update(nest_marks(m, codegen.ROWS_ATTR))
         columns.update(nest_marks(m, panels.COLUMNS_ATTR))
 
-    done = jit.to_llvm(module, block, stage=NAME, failure_dir=failure_dir, inspect=marks)
+    done = jit.to_llvm(module, block, stage=stage, failure_dir=failure_dir, inspect=marks)
+    return done, rows, columns
+
+
+def instrument(scf_path: Path, candidates_path: Path, runtime_lib: Path, block: int,
+               out: Path, failure_dir: Path) -> None:
+    from pimbuild import jit, mlir
+    from pimbuild.runtime import Markers
+
+    candidates = json.loads(candidates_path.read_text())
+    module = mlir.parse_file(scf_path)
+    insert_markers(module, candidates["function"], len(candidates["candidates"]))
+    mlir.write_ir(module, out / "instrumented.mlir")
+    done, rows, columns = generate(module, block, NAME, failure_dir)
     (out / "codegen.json").write_text(json.dumps(
         {"register_block": block, **done, "rows": {str(k): v for k, v in sorted(rows.items())},
          "panel_columns": {str(k): v for k, v in sorted(columns.items())}},

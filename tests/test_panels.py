@@ -101,14 +101,7 @@ def test_profile_still_finds_the_rows_of_a_packed_nest() -> None:
     it, as footprint needs the rows to charge W once."""
     module = parse(XW, I=64, J=32, K=16)
     instrument.insert_markers(module, "mv", 2)
-    rows: dict[int, int] = {}
-    columns: dict[int, int] = {}
-
-    def marks(m) -> None:
-        rows.update(instrument.nest_marks(m, codegen.ROWS_ATTR))
-        columns.update(instrument.nest_marks(m, panels.COLUMNS_ATTR))
-
-    jit.to_llvm(module, 8, stage="test", failure_dir=Path("/nonexistent"), inspect=marks)
+    _, rows, columns = instrument.generate(module, 8, "test", Path("/nonexistent"))
     assert rows == {1: 64} and columns == {1: 16}
 
 

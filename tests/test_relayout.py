@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pimbuild import codegen, instrument, jit, mlir, panels, relayout
+from pimbuild import instrument, jit, mlir, relayout
 from tests.test_codegen import LINEAR, XW, parse
 
 # Attention's output a[h, i, d] read as the output projection's x[i, h * D + d]:
@@ -135,14 +135,6 @@ def test_profile_still_finds_the_rows_of_a_nest_given_a_copy(small: None) -> Non
     178 GB/s, and C3 offloaded it)."""
     module = parse(HEADS, **DIMS)
     instrument.insert_markers(module, "mv", 1)
-    rows: dict[int, int] = {}
-    columns: dict[int, int] = {}
-
-    def marks(m) -> None:
-        rows.update(instrument.nest_marks(m, codegen.ROWS_ATTR))
-        columns.update(instrument.nest_marks(m, panels.COLUMNS_ATTR))
-
-    done = jit.to_llvm(module, 8, stage="test", failure_dir=Path("/nonexistent"),
-                       inspect=marks)
+    done, rows, columns = instrument.generate(module, 8, "test", Path("/nonexistent"))
     assert (done["relaid_out_nests"], done["packed_nests"]) == (1, 1)
     assert rows == {0: DIMS["I"]} and columns == {0: 16}
