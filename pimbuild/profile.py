@@ -57,8 +57,9 @@ ESTIMATORS = {
 N_RD, C_STORE = "offcore_data_rd", "store_bound"
 BACKEND_TERMS = ("backend_stalls", "backend_1port", "backend_2port")
 LL_WRITE_MISSES = "ll_write_misses"  # valgrind: last-level data write misses (DLmw)
-M_TRIM_THRESHOLD, M_MMAP_MAX, M_ARENA_MAX = -1, -4, -8  # glibc's mallopt (malloc.h)
-SETTINGS = ((M_MMAP_MAX, 0), (M_TRIM_THRESHOLD, -1), (M_ARENA_MAX, 1))  # reuse_freed_memory
+# reuse_freed_memory's glibc mallopt settings: name (malloc.h), its parameter number, value
+# (the valgrind driver sets the same ones in C)
+MALLOPT = (("M_MMAP_MAX", -4, 0), ("M_TRIM_THRESHOLD", -1, -1), ("M_ARENA_MAX", -8, 1))
 _reused: list[str] = []  # what reuse_freed_memory did in this process, once it has run
 
 
@@ -144,10 +145,10 @@ def reuse_freed_memory() -> str:
     except (OSError, AttributeError):
         return "unchanged: the C library has no mallopt"
     mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
-    if not all(mallopt(k, v) for k, v in SETTINGS):
+    if not all(mallopt(param, value) for _, param, value in MALLOPT):
         return "unchanged: mallopt refused the settings"
-    _reused[:] = ["freed memory reused (mallopt: M_MMAP_MAX 0, M_TRIM_THRESHOLD -1, "
-                  "M_ARENA_MAX 1)"]
+    settings = ", ".join(f"{name} {value}" for name, _, value in MALLOPT)
+    _reused[:] = [f"freed memory reused (mallopt: {settings})"]
     return _reused[0]
 
 

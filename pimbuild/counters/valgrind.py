@@ -48,8 +48,6 @@ if TYPE_CHECKING:
 
 TARGET_CPU = "x86-64-v3"
 TARGET_FEATURES = "#llvm.target_features<[\"-avx512f\", \"-fma\"]>"
-# profile.reuse_freed_memory's mallopt settings, in C
-REUSE = (("M_MMAP_MAX", 0), ("M_TRIM_THRESHOLD", -1), ("M_ARENA_MAX", 1))
 DUMP_RE = re.compile(r"^desc: Trigger: Client Request: region (\d+)$", re.M)
 
 
@@ -100,6 +98,8 @@ def driver_source(signature: dict, warm: bool = False, reuse: bool = False) -> s
     state one forward leaves; with ``reuse`` (``profile.reuse_memory``) glibc keeps the
     blocks the first frees for the second, at the addresses the simulated caches hold, as
     in the steady state the timing run measures (``profile.reuse_freed_memory``)."""
+    from pimbuild.profile import MALLOPT
+
     outputs = [(o["shape"], np.dtype(o["dtype"]).itemsize) for o in signature["outputs"]]
     shapes = [a["shape"] for a in signature["args"]] + [s for s, _ in outputs]
     ranks = sorted({len(shape) for shape in shapes})
@@ -110,7 +110,7 @@ def driver_source(signature: dict, warm: bool = False, reuse: bool = False) -> s
     params = ", ".join(f"memref{len(s)} *" for s in shapes)
     lines.append(f"void _mlir_ciface_{signature['function']}({params});")
     lines += ["int main(int argc, char **argv) {",
-              *([f"  mallopt({name}, {value});" for name, value in REUSE]
+              *([f"  mallopt({name}, {value});" for name, _, value in MALLOPT]
                 if warm and reuse else []),
               "  int fd = argc > 1 ? open(argv[1], O_RDONLY) : -1;",
               "  struct stat st;",
