@@ -266,11 +266,54 @@ def _gelu_tanh(x: torch.Tensor, approximate: str = "none"):
     return gelu(x, approximate=approximate)
 
 
+def _moments(x: torch.Tensor, dims: list[int], eps: float):
+    """Mean and 1 / sqrt(biased variance + eps) over ``dims`` in ``x``'s dtype, two passes
+    (the second over ``x - mean``)."""
+    mean = x.mean(dims, keepdim=True)
+    deviation = x - mean  # squared as a product: square() lowers to math.fpowi, a libcall
+    return mean, torch.rsqrt((deviation * deviation).mean(dims, keepdim=True) + eps)
+
+
+def _native_layer_norm(input: torch.Tensor, normalized_shape, weight, bias, eps: float):
+    """``aten.native_layer_norm`` as ATen's CPU kernel computes it: moments in float32 (the
+    computation type of float32, float16 and bfloat16), ``x * rstd - mean * rstd``, then
+    weight and bias. PyTorch's reference calls ``var_mean``, which torch-mlir computes in
+    float64: a float64 copy of the input and of its squared deviations, 2.0-2.8x eager's time
+    for a 64 x 4096 LayerNorm (docs/design.md §9). float64 input keeps the reference."""
+    if input.dtype not in (torch.float32, torch.float16, torch.bfloat16):
+        return NotImplemented
+    x = input.to(torch.float32)
+    mean, rstd = _moments(x, list(range(x.ndim - len(normalized_shape), x.ndim)), eps)
+    out = x * rstd - mean * rstd
+    out = out if weight is None else out * weight
+    out = out if bias is None else out + bias
+    return out.to(input.dtype), mean.to(input.dtype), rstd.to(input.dtype)
+
+
+def _native_group_norm(input: torch.Tensor, weight, bias, batch: int, channels: int,
+                       inner: int, groups: int, eps: float):
+    """``aten.native_group_norm`` with ``_native_layer_norm``'s moments: ATen's CPU kernel
+    also accumulates a float32 group norm in float32."""
+    if input.dtype not in (torch.float32, torch.float16, torch.bfloat16):
+        return NotImplemented
+    x = input.to(torch.float32).reshape(batch, groups, channels // groups, inner)
+    mean, rstd = _moments(x, [2, 3], eps)
+    out = (x * rstd - mean * rstd).reshape(input.shape)
+    per_channel = [1, channels] + [1] * (input.ndim - 2)
+    out = out if weight is None else out * weight.reshape(per_channel)
+    out = out if bias is None else out + bias.reshape(per_channel)
+    return (out.to(input.dtype), mean.reshape(batch, groups).to(input.dtype),
+            rstd.reshape(batch, groups).to(input.dtype))
+
+
 def decompositions() -> dict:
     """torch-mlir's decomposition table, with pimbuild's corrections."""
     from torch_mlir.extras.fx_decomp_util import get_decomposition_table
 
-    return {**get_decomposition_table(), torch.ops.aten.gelu.default: _gelu_tanh}
+    aten = torch.ops.aten
+    return {**get_decomposition_table(), aten.gelu.default: _gelu_tanh,
+            aten.native_layer_norm.default: _native_layer_norm,
+            aten.native_group_norm.default: _native_group_norm}
 
 
 def export(p: ModelParams, recipe: recipes.Recipe) -> ExportedProgram:
