@@ -202,3 +202,33 @@ def rotate_half(n: int = 64) -> Recipe:
     """A rotary embedding's rotate_half: each half of ``x`` is read through a view."""
     return Recipe(_Fn(lambda x: torch.cat([-x[..., n // 2:], x[..., :n // 2]], -1) * 2),
                   {"x": torch.randn(4, n)})
+
+
+class _Norms(nn.Module):
+    """Each of ``norms`` applied to the input (after ``cast``), their results as a tuple."""
+
+    def __init__(self, *norms: nn.Module, cast: torch.dtype = torch.float32) -> None:
+        super().__init__()
+        self.norms, self.cast = nn.ModuleList(norms), cast
+
+    def forward(self, x):
+        return tuple(norm(x.to(self.cast)).float() for norm in self.norms)
+
+
+def offset_layer_norm(n: int = 64) -> Recipe:
+    """A LayerNorm of rows whose mean is 10 times their spread (float32 moments keep it to
+    eager's accuracy), and one without weight and bias over the last two dimensions."""
+    return Recipe(_Norms(nn.LayerNorm(n), nn.LayerNorm([4, n], elementwise_affine=False)),
+                  {"x": torch.randn(3, 4, n) + 10})
+
+
+def group_norm(n: int = 64) -> Recipe:
+    """GroupNorm over 4 groups of a 16-channel image, with and without its affine part."""
+    return Recipe(_Norms(nn.GroupNorm(4, 16), nn.GroupNorm(4, 16, affine=False)),
+                  {"x": torch.randn(2, 16, n // 8, 8)})
+
+
+def bfloat16_layer_norm(n: int = 64) -> Recipe:
+    """A bfloat16 LayerNorm (its moments computed in float32) in a float32 model."""
+    return Recipe(_Norms(nn.LayerNorm(n).to(torch.bfloat16), cast=torch.bfloat16),
+                  {"x": torch.randn(8, n)})

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from omegaconf import DictConfig
 
-from pimbuild import frontend, jit, loops, lower, reinsert
+from pimbuild import check, frontend, jit, loops, lower, reinsert
 from pimbuild.runtime import LIBRARY
 from tests.conftest import make_cfg
 
@@ -106,3 +106,18 @@ def test_full_fusion_matches_eager(tmp_path: Path, model: str, nests: int) -> No
     args, expected = frontend.materialize(params.model, signature)
     (got,) = jit.invoke(engine, signature["function"], args, signature["outputs"])
     assert np.allclose(got, expected[0], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("recipe", ["offset_layer_norm", "group_norm", "bfloat16_layer_norm"])
+def test_norms_compute_their_moments_in_float32(tmp_path: Path, recipe: str) -> None:
+    # frontend.decompositions: no float64 copy of the input (torch-mlir's var_mean), and the
+    # results as close to eager as the check requires.
+    cfg, params, out = _lower(tmp_path, ["model=relu", f"model.recipe=tests.odd_recipes:{recipe}",
+                                         "model.size={n:64}"])
+    assert "xf64>" not in (out / "linalg.mlir").read_text()
+    signature = json.loads((out / "signature.json").read_text())
+    engine = jit.compile_scf(out / "scf.mlir", tmp_path / "failure", cfg.lowering.register_block)
+    args, expected = frontend.materialize(params.model, signature)
+    got = jit.invoke(engine, signature["function"], args, signature["outputs"])
+    for g, e in zip(got, expected, strict=True):
+        assert check.difference(g, e) <= check.tolerance(signature)
