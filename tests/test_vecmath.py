@@ -1,11 +1,12 @@
 """f32 exp, tanh and erf as vectorizable arithmetic (``pimbuild.vecmath``), against float64:
-on dense grids their largest errors are 7.8e-8, 1.6e-7 and 1.8e-7 relative (erf past 1:
-7.9e-8 absolute), where libm's calls here give 6.0e-8, 1.5e-7 and 6.8e-8 (4.0e-8); 0 and inf
-at the ends of exp, NaN through all three."""
+on dense grids their largest errors are 8.3e-8, 1.7e-7 and 1.7e-7 relative (erf past 1:
+8.4e-8 absolute; with FMA, on an AMD EPYC host), where libm's calls here give 6.0e-8, 1.6e-7
+and 6.8e-8 (4.0e-8); 0 and inf at the ends of exp, NaN through all three."""
 
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 from string import Template
 
@@ -79,8 +80,9 @@ def test_tanh_is_within_a_few_ulps_near_zero_and_far_from_it(tmp_path: Path) -> 
 def test_the_loop_around_them_calls_no_libm(op: str) -> None:
     module = ir.Module.parse(UNARY.substitute(N=64, OP=op), ir.Context())
     assert vecmath.expand(module) == 1
-    text = str(module)
-    assert f"math.{op}" not in text and "math.floor" in text
+    left = set(re.findall(r"math\.(\w+)", str(module)))
+    assert left <= {"floor", "absf", "copysign"}  # LLVM has instructions for these
+    assert ("floor" in left) == (op != "erf")  # exp's reduction; erf is polynomials only
 
 
 def test_erf_is_within_a_few_ulps_near_zero_and_far_from_it(tmp_path: Path) -> None:
