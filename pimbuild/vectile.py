@@ -48,6 +48,9 @@ PACK = True  # copy the panels the blocks of rows share (``pimbuild.panels``)
 # accumulators, 15 of the 16 registers with the panel's two vectors and a broadcast. With
 # 8 accumulators two FMA units of 4 cycles' latency have no slack; 16 (4 x 4) spilled.
 SIX_ROWS = True
+# The tiles of 12 accumulators it tries, in order (rows, vectors): 6 x 2 loads 2 vectors and 6
+# broadcasts per 12 FMAs, 4 x 3 (rows that 6 does not divide: 4096 image tokens) 3 and 4.
+TWELVE = ((6, VECTORS), (4, 3))
 TRANSPOSED = -1  # ``_plan``'s slope of a load whose outer index moves with the columns
 # Ops without side effects: the copies of one for the tile's rows and vectors are merged
 # when their operands are the same.
@@ -242,9 +245,8 @@ def _tile(parallel: ir.Operation) -> bool:
         v *= 2  # few rows (a decode step's heads): more vectors, as many sums in flight
     packs = rows is not None and PACK and not tail and panels.shares(
         parallel, loops, d, rows[0], v * lanes, rows[1] // r)
-    if packs and SIX_ROWS and v == VECTORS and r * v == TILE and rows[1] % 6 == 0 \
-            and panels.shares(parallel, loops, d, rows[0], v * lanes, rows[1] // 6):
-        r = 6  # 12 accumulators: slack for the FMAs' latency (docs/measurements)
+    if packs and SIX_ROWS and v == VECTORS and r * v == TILE:
+        r, v = _twelve(parallel, loops, d, rows, trips, lanes) or (r, v)
     if transposed and not packs:
         return False  # its vectors exist only in a panel
     inner = rows is not None and (codegen._row_operand_bytes(
@@ -270,6 +272,18 @@ def _tile(parallel: ir.Operation) -> bool:
     if r > 1 or inner:
         codegen._mark_rows(parallel, rows[1] if inner else r)
     return True
+
+
+def _twelve(parallel: ir.Operation, loops: list[ir.Operation], d: int, rows: tuple[int, int],
+            trips: int, lanes: int) -> tuple[int, int] | None:
+    """Rows and vectors of a tile of 12 accumulators (``TWELVE``: slack for the FMAs'
+    latency) whose rows divide the nest's and whose vectors its columns, with panels packed
+    for it; None when none fits."""
+    for r, v in TWELVE:
+        if rows[1] % r == 0 and trips % (v * lanes) == 0 and panels.shares(
+                parallel, loops, d, rows[0], v * lanes, rows[1] // r):
+            return r, v
+    return None
 
 
 class _Emitter:

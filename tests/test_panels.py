@@ -216,20 +216,23 @@ def test_linear_weight_read_at_a_shifted_row_is_left_to_register_blocking(
     np.testing.assert_allclose(y, x @ w[1:].T, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize(("rows", "six", "accumulators"),
-                         [(96, True, 12), (96, False, 8), (64, True, 8)])
-def test_packed_rows_that_divide_by_six_run_six_at_a_time(
-        monkeypatch: pytest.MonkeyPatch, tmp_path: Path, rows: int, six: bool,
-        accumulators: int) -> None:
-    """Where panels pack, 6 rows x 2 vectors (12 accumulators) where the rows divide by 6
-    (``vectile.SIX_ROWS``); else 4 x 2. The same values either way."""
-    monkeypatch.setattr(vectile, "SIX_ROWS", six)
-    module = parse(XW, I=rows, J=32, K=16)
+@pytest.mark.parametrize(("rows", "cols", "twelve", "accumulators", "width"),
+                         [(96, 32, True, 12, 16), (96, 32, False, 8, 16), (64, 32, True, 8, 16),
+                          (64, 48, True, 12, 24), (64, 48, False, 8, 16)])
+def test_packed_tiles_take_twelve_accumulators_where_rows_and_columns_divide(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path, rows: int, cols: int, twelve: bool,
+        accumulators: int, width: int) -> None:
+    """Where panels pack (``vectile.SIX_ROWS``), 6 rows x 2 vectors (12 accumulators) where
+    the rows divide by 6, else 4 x 3 where the rows divide by 4 and the columns by 24
+    (``vectile.TWELVE``); else 4 x 2. The same values either way."""
+    monkeypatch.setattr(vectile, "SIX_ROWS", twelve)
+    module = parse(XW, I=rows, J=cols, K=16)
     assert vectile.tile(module) == 1 and panels.packed(module) == 1
     tile = str(module)[str(module).index("iter_args"):]
     assert tile.count("vector.store") == accumulators  # each accumulator's, after the sums
+    assert f"{panels.COLUMNS_ATTR} = {width} : i64" in str(module)
     rng = np.random.default_rng(rows)
     x, w = rng.standard_normal((rows, 16)).astype(np.float32), \
-        rng.standard_normal((16, 32)).astype(np.float32)
-    _, y = compiled(parse(XW, I=rows, J=32, K=16), [x, w], (rows, 32), tmp_path)
+        rng.standard_normal((16, cols)).astype(np.float32)
+    _, y = compiled(parse(XW, I=rows, J=cols, K=16), [x, w], (rows, cols), tmp_path)
     np.testing.assert_allclose(y, x @ w, rtol=1e-5, atol=1e-5)
