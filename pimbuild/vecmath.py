@@ -49,7 +49,7 @@ TANH_SMALL = 0.25
 ERF_POLY = (8.006874122656882e-05, -8.053751080296934e-04, 5.192957818508148e-03,
             -2.68560703843832e-02, 1.1283634603023529e-01, -3.761262893676758e-01,
             1.128379225730896)
-ERF_ONE, ERF_CENTER = 3.92, 2.46  # past ERF_ONE erf is 1 within 6e-8 (float32 rounds it so)
+ERF_ONE, ERF_CENTER = 3.92, 2.46  # 1 - erf(3.92) = 3.0e-8: past it erf rounds to 1 in f32
 # erf x on [1, ERF_ONE] as a polynomial in x - ERF_CENTER, highest power first: Lawson's
 # minimax least squares of degree 12, rounded to float32 (scripts/fit_erf.py prints them).
 ERF_FAR_POLY = (-9.124747521127574e-06, 2.542066795285791e-05, 5.1667077059391886e-05,
