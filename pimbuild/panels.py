@@ -35,7 +35,7 @@ from torch_mlir import ir
 from torch_mlir.dialects import memref, scf, vector
 
 from pimbuild import mlir
-from pimbuild.codegen import _add, _clone, _constant, _depends, _index_constant
+from pimbuild.codegen import _add, _clone, _constant, _depends, _index_constant, _swap
 from pimbuild.loops import owner
 
 ROW_BLOCKS = 8  # blocks of rows that read each panel, at least (the copy is one more read)
@@ -47,12 +47,25 @@ PANEL_BYTES = 1024 * 1024  # the panels of one block of columns, at most (an L2'
 PANELS_ATTR = "pimbuild.panels"  # on a nest given panels: how many
 COLUMNS_ATTR = "pimbuild.panel_columns"  # and the columns of each (the footprint backend's)
 TRANSPOSED_ATTR = "pimbuild.transposed"  # on vectile's stand-in for W[j, k]'s vector
+ROW_BLOCKS_ATTR = "pimbuild.row_blocks"  # on a nest given panels: its blocks of rows
+# x (the operand the rows read) past ROW_BLOCK_BYTES runs in blocks of rows of at most that,
+# each read by every block of columns while it stays in cache (a fraction of an L3; oneDNN
+# blocks its rows likewise), where the panels of a block of columns fit ROW_BLOCK_PANEL_BYTES
+# (under half a Zen 3 L2). Each block of rows copies the panels again. nn.Linear, A/B on the
+# AMD EPYC VM (docs/measurements/unseen_models_epyc.md): x of 25 MB, K = 768 and 1536 (panels
+# of 74 and 147 KiB) ran in 0.82 and 0.89-0.93 of the time; K = 3072, 4096 and 6144 (196-590
+# KiB) in 1.02, 1.03 and 1.26, so they are not blocked; x of 12.6 MB, K = 1536: 0.99.
+ROW_BLOCK_BYTES = 8 * 1024 * 1024
+ROW_BLOCK_PANEL_BYTES = 192 * 1024
 
 
-def pack(parallel: ir.Operation, column: int, row: int, width: int) -> int:
+def pack(parallel: ir.Operation, column: int, row: int, width: int,
+         row_bytes: int = 0) -> int:
     """Pack the panels of a tiled nest whose dimension ``row`` (the innermost) runs its
     blocks of rows and ``column`` its blocks of ``width`` columns; returns how many panels
-    it gave the nest (0: the nest is left as it was)."""
+    it gave the nest (0: the nest is left as it was). ``row_bytes``: the bytes of the
+    operand the rows read (x), which ``_block_rows`` splits where it is past
+    ``ROW_BLOCK_BYTES``."""
     body = parallel.regions[0].blocks[0]
     ivs = list(body.arguments)
     n = len(ivs)
@@ -77,10 +90,77 @@ def pack(parallel: ir.Operation, column: int, row: int, width: int) -> int:
         for load, offset, _ in loads:
             _redirect(load, panel, [loop.regions[0].blocks[0].arguments[0] for loop in deps],
                       offset, loc)
+    small = sum(math.prod(shape) for shape in shapes.values()) * 4 <= ROW_BLOCK_PANEL_BYTES
+    batches = _trips(parallel, _x_dims(parallel, row_loop, (row, column)))
+    blocks = _row_blocks(row_bytes // batches, (ub - lb) // step) if small else 1
+    if blocks > 1:
+        _block_rows(parallel, row, column, row_loop, (lb, ub, step), blocks, loc)
     i64 = ir.IntegerType.get_signless(64)
     parallel.attributes[PANELS_ATTR] = ir.IntegerAttr.get(i64, len(groups))
     parallel.attributes[COLUMNS_ATTR] = ir.IntegerAttr.get(i64, width)
+    parallel.attributes[ROW_BLOCKS_ATTR] = ir.IntegerAttr.get(i64, blocks)
     return len(groups)
+
+
+def _x_dims(parallel: ir.Operation, row_loop: ir.Operation, skip: tuple[int, int]
+            ) -> list[int]:
+    """The dimensions of ``parallel`` (but ``skip``) that the rows' operand, x, is read at:
+    those the addresses of its loads (scalars the tile broadcasts; the accumulators and the
+    panels are vectors) move with (attention's heads), not those only the columns run (a QKV
+    projection's columns split into heads)."""
+    iv = row_loop.regions[0].blocks[0].arguments[0]
+    ivs = parallel.regions[0].blocks[0].arguments
+    index = [i for op in mlir.walk(row_loop) if op.name == "memref.load"
+             for i in [list(op.operands)[1:]] if any(_depends(v, iv) for v in i)]
+    return [k for k in range(len(ivs)) if k not in skip
+            and any(_depends(v, ivs[k]) for i in index for v in i)]
+
+
+def _trips(parallel: ir.Operation, dims: list[int]) -> int:
+    """Iterations of ``parallel``'s dimensions ``dims`` together (attention's heads: x is
+    read a head at a time); 1 where a bound is not a constant."""
+    n = len(parallel.regions[0].blocks[0].arguments)
+    bounds = [[_constant(parallel.operands[j * n + k]) for j in range(3)] for k in dims]
+    if any(None in b for b in bounds):
+        return 1
+    return math.prod(-(-(ub - lb) // step) for lb, ub, step in bounds)
+
+
+def _row_blocks(row_bytes: int, tiles: int) -> int:
+    """How many blocks the rows run in: the fewest that divide the ``tiles`` (blocks of rows
+    of the register tile) and hold at most ``ROW_BLOCK_BYTES`` of x each (1: x fits)."""
+    blocks = 1
+    while row_bytes / blocks > ROW_BLOCK_BYTES and blocks < tiles:
+        blocks = next(b for b in range(blocks + 1, tiles + 1) if tiles % b == 0)
+    return blocks
+
+
+def _block_rows(parallel: ir.Operation, row: int, column: int, row_loop: ir.Operation,
+                bounds: tuple[int, int, int], blocks: int, loc: ir.Location) -> None:
+    """Run ``row_loop`` (the rows ``bounds``) in ``blocks`` blocks, a new outer dimension of
+    ``parallel`` in place of ``row``'s single iteration, outside the blocks of columns: each
+    block of x then stays in cache while every block of columns reads it."""
+    lb, ub, step = bounds
+    per_block = (ub - lb) // blocks
+    before = ir.InsertionPoint(parallel)
+    n = len(parallel.regions[0].blocks[0].arguments)
+    parallel.operands[n + row] = _index_constant(blocks, before, loc)
+    block = parallel.regions[0].blocks[0].arguments[row]
+    here = ir.InsertionPoint(row_loop)
+    size = _index_constant(per_block, here, loc)
+    with here, loc:
+        first = ir.Operation.create("arith.muli", results=[ir.IndexType.get()],
+                                    operands=[block, size]).result
+    start = _add(first, lb, here, loc) if lb else first
+    row_loop.operands[0], row_loop.operands[1] = start, _add(start, per_block, here, loc)
+    _swap(parallel, row, column)
+
+
+def row_blocks(parallel: ir.Operation) -> int:
+    """The blocks of rows ``pack`` ran the nest in (1 where it did not block them)."""
+    attr = parallel.attributes[ROW_BLOCKS_ATTR] if ROW_BLOCKS_ATTR in parallel.attributes \
+        else None
+    return ir.IntegerAttr(attr).value if attr is not None else 1
 
 
 def standins(parallel: ir.Operation) -> int:

@@ -249,8 +249,9 @@ def _tile(parallel: ir.Operation) -> bool:
         r, v = _twelve(parallel, loops, d, rows, trips, lanes) or (r, v)
     if transposed and not packs:
         return False  # its vectors exist only in a panel
-    inner = rows is not None and (codegen._row_operand_bytes(
-        loops, accs, body.arguments[rows[0]]) <= codegen.ROW_OPERAND_BYTES or packs)
+    row_bytes = codegen._row_operand_bytes(loops, accs, body.arguments[rows[0]]) \
+        if rows is not None else 0
+    inner = rows is not None and (row_bytes <= codegen.ROW_OPERAND_BYTES or packs)
     here, loc = ir.InsertionPoint(loops[0]), loops[0].location
     cols = [col] + [_add(col, k * lanes, here, loc) for k in range(1, v)]
     lines = codegen._offsets(body.arguments[rows[0]], r, here, loc) if r > 1 else [None]
@@ -265,12 +266,12 @@ def _tile(parallel: ir.Operation) -> bool:
     if inner:  # rows innermost: each block of vectors loaded serves every row
         codegen._swap(parallel, d, rows[0])
         if PACK and not tail:
-            panels.pack(parallel, column=rows[0], row=d, width=v * lanes)
+            panels.pack(parallel, column=rows[0], row=d, width=v * lanes, row_bytes=row_bytes)
     if transposed and panels.standins(parallel):
         raise RuntimeError("vectile: W[j, k]'s vectors got no panel (panels.shares said "
                            "they would)")
-    if r > 1 or inner:
-        codegen._mark_rows(parallel, rows[1] if inner else r)
+    if r > 1 or inner:  # the rows each read of the shared operand serves
+        codegen._mark_rows(parallel, rows[1] // panels.row_blocks(parallel) if inner else r)
     return True
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pimbuild import codegen, instrument, jit, panels, vectile
+from pimbuild import codegen, instrument, jit, mlir, panels, vectile
 from tests.test_codegen import LINEAR, XW, parse, rows_attr
 
 # x @ W for a batch: W[b, k, j] read at the batch the outer parallel dimension runs, as
@@ -235,4 +235,48 @@ def test_packed_tiles_take_twelve_accumulators_where_rows_and_columns_divide(
     x, w = rng.standard_normal((rows, 16)).astype(np.float32), \
         rng.standard_normal((16, cols)).astype(np.float32)
     _, y = compiled(parse(XW, I=rows, J=cols, K=16), [x, w], (rows, cols), tmp_path)
+    np.testing.assert_allclose(y, x @ w, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize(("x_bound", "panel_bound", "blocks"),
+                         [(96 * 16 * 4, 1 << 20, 1), (96 * 16 * 4 - 4, 1 << 20, 2),
+                          (96 * 16 * 4 // 5, 1 << 20, 8), (96 * 16 * 4 // 5, 16 * 16 * 4 - 4, 1)])
+def test_rows_run_in_blocks_where_x_is_past_the_bound_and_the_panel_small(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path, x_bound: int, panel_bound: int,
+        blocks: int) -> None:
+    """x past ``panels.ROW_BLOCK_BYTES`` (here 96 rows of 16 floats against the bound): the
+    rows run in the fewest blocks of whole tiles (a divisor of their 16) that hold at most
+    that each (a fifth of x: 8 blocks), outside the blocks of columns, where the panels fit
+    ``ROW_BLOCK_PANEL_BYTES``; each block reads each panel once (the rows marked for
+    footprint). The same values either way."""
+    monkeypatch.setattr(panels, "ROW_BLOCK_BYTES", x_bound)
+    monkeypatch.setattr(panels, "ROW_BLOCK_PANEL_BYTES", panel_bound)
+    module = parse(XW, I=96, J=32, K=16)  # 16 tiles of 6 rows, 2 blocks of 16 columns
+    assert vectile.tile(module) == 1 and panels.packed(module) == 1
+    nest = next(op for op in mlir.walk(module.operation) if panels.PANELS_ATTR in op.attributes)
+    assert panels.row_blocks(nest) == blocks and rows_attr(module) == [96 // blocks]
+    upper = [codegen._constant(v) for v in list(nest.operands)[2:4]]
+    assert upper == ([blocks, 32] if blocks > 1 else [32, 1])  # row blocks outside columns
+    rng = np.random.default_rng(blocks)
+    x, w = rng.standard_normal((96, 16)).astype(np.float32), \
+        rng.standard_normal((16, 32)).astype(np.float32)
+    _, y = compiled(module, [x, w], (96, 32), tmp_path)
+    np.testing.assert_allclose(y, x @ w, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize(("x_bound", "blocks"), [(96 * 16 * 4, 1), (96 * 16 * 4 - 4, 2)])
+def test_a_batch_blocks_the_rows_of_its_own_x(monkeypatch: pytest.MonkeyPatch,
+                                              tmp_path: Path, x_bound: int,
+                                              blocks: int) -> None:
+    """x[b, i, k] of 2 batches: each batch's 96 x 16 is what must fit the bound, not all
+    of x (attention's probabilities x V read a head at a time)."""
+    monkeypatch.setattr(panels, "ROW_BLOCK_BYTES", x_bound)
+    module = parse(BATCHED, I=96, K=16, J=32)
+    assert vectile.tile(module) == 1 and panels.packed(module) == 1
+    nest = next(op for op in mlir.walk(module.operation) if panels.PANELS_ATTR in op.attributes)
+    assert panels.row_blocks(nest) == blocks
+    rng = np.random.default_rng(blocks)
+    x, w = rng.standard_normal((2, 96, 16)).astype(np.float32), \
+        rng.standard_normal((2, 16, 32)).astype(np.float32)
+    _, y = compiled(module, [x, w], (2, 96, 32), tmp_path)
     np.testing.assert_allclose(y, x @ w, rtol=1e-5, atol=1e-5)
