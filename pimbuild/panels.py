@@ -56,7 +56,7 @@ ROW_BLOCKS_ATTR = "pimbuild.row_blocks"  # on a nest given panels: its blocks of
 # blocks its rows likewise), where the panels of a block of columns fit ROW_BLOCK_PANEL_BYTES
 # (under half a Zen 3 L2). Each block of rows copies the panels again. nn.Linear, A/B on the
 # AMD EPYC VM (docs/measurements/unseen_models_epyc.md): x of 25 MB, K = 768 and 1536 (panels
-# of 74 and 147 KiB) ran in 0.82 and 0.89-0.93 of the time; K = 3072, 4096 and 6144 (196-590
+# of 74 and 147 KiB) ran in 0.82 and 0.89-0.93 of the time; K = 3072, 4096 and 6144 (256-590
 # KiB) in 1.02, 1.03 and 1.26, so they are not blocked; x of 12.6 MB, K = 1536: 0.99.
 ROW_BLOCK_BYTES = 8 * 1024 * 1024
 ROW_BLOCK_PANEL_BYTES = 192 * 1024
