@@ -39,7 +39,7 @@ from torch_mlir.dialects import memref, scf, vector
 
 from pimbuild import mlir
 from pimbuild.codegen import _add, _clone, _constant, _depends, _index_constant, _swap
-from pimbuild.loops import owner
+from pimbuild.loops import owner, trip_counts
 
 ROW_BLOCKS = 8  # blocks of rows that read each panel, at least (the copy is one more read)
 # and for a transposed panel (W[j, k], copied element by element), at least: below it the
@@ -122,11 +122,11 @@ def _x_dims(parallel: ir.Operation, row_loop: ir.Operation, skip: tuple[int, int
 def _trips(parallel: ir.Operation, dims: list[int]) -> int:
     """Iterations of ``parallel``'s dimensions ``dims`` together (attention's heads: x is
     read a head at a time); 1 where a bound is not a constant."""
-    n = len(parallel.regions[0].blocks[0].arguments)
-    bounds = [[_constant(parallel.operands[j * n + k]) for j in range(3)] for k in dims]
-    if any(None in b for b in bounds):
+    try:
+        trips = trip_counts(parallel)
+    except ValueError:
         return 1
-    return math.prod(-(-(ub - lb) // step) for lb, ub, step in bounds)
+    return math.prod(trips[k] for k in dims)
 
 
 def _row_blocks(row_bytes: int, tiles: int) -> int:
