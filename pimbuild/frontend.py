@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import inspect
 import json
 import warnings
 from collections import Counter
@@ -53,10 +54,9 @@ def build_recipe(p: ModelParams) -> recipes.Recipe:
     except Exception as e:  # the user's module may raise anything while it imports
         raise RecipeError(f"model.recipe '{p.recipe}' cannot be loaded: "
                           f"{first_line(e)}") from None
+    _check_size(p, builder)
     try:
         recipe = builder(**p.size)
-    except TypeError as e:
-        raise ConfigError(f"model '{p.name}': bad size parameters {dict(p.size)}: {e}") from None
     except Exception as e:  # the user's builder may raise anything
         raise RecipeError(f"model '{p.name}': the recipe builder raised "
                           f"{first_line(e)}") from None
@@ -76,6 +76,20 @@ def build_recipe(p: ModelParams) -> recipes.Recipe:
                      for k, v in recipe.inputs.items()}
     _reject_input_dtypes(p, recipe)
     return recipe
+
+
+def _check_size(p: ModelParams, builder) -> None:
+    """A ConfigError where ``model.size`` does not fit the builder's parameters (an
+    unknown or a missing one); a TypeError the builder raises itself is the recipe's."""
+    try:
+        signature = inspect.signature(builder)
+    except (TypeError, ValueError):  # no signature to read (a C function): the call says
+        return
+    try:
+        signature.bind(**p.size)
+    except TypeError as e:
+        raise ConfigError(f"model '{p.name}': bad size parameters {dict(p.size)}: {e} "
+                          f"(the builder {p.recipe} takes {signature})") from None
 
 
 UNITS = ("tokens", "requests")

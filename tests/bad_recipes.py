@@ -33,6 +33,16 @@ def raising(n: int = 8) -> Recipe:
     return Recipe(_Fn(_raise), {"x": torch.randn(n)})
 
 
+def builder_type_error(n: int = 8) -> Recipe:
+    """Takes the size it is given, then raises a TypeError of its own."""
+    return Recipe(_Fn(torch.relu), {"x": torch.randn(n)}, **{"bogus_field": 1})
+
+
+def two_sizes(n: int, m: int) -> Recipe:
+    """Needs a size ``m`` that model=relu does not give."""
+    return Recipe(_Fn(torch.relu), {"x": torch.randn(n, m)})
+
+
 def unlowerable(n: int = 4) -> Recipe:
     """QR decomposition: torch-mlir has no linalg lowering for aten.linalg_qr."""
     return Recipe(_Fn(lambda x: torch.linalg.qr(x).Q), {"x": torch.randn(n, n)})

@@ -35,6 +35,20 @@ def test_unknown_size_parameter(run_build, store: Path) -> None:
     _assert_store_clean(store)
 
 
+def test_type_error_inside_builder_is_the_recipes(run_build, store: Path) -> None:
+    # The size fits the builder's parameters: the TypeError is the builder's own, not a bad
+    # size parameter.
+    with pytest.raises(RecipeError, match=r"the recipe builder raised TypeError: .*bogus_field"):
+        run_build(["model=relu", "model.recipe=tests.bad_recipes:builder_type_error"])
+    _assert_store_clean(store)
+
+
+def test_missing_size_parameter_names_the_builders_signature(run_build, store: Path) -> None:
+    with pytest.raises(ConfigError, match=r"bad size parameters .*takes \(n: .*, m: .*\)"):
+        run_build(["model=relu", "model.recipe=tests.bad_recipes:two_sizes"])
+    _assert_store_clean(store)
+
+
 def test_dynamic_dimension_names_input_and_dimension(run_build, store: Path) -> None:
     with pytest.raises(RecipeError, match=r"input 'tokens' has a dynamic dimension 0"):
         run_build(["model=relu", "model.recipe=tests.bad_recipes:dynamic", "model.size.n=8"])
