@@ -1,7 +1,11 @@
 """Comparing a lowered program's results with PyTorch eager's: every target's reinsert stage
-fails unless its program's outputs are within ``tolerance`` of eager's by ``difference``."""
+fails unless its program's outputs are within ``tolerance`` of eager's by ``difference``,
+or, where they are not, its outputs are as close to a float64 run of the model as eager's
+(``judge``)."""
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import numpy as np
 
@@ -37,3 +41,64 @@ def difference(got: np.ndarray, want: np.ndarray) -> float:
         return 0.0
     scale = max(float(np.abs(want[finite]).max()), 1e-30)
     return float(np.abs(got[finite].astype(np.float64) - want[finite]).max()) / scale
+
+
+# An output past the tolerance from eager's is held, with eager's, to the model run in float64
+# on the same weights and inputs: it passes if its error from that run is at most MULTIPLIER
+# times eager's own error, plus a tenth of the tolerance. A model that eager's float32 cannot
+# compute to 1e-5 (a LayerNorm over rows whose mean is 1000 times their spread) then passes
+# when the program is no less accurate than eager, and fails when it is worse. The rule and
+# its multipliers are torch.compile's accuracy check (``torch._dynamo.utils.same`` with
+# ``fp64_ref``: 2, and 3 for float16 and bfloat16), here on ``difference``'s largest error
+# instead of a root mean square, so that one bad element is not averaged away.
+MULTIPLIER = 2.0
+NARROW_MULTIPLIER = 3.0
+
+
+def judge(results: list[np.ndarray], expected: list[np.ndarray], signature: dict,
+          exact: Callable[[], list[np.ndarray] | None] | None = None) -> dict:
+    """The check of a program's ``results`` against eager's ``expected``: ``max_rel_error``
+    (``difference``'s largest), ``rtol``, ``passed``, and where an output was past ``rtol``,
+    ``fp64``: the float64 referee's errors of the program and of eager over those outputs
+    (None where the model could not run in float64 or no ``exact`` was given). ``exact``
+    runs the model in float64 (float outputs as float64, None where it cannot); it is called
+    only where needed."""
+    rtol = tolerance(signature)
+    errors = [difference(got, want) for got, want in zip(results, expected, strict=True)]
+    worst = max(errors, default=0.0)
+    verdict = {"max_rel_error": worst, "rtol": rtol, "passed": worst <= rtol}
+    past = [i for i, e in enumerate(errors) if e > rtol]
+    if not past or not np.isfinite(worst):  # kinds, shapes, NaN places differ: no referee
+        return verdict
+    reference = exact() if exact is not None else None
+    if reference is None:
+        return verdict | {"fp64": None}
+    m = NARROW_MULTIPLIER if rtol > RTOL else MULTIPLIER
+    program = [difference(results[i].astype(np.float64), reference[i]) for i in past]
+    eager = [difference(expected[i].astype(np.float64), reference[i]) for i in past]
+    passed = all(p <= m * e + rtol / 10 for p, e in zip(program, eager, strict=True))
+    return verdict | {"passed": passed, "fp64": {"program": max(program), "eager": max(eager),
+                                                "multiplier": m, "outputs": past}}
+
+
+def outcome(verdict: dict) -> str:
+    """How a passed check reads in a run's summary: within the tolerance, or (the float64
+    referee) past it but no further from the float64 run than eager."""
+    if "fp64" not in verdict:
+        return f"matches eager (max rel. error {verdict['max_rel_error']:.2g})"
+    r = verdict["fp64"]
+    return (f"differs from eager by {verdict['max_rel_error']:.2g} (> {verdict['rtol']:.2g}) "
+            f"but is no further from the model run in float64 than eager ({r['program']:.2g} "
+            f"against eager's {r['eager']:.2g})")
+
+
+def referee_note(verdict: dict) -> str:
+    """What the float64 referee found, as a clause of a message ("" where it was not asked)."""
+    if "fp64" not in verdict:
+        return ""
+    r = verdict["fp64"]
+    if r is None:
+        return "; the model cannot run in float64 to tell which of the two is closer"
+    return (f"; against the model run in float64 the program's error is {r['program']:.3g} "
+            f"and eager's own {r['eager']:.3g} (allowed: {r['multiplier']:g}x eager's "
+            f"+ {verdict['rtol'] / 10:.2g})")

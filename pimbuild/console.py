@@ -5,6 +5,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
+from pimbuild.check import outcome
 from pimbuild.nests import display_name
 
 console = Console(highlight=False)
@@ -110,8 +111,7 @@ def report_lines(r: dict) -> list[str]:
            f"another run may flip them: nests {', '.join(map(str, r['borderline']))}"]
           if r.get("borderline") else []),
         f"agreement with ground truth {a['agree']}/{a['total']} (FP {a['false_positives']}, "
-        f"FN {a['false_negatives']}); hybrid program matches eager "
-        f"(max rel. error {r['hybrid_check']['max_rel_error']:.2g})",
+        f"FN {a['false_negatives']}); hybrid program {outcome(r['hybrid_check'])}",
         *([f"costliest false positives (T_hybrid added by each offloaded alone): "
            f"{losses(r['false_positives'])}"] if r.get("false_positives") else []),
     ]

@@ -3,8 +3,8 @@
 Consecutive offloaded nests form segments; every offloaded nest is outlined into a function
 and each segment bracketed by the target's boundary calls (``pimbuild.outline``, names from
 the target's ``Boundary``). The hybrid program is compiled and run on the host with the marker
-runtime and must match PyTorch eager; its transitions are counted (``N_region``). Writes
-``hybrid.mlir``, ``hybrid_llvm.mlir``, ``hybrid.o`` and ``reinsert.json``.
+runtime and must match PyTorch eager (``pimbuild.check.judge``); its transitions are counted
+(``N_region``). Writes ``hybrid.mlir``, ``hybrid_llvm.mlir``, ``hybrid.o`` and ``reinsert.json``.
 
 The hybrid program depends on which nests are offloaded, not on why: placements that come
 out the same (a theta sweep, a core count that changes nothing) share one build through the
@@ -13,7 +13,9 @@ store's run cache.
 
 from __future__ import annotations
 
+import functools
 import json
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -22,7 +24,7 @@ from omegaconf import DictConfig
 
 from pimbuild import instrument, targets
 from pimbuild.artifacts import run_cache
-from pimbuild.check import difference, tolerance
+from pimbuild.check import judge, referee_note
 from pimbuild.errors import StageError
 from pimbuild.lower import ModelParams, model_params
 from pimbuild.stage import Inputs
@@ -46,25 +48,24 @@ def params(cfg: DictConfig) -> Params:
 
 
 def check(engine, markers, signature: dict, args: list[np.ndarray],
-          expected: list[np.ndarray]) -> dict:
+          expected: list[np.ndarray], exact: Callable[[], list[np.ndarray] | None]) -> dict:
+    """``check.judge``'s verdict on the program's results, and its transitions counted."""
     from pimbuild import jit
 
     markers.reset()
     results = jit.invoke(engine, signature["function"], args, signature["outputs"])
-    errors = [difference(got, want) for got, want in zip(results, expected, strict=True)]
-    return {"max_rel_error": max(errors, default=0.0), "rtol": tolerance(signature),
-            "transitions": markers.transitions()}
+    return judge(results, expected, signature, exact) | {"transitions": markers.transitions()}
 
 
-def unpartitioned_error(lower_dir: Path, signature: dict, block: int, markers,
-                        args: list[np.ndarray], expected: list[np.ndarray],
-                        failure_dir: Path) -> float:
+def unpartitioned(lower_dir: Path, signature: dict, block: int, markers,
+                  args: list[np.ndarray], expected: list[np.ndarray],
+                  exact: Callable[[], list[np.ndarray] | None], failure_dir: Path) -> dict:
     """The eager check of the program with no nest offloaded: after a failed check, it tells
     a lowering's inaccuracy from a partition's error."""
     from pimbuild import jit
 
     engine = jit.compile_scf(lower_dir / "scf.mlir", failure_dir, block)
-    return check(engine, markers, signature, args, expected)["max_rel_error"]
+    return check(engine, markers, signature, args, expected, exact)
 
 
 def build(lower_dir: Path, offloaded: set[int], runtime_lib: Path, p: Params, block: int,
@@ -83,21 +84,23 @@ def build(lower_dir: Path, offloaded: set[int], runtime_lib: Path, p: Params, bl
                                p.boundary.end])
     engine = jit.write_object(module, symbols, out / "hybrid.o")
     args, expected = frontend.materialize(p.model, signature)
-    result = check(engine, markers, signature, args, expected)
+    exact = functools.cache(lambda: frontend.reference64(p.model, signature))
+    result = check(engine, markers, signature, args, expected, exact)
     report = {"segments": segments, "n_region": 2 * len(segments),
               "outlined": sorted(offloaded), "check": result}
     (out / "reinsert.json").write_text(json.dumps(report, indent=2) + "\n")
-    if result["max_rel_error"] > result["rtol"]:
-        before = unpartitioned_error(lower_dir, signature, block, markers, args, expected,
-                                     failure_dir)
-        why = (f"the lowered program before partitioning already differs by {before:.3g}, so "
+    if not result["passed"]:
+        before = unpartitioned(lower_dir, signature, block, markers, args, expected, exact,
+                               failure_dir)
+        error = before["max_rel_error"]
+        why = (f"the lowered program before partitioning already differs by {error:.3g}, so "
                f"the lowering (torch-mlir, LLVM), not the partition, computes this model "
-               f"differently" if before > result["rtol"] else
-               f"the lowered program before partitioning matches ({before:.3g}), so the "
+               f"differently" if not before["passed"] else
+               f"the lowered program before partitioning matches ({error:.3g}), so the "
                f"partition changed the result")
         raise StageError(NAME, f"the hybrid program differs from PyTorch eager: max "
                                f"relative error {result['max_rel_error']:.3g} > "
-                               f"{result['rtol']:.3g}; {why}")
+                               f"{result['rtol']:.3g}{referee_note(result)}; {why}")
     if result["transitions"] != report["n_region"]:
         raise StageError(NAME, f"the hybrid program made {result['transitions']} "
                                f"transitions to and from {p.boundary.device}, expected "

@@ -8,7 +8,7 @@ import re
 import numpy as np
 import pytest
 
-from pimbuild.check import FLOAT_TYPES, RTOL, difference
+from pimbuild.check import FLOAT_TYPES, MULTIPLIER, NARROW_MULTIPLIER, RTOL, difference, judge
 from pimbuild.errors import StageError
 from tests.conftest import artifact_dir
 
@@ -41,6 +41,85 @@ def test_dtype_shape_and_empty() -> None:
     assert difference(np.zeros(2, np.float32), np.zeros(2, np.float64)) == INF
     assert difference(np.zeros(2, np.float32), np.zeros(3, np.float32)) == INF
     assert difference(np.zeros((0, 4), np.float32), np.zeros((0, 4), np.float32)) == 0.0
+
+
+F32 = {"float_types": ["f32"]}
+
+
+def _never() -> None:
+    raise AssertionError("the float64 referee was asked where the tolerance decides")
+
+
+def test_judge_within_tolerance_asks_no_referee() -> None:
+    want = np.linspace(-1, 1, 64, dtype=np.float32)
+    verdict = judge([want * (1 + 1e-6)], [want], F32, _never)
+    assert verdict["passed"] and "fp64" not in verdict
+
+
+@pytest.mark.parametrize(("program", "eager", "passed"), [
+    (0.0, 1e-4, True),  # eager is the one off: the program is exact
+    (1e-4, 1e-4, True),  # as far as eager, on the other side
+    (2e-4, 1e-4, True),  # MULTIPLIER x eager's error
+    (2.2e-4, 1e-4, False),  # past MULTIPLIER x eager's error + rtol / 10
+    (1e-4, 0.0, False),  # eager is exact, the program is not
+])
+def test_judge_holds_both_to_a_float64_run(program: float, eager: float, passed: bool) -> None:
+    exact = np.linspace(-1, 1, 64)
+    signs = np.where(np.arange(64) % 2, 1.0, -1.0)
+    got, want = (exact + program * signs).astype(np.float32), (exact - eager * signs).astype(
+        np.float32)
+    asked = []
+    verdict = judge([got], [want], F32, lambda: asked.append(1) or [exact])
+    assert asked == [1] and verdict["max_rel_error"] > RTOL
+    assert verdict["passed"] == passed
+    assert verdict["fp64"]["program"] == pytest.approx(program, abs=1e-7)
+    assert verdict["fp64"]["eager"] == pytest.approx(eager, abs=1e-7)
+    assert verdict["fp64"]["multiplier"] == MULTIPLIER and verdict["fp64"]["outputs"] == [0]
+
+
+def test_judge_without_a_float64_run_fails() -> None:
+    want = np.ones(8, np.float32)
+    verdict = judge([want * 1.001], [want], F32, lambda: None)
+    assert not verdict["passed"] and verdict["fp64"] is None
+    assert not judge([want * 1.001], [want], F32)["passed"]  # no referee given
+
+
+def test_judge_refers_no_difference_in_kind() -> None:
+    """NaN where eager has a number, or integers that differ: no float64 run can excuse it."""
+    nan = np.array([np.nan, 1.0], np.float32)
+    assert not judge([nan], [np.ones(2, np.float32)], F32, _never)["passed"]
+    ints = [np.array([1, 2])], [np.array([1, 3])]
+    assert not judge(*ints, F32, _never)["passed"]
+
+
+def test_judge_narrow_types_get_the_wider_multiplier() -> None:
+    exact = np.linspace(-1, 1, 64)
+    got, want = exact + 0.025, exact - 0.01
+    verdict = judge([got.astype(np.float32)], [want.astype(np.float32)],
+                    {"float_types": ["bf16", "f32"]}, lambda: [exact])
+    assert verdict["fp64"]["multiplier"] == NARROW_MULTIPLIER and verdict["passed"]
+
+
+def test_a_program_closer_to_float64_than_eager_passes(run_build, monkeypatch, capsys) -> None:
+    """Where eager's own result is off (here made so), the program is held to a float64 run
+    of the model: no further from it than eager, it passes, and the run says how."""
+    from pimbuild import frontend
+
+    materialize = frontend.materialize
+
+    def off(p, sig):
+        args, expected = materialize(p, sig)
+        return args, [e * np.float32(1 + 2e-4) for e in expected]
+
+    monkeypatch.setattr(frontend, "materialize", off)
+    result = run_build(["model=relu", "model.size={n:64}", "profile.backend=timer",
+                        "policy=oracle"])
+    check = json.loads((artifact_dir(result, "reinsert") / "reinsert.json").read_text())[
+        "check"]
+    assert check["passed"] and check["max_rel_error"] > RTOL
+    assert check["fp64"]["program"] < 1e-6 < check["fp64"]["eager"]
+    assert "is no further from the model run in float64 than eager" in " ".join(
+        capsys.readouterr().out.split())
 
 
 def test_outputs_of_every_supported_dtype_go_through_every_stage(run_build) -> None:
@@ -105,7 +184,9 @@ def test_a_lowering_that_differs_from_eager_is_told_from_the_partition(
     from pimbuild import frontend
 
     monkeypatch.setattr(frontend, "decompositions", get_decomposition_table)
-    with pytest.raises(StageError, match=r"before partitioning already differs by .*, so the "
+    with pytest.raises(StageError, match=r"against the model run in float64 the program's "
+                                         r"error is .* and eager's own .*; the lowered program "
+                                         r"before partitioning already differs by .*, so the "
                                          r"lowering \(torch-mlir, LLVM\), not the partition"):
         run_build(["model=relu", "model.recipe=tests.odd_recipes:gelu_tanh_mlp",
                    "model.size={n:64}", "profile.backend=timer"])

@@ -24,6 +24,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 
+from pimbuild.check import outcome
 from pimbuild.errors import ConfigError, StageError
 from pimbuild.gpus import decide
 from pimbuild.gpus.cost import Link
@@ -403,11 +404,10 @@ def summary(r: dict[str, Any]) -> list[str]:
              f"speedup over: {over}; Perf/$ {pl['perf_per_dollar']:.4g} {r['unit']} per $/h; "
              f"with transfers fully overlapped (the paper's assumption) "
              f"{pl['throughput_overlapped']:.4g} {r['unit']}",
-             f"partitioned program on {r['check']['processes']} processes matches eager "
-             f"(max rel. error {r['check']['max_rel_error']:.2g}, "
-             f"{r['check']['transfers']} transfers"
+             f"partitioned program on {r['check']['processes']} processes "
+             f"{outcome(r['check'])}; {r['check']['transfers']} transfers"
              + (f", {r['check']['placements']} distinct layer placements"
-                if r['check'].get('placements', 1) > 1 else "") + ")"]
+                if r['check'].get('placements', 1) > 1 else "")]
     lines += ahead_note(r["speedup_over"], "the planned placement")
     if r["speedup_over"].get("layer pipeline", 1) < 1 and r.get("period", 1) < r["layers"]:
         lines.append(f"  gpus.period={r['layers']} plans the {r['layers']} layers as one graph, "
