@@ -16,6 +16,7 @@ import dataclasses
 import functools
 import inspect
 import json
+import math
 import warnings
 from collections import Counter
 from typing import TYPE_CHECKING, Any
@@ -320,6 +321,47 @@ def _native_group_norm(input: torch.Tensor, weight, bias, batch: int, channels: 
             rstd.reshape(batch, groups).to(input.dtype))
 
 
+# A float sum of at least LONG_SUM terms is summed in levels, each of fewer: its dimensions
+# one at a time (the innermost first), and one dimension of LONG_SUM or more in blocks of
+# SUM_BLOCK (the blocks' sums first, then theirs). torch-mlir's single reduction adds every
+# term to one running sum; eager sums in a cascade. Column sums of 262144 rows near 1000 were
+# 3.4e-3 from a float64 run, eager's 5e-8 (docs/design.md §9).
+LONG_SUM = 1 << 16
+SUM_BLOCK = 256
+
+
+def _reduced(x: torch.Tensor, dims) -> list[int]:
+    """``dims`` of ``x`` as non-negative indices, innermost first (all of them for None or
+    [], as ``aten.sum`` reads them)."""
+    return sorted({d % x.ndim for d in dims} if dims else range(x.ndim), reverse=True)
+
+
+def _long_sum(x: torch.Tensor, dims, keepdim: bool = False, *, dtype=None):
+    """``aten.sum.dim_IntList`` in levels where it adds ``LONG_SUM`` terms or more; else (and
+    for integers, and one dimension that no block divides) torch-mlir's own."""
+    y = x if dtype is None else x.to(dtype)
+    reduced = _reduced(y, dims)
+    if not y.is_floating_point() or y.ndim == 0 \
+            or math.prod(y.shape[d] for d in reduced) < LONG_SUM:
+        return NotImplemented
+    n = y.shape[reduced[0]]
+    if len(reduced) == 1 and (n < LONG_SUM or n % SUM_BLOCK):
+        return NotImplemented
+    for d in reduced:
+        if y.shape[d] >= LONG_SUM and y.shape[d] % SUM_BLOCK == 0:
+            y = y.unflatten(d, (y.shape[d] // SUM_BLOCK, SUM_BLOCK)).sum(d + 1)
+        y = y.sum(d, keepdim=True)
+    return y if keepdim else y.squeeze(reduced)
+
+
+def _long_mean(x: torch.Tensor, dims, keepdim: bool = False, *, dtype=None):
+    """``aten.mean.dim`` as ``_long_sum`` over the count, where that sums in levels."""
+    total = _long_sum(x, dims, keepdim, dtype=dtype)
+    if total is NotImplemented:
+        return NotImplemented
+    return total / math.prod(x.shape[d] for d in _reduced(x, dims))
+
+
 def decompositions() -> dict:
     """torch-mlir's decomposition table, with pimbuild's corrections."""
     from torch_mlir.extras.fx_decomp_util import get_decomposition_table
@@ -327,7 +369,8 @@ def decompositions() -> dict:
     aten = torch.ops.aten
     return {**get_decomposition_table(), aten.gelu.default: _gelu_tanh,
             aten.native_layer_norm.default: _native_layer_norm,
-            aten.native_group_norm.default: _native_group_norm}
+            aten.native_group_norm.default: _native_group_norm,
+            aten.sum.dim_IntList: _long_sum, aten.mean.dim: _long_mean}
 
 
 def export(p: ModelParams, recipe: recipes.Recipe) -> ExportedProgram:

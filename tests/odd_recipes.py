@@ -232,3 +232,11 @@ def bfloat16_layer_norm(n: int = 64) -> Recipe:
     """A bfloat16 LayerNorm (its moments computed in float32) in a float32 model."""
     return Recipe(_Norms(nn.LayerNorm(n).to(torch.bfloat16), cast=torch.bfloat16),
                   {"x": torch.randn(8, n)})
+
+
+def long_sums(n: int = 64) -> Recipe:
+    """Sums of 2^18 terms near 1000: down the columns (one running sum per column before),
+    and a global average over a 512 x 512 image (both dimensions in one reduction)."""
+    return Recipe(_Fn(lambda x, img: (x.sum(0), img.mean((-2, -1)))),
+                  {"x": torch.rand(1 << 18, 4) + 1000,
+                   "img": torch.rand(1, 2, 512, 512) + 1000})

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from omegaconf import DictConfig
 
 from pimbuild import check, frontend, jit, loops, lower, reinsert
@@ -106,6 +107,51 @@ def test_full_fusion_matches_eager(tmp_path: Path, model: str, nests: int) -> No
     args, expected = frontend.materialize(params.model, signature)
     (got,) = jit.invoke(engine, signature["function"], args, signature["outputs"])
     assert np.allclose(got, expected[0], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize(("shape", "dims", "keepdim", "dtype"), [
+    ((96, 5), [0], False, None),  # one long dimension, in blocks
+    ((96, 5), [0], True, torch.float64),
+    ((4, 6, 8), [-2, -1], False, None),  # two dimensions, one at a time
+    ((3, 6, 8), None, True, None),  # every dimension
+    ((2, 2, 96), [1, 2], False, None),  # both at once: blocks of the long one too
+])
+def test_long_sums_are_summed_in_levels(monkeypatch, shape, dims, keepdim, dtype) -> None:
+    # frontend._long_sum with its bounds made small: the same sums in levels, each fewer
+    # than LONG_SUM terms; short sums, integers and a long dimension no block divides are
+    # torch-mlir's own.
+    monkeypatch.setattr(frontend, "LONG_SUM", 32)
+    monkeypatch.setattr(frontend, "SUM_BLOCK", 8)
+    x = torch.rand(shape, dtype=torch.float64)
+    got = frontend._long_sum(x, dims, keepdim, dtype=dtype)
+    assert got is not NotImplemented
+    want = x.sum(dim=dims if dims is not None else list(range(x.ndim)), keepdim=keepdim,
+                 dtype=dtype)
+    assert got.shape == want.shape and got.dtype == want.dtype
+    torch.testing.assert_close(got, want)
+    mean = frontend._long_mean(x, dims, keepdim, dtype=dtype)
+    torch.testing.assert_close(mean, x.mean(dim=dims if dims is not None else None,
+                                            keepdim=keepdim, dtype=dtype)
+                               if dims is not None else x.mean().reshape(want.shape))
+    assert frontend._long_sum(torch.rand(31), [0]) is NotImplemented  # short
+    assert frontend._long_sum(torch.rand(37), [0]) is NotImplemented  # no block divides
+    assert frontend._long_sum(torch.ones(64, dtype=torch.int64), [0]) is NotImplemented
+
+
+def test_long_sums_match_eager(tmp_path: Path) -> None:
+    # Each sum of 2^18 terms near 1000 was one running sum: 3.4e-3 and 8.6e-6 from eager
+    # (from a float64 run: the same; eager's own 5e-8 and 8e-8). In levels, within 1e-6.
+    cfg, params, out = _lower(tmp_path, ["model=relu", "model.recipe=tests.odd_recipes:long_sums",
+                                         "model.size={n:64}"])
+    signature = json.loads((out / "signature.json").read_text())
+    engine = jit.compile_scf(out / "scf.mlir", tmp_path / "failure", cfg.lowering.register_block)
+    args, expected = frontend.materialize(params.model, signature)
+    got = jit.invoke(engine, signature["function"], args, signature["outputs"])
+    exact = frontend.reference64(params.model, signature)
+    for g, e, x in zip(got, expected, exact, strict=True):
+        assert check.difference(g, e) <= 1e-6
+        assert check.difference(g.astype(np.float64), x) <= 2 * check.difference(
+            e.astype(np.float64), x) + 1e-7
 
 
 @pytest.mark.parametrize("recipe", ["offset_layer_norm", "group_norm", "bfloat16_layer_norm"])
