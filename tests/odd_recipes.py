@@ -240,3 +240,9 @@ def long_sums(n: int = 64) -> Recipe:
     return Recipe(_Fn(lambda x, img: (x.sum(0), img.mean((-2, -1)))),
                   {"x": torch.rand(1 << 18, 4) + 1000,
                    "img": torch.rand(1, 2, 512, 512) + 1000})
+
+
+def long_scans(n: int = 64) -> Recipe:
+    """A cumulative sum of 2^20 values in [0, 1) and a cumulative product of 2^14 near 1."""
+    return Recipe(_Fn(lambda x, y: (torch.cumsum(x, -1), torch.cumprod(y, -1))),
+                  {"x": torch.rand(2, 1 << 20), "y": 1 + 1e-3 * torch.randn(2, 1 << 14)})

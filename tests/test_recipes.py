@@ -138,10 +138,12 @@ def test_long_sums_are_summed_in_levels(monkeypatch, shape, dims, keepdim, dtype
     assert frontend._long_sum(torch.ones(64, dtype=torch.int64), [0]) is NotImplemented
 
 
-def test_long_sums_match_eager(tmp_path: Path) -> None:
-    # Each sum of 2^18 terms near 1000 was one running sum: 3.4e-3 and 8.6e-6 from eager
-    # (from a float64 run: the same; eager's own 5e-8 and 8e-8). In levels, within 1e-6.
-    cfg, params, out = _lower(tmp_path, ["model=relu", "model.recipe=tests.odd_recipes:long_sums",
+@pytest.mark.parametrize("recipe", ["long_sums", "long_scans"])
+def test_long_sums_match_eager(tmp_path: Path, recipe: str) -> None:
+    # Each sum of 2^18 terms near 1000 was one running sum: 1.1e-4 from eager for the
+    # column sums (a float64 run: the same; eager's own 5e-8). In levels, within 1e-6. The
+    # scans accumulate in float64 as ATen's do (the cumulative sum was 3.0e-5 from eager).
+    cfg, params, out = _lower(tmp_path, ["model=relu", f"model.recipe=tests.odd_recipes:{recipe}",
                                          "model.size={n:64}"])
     signature = json.loads((out / "signature.json").read_text())
     engine = jit.compile_scf(out / "scf.mlir", tmp_path / "failure", cfg.lowering.register_block)
