@@ -384,6 +384,7 @@ def decompositions() -> dict:
             aten.native_layer_norm.default: _native_layer_norm,
             aten.native_group_norm.default: _native_group_norm,
             aten.sum.dim_IntList: _long_sum, aten.mean.dim: _long_mean,
+            aten.mean.default: lambda x, *, dtype=None: _long_mean(x, None, dtype=dtype),
             aten.cumsum.default: _scan_in_float64(aten.cumsum.default),
             aten.cumprod.default: _scan_in_float64(aten.cumprod.default)}
 

@@ -236,8 +236,9 @@ def bfloat16_layer_norm(n: int = 64) -> Recipe:
 
 def long_sums(n: int = 64) -> Recipe:
     """Sums of 2^18 terms near 1000: down the columns (one running sum per column before),
-    and a global average over a 512 x 512 image (both dimensions in one reduction)."""
-    return Recipe(_Fn(lambda x, img: (x.sum(0), img.mean((-2, -1)))),
+    a global average over a 512 x 512 image (both dimensions in one reduction), and the
+    mean of all of it (``aten.mean.default``)."""
+    return Recipe(_Fn(lambda x, img: (x.sum(0), img.mean((-2, -1)), img.mean())),
                   {"x": torch.rand(1 << 18, 4) + 1000,
                    "img": torch.rand(1, 2, 512, 512) + 1000})
 
