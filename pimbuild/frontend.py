@@ -322,10 +322,10 @@ def _native_group_norm(input: torch.Tensor, weight, bias, batch: int, channels: 
 
 
 # A float sum of at least LONG_SUM terms is summed in levels, each of fewer: its dimensions
-# one at a time (the innermost first), and one dimension of LONG_SUM or more in blocks of
-# SUM_BLOCK (the blocks' sums first, then theirs). torch-mlir's single reduction adds every
-# term to one running sum; eager sums in a cascade. Column sums of 262144 rows near 1000 were
-# 3.4e-3 from a float64 run, eager's 5e-8 (docs/design.md §9).
+# one at a time (the innermost first), and one dimension of LONG_SUM or more in blocks of up
+# to SUM_BLOCK that divide it (the blocks' sums first, then theirs). torch-mlir's single
+# reduction adds every term to one running sum; eager sums in a cascade. Column sums of
+# 262144 rows near 1000 were 3.4e-3 from a float64 run, eager's 5e-8 (docs/design.md §9).
 LONG_SUM = 1 << 16
 SUM_BLOCK = 256
 
@@ -338,20 +338,26 @@ def _reduced(x: torch.Tensor, dims) -> list[int]:
 
 def _long_sum(x: torch.Tensor, dims, keepdim: bool = False, *, dtype=None):
     """``aten.sum.dim_IntList`` in levels where it adds ``LONG_SUM`` terms or more; else (and
-    for integers, and one dimension that no block divides) torch-mlir's own."""
+    for integers, and one dimension of a prime length) torch-mlir's own."""
+    if x.ndim == 0 or not (dtype or x.dtype).is_floating_point:
+        return NotImplemented  # decided before any op, which tracing would keep
+    reduced = _reduced(x, dims)
+    n = x.shape[reduced[0]]
+    if math.prod(x.shape[d] for d in reduced) < LONG_SUM \
+            or len(reduced) == 1 and (n < LONG_SUM or _block(n) is None):
+        return NotImplemented
     y = x if dtype is None else x.to(dtype)
-    reduced = _reduced(y, dims)
-    if not y.is_floating_point() or y.ndim == 0 \
-            or math.prod(y.shape[d] for d in reduced) < LONG_SUM:
-        return NotImplemented
-    n = y.shape[reduced[0]]
-    if len(reduced) == 1 and (n < LONG_SUM or n % SUM_BLOCK):
-        return NotImplemented
     for d in reduced:
-        if y.shape[d] >= LONG_SUM and y.shape[d] % SUM_BLOCK == 0:
-            y = y.unflatten(d, (y.shape[d] // SUM_BLOCK, SUM_BLOCK)).sum(d + 1)
+        b = _block(y.shape[d]) if y.shape[d] >= LONG_SUM else None
+        if b is not None:
+            y = y.unflatten(d, (y.shape[d] // b, b)).sum(d + 1)
         y = y.sum(d, keepdim=True)
     return y if keepdim else y.squeeze(reduced)
+
+
+def _block(n: int) -> int | None:
+    """The largest block of at most ``SUM_BLOCK`` terms that divides ``n`` (None: a prime)."""
+    return next((b for b in range(min(SUM_BLOCK, n - 1), 1, -1) if n % b == 0), None)
 
 
 def _long_mean(x: torch.Tensor, dims, keepdim: bool = False, *, dtype=None):

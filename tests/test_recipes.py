@@ -134,7 +134,10 @@ def test_long_sums_are_summed_in_levels(monkeypatch, shape, dims, keepdim, dtype
                                             keepdim=keepdim, dtype=dtype)
                                if dims is not None else x.mean().reshape(want.shape))
     assert frontend._long_sum(torch.rand(31), [0]) is NotImplemented  # short
-    assert frontend._long_sum(torch.rand(37), [0]) is NotImplemented  # no block divides
+    assert frontend._long_sum(torch.rand(37), [0]) is NotImplemented  # a prime length
+    odd = torch.rand(35, dtype=torch.float64)  # in blocks of 7, the largest that divides 35
+    torch.testing.assert_close(frontend._long_sum(odd, [0]), odd.sum(0))
+    assert frontend._block(35) == 7 and frontend._block(37) is None
     assert frontend._long_sum(torch.ones(64, dtype=torch.int64), [0]) is NotImplemented
 
 
