@@ -247,3 +247,9 @@ def long_scans(n: int = 64) -> Recipe:
     """A cumulative sum of 2^20 values in [0, 1) and a cumulative product of 2^14 near 1."""
     return Recipe(_Fn(lambda x, y: (torch.cumsum(x, -1), torch.cumprod(y, -1))),
                   {"x": torch.rand(2, 1 << 20), "y": 1 + 1e-3 * torch.randn(2, 1 << 14)})
+
+
+def column_sum(n: int = 64) -> Recipe:
+    """Sums down the 4 columns of ``64 n`` rows: lowered as a loop over the rows around a nest
+    over the columns, which runs once per row."""
+    return Recipe(_Fn(lambda x: x.sum(0)), {"x": torch.rand(64 * n, 4)})

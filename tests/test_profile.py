@@ -140,6 +140,23 @@ def test_valgrind_streaming_misses_match_bytes_read(run_build) -> None:
     assert float(row["bw_read_gbps"]) == pytest.approx(missed_bytes / t_cpu / 1e9, rel=1e-9)
 
 
+def test_valgrind_counts_a_nest_run_in_a_loop_in_one_dump(run_build) -> None:
+    """A nest inside the loop over the rows runs 4096 times: its invocations in a row make one
+    callgrind dump (not one each), which counts the nest's own loads (not the markers') and
+    misses each line of x once."""
+    result = run_build(["model=relu", "model.recipe=tests.odd_recipes:column_sum",
+                        "model.size={n:64}", "profile.backend=valgrind",
+                        "profile.repetitions=3", "profile.warmup=1", "targets=[profile]"])
+    timing = {r["id"]: int(r["invocations"]) for r in _csv(result, "profile", "timing.csv")}
+    looped = max(timing, key=timing.get)
+    assert timing[looped] == 4096
+    dumps = list((artifact_dir(result, "profile") / "valgrind").glob("callgrind.out.*"))
+    assert len(dumps) <= len(timing)
+    row = next(r for r in _csv(result, "profile", "counters.csv") if r["id"] == looped)
+    assert int(row["event:data_reads"]) < 32 * 4096  # the markers' work was ~170 a call
+    assert abs(int(row["event:offcore_data_rd"]) - 4096 * 4 * 4 // 64) <= 16
+
+
 def test_valgrind_cache_resident_matmul_misses_little(run_build) -> None:
     result = run_build(["model=matmul", "model.size.n=128", "profile.backend=valgrind",
                         "profile.repetitions=3", "profile.warmup=1", "targets=[profile]"])

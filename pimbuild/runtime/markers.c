@@ -4,8 +4,11 @@
  * Timing mode (always): per region, invocations and accumulated CLOCK_MONOTONIC nanoseconds.
  * Counter mode (PIM_WITH_PAPI, after pim_papi_start): one PAPI event set, started once, read at
  * entry and exit; the differences are accumulated per region and event. No multiplexing.
- * Callgrind mode (PIM_WITH_CALLGRIND): each region's costs are dumped as "region <id>" and
- * zeroed at entry, so a callgrind run yields one profile part per region invocation.
+ * Callgrind mode (PIM_WITH_CALLGRIND; valgrind runs with --collect-atstart=no): collection is
+ * switched on at a region's entry and off at its exit, so only the regions' own costs are
+ * counted; they are dumped as "region <id>" when another region starts and at
+ * pim_callgrind_flush (after each forward), so consecutive invocations of one region (a nest
+ * inside a loop: 262144 for a column reduction) make one profile part, not one each.
  *
  * The host program reads the accumulators through pim_counts / pim_ns / pim_values and clears
  * them with pim_reset. Built by pimbuild's runtime task with the system C compiler.
@@ -23,6 +26,7 @@
 #endif
 
 #define PIM_MAX_REGIONS 8192
+#define PIM_FORWARD_REGION (PIM_MAX_REGIONS - 1) /* the whole forward, around the nests' */
 #define PIM_MAX_EVENTS 8
 
 static uint64_t counts[PIM_MAX_REGIONS];
@@ -44,18 +48,43 @@ static inline uint64_t now_ns(void) {
 
 static inline int valid(int64_t id) { return id >= 0 && id < PIM_MAX_REGIONS; }
 
+#ifdef PIM_WITH_CALLGRIND
+static int64_t collecting = -1; /* the region whose costs are counted and not yet dumped */
+#endif
+
+/* Dump the costs counted since the last dump as the region's ("region <id>"). */
+void pim_callgrind_flush(void) {
+#ifdef PIM_WITH_CALLGRIND
+    if (collecting < 0) return;
+    char name[32];
+    snprintf(name, sizeof name, "region %lld", (long long)collecting);
+    CALLGRIND_DUMP_STATS_AT(name);
+    collecting = -1;
+#endif
+}
+
 void region_enter(int64_t id) {
     if (!valid(id)) return;
-#ifdef PIM_WITH_CALLGRIND
-    CALLGRIND_ZERO_STATS;
-#endif
 #ifdef PIM_WITH_PAPI
     if (n_events > 0) PAPI_read(event_set, entry_values);
 #endif
     started_ns[id] = now_ns();
+#ifdef PIM_WITH_CALLGRIND /* last: the marker's own work is not the nest's */
+    if (id != PIM_FORWARD_REGION) { /* the nests' regions only: they do not nest */
+        if (id != collecting) {
+            pim_callgrind_flush();
+            CALLGRIND_ZERO_STATS;
+            collecting = id;
+        }
+        CALLGRIND_TOGGLE_COLLECT; /* on */
+    }
+#endif
 }
 
 void region_exit(int64_t id) {
+#ifdef PIM_WITH_CALLGRIND /* first: the marker's own work is not the nest's */
+    if (valid(id) && id != PIM_FORWARD_REGION) CALLGRIND_TOGGLE_COLLECT; /* off */
+#endif
     uint64_t end = now_ns();
     if (!valid(id)) return;
     counts[id] += 1;
@@ -67,11 +96,6 @@ void region_exit(int64_t id) {
         for (int e = 0; e < n_events; e++)
             values[id * PIM_MAX_EVENTS + e] += exit_values[e] - entry_values[e];
     }
-#endif
-#ifdef PIM_WITH_CALLGRIND
-    char name[32];
-    snprintf(name, sizeof name, "region %lld", (long long)id);
-    CALLGRIND_DUMP_STATS_AT(name);
 #endif
 }
 
