@@ -48,10 +48,11 @@ def difference(got: np.ndarray, want: np.ndarray) -> float:
 # times eager's own error, plus a tenth of the tolerance. A model that eager's float32 cannot
 # compute to 1e-5 (column norms of 262144 rows: eager 4.6e-5 from the float64 run, the
 # program 7e-7) then passes where the program is no less accurate than eager, and fails
-# where it is worse (rows centred at 1000 times their spread: 4.3e-5 against 1.6e-5). The
-# rule and its multipliers are torch.compile's accuracy check (``torch._dynamo.utils.same``
-# with ``fp64_ref``: 2, and 3 for float16 and bfloat16), here on ``difference``'s largest
-# error instead of a root mean square, so that one bad element is not averaged away.
+# where it is worse (rows centred at 1000 times their spread, register block 8: 4.3e-5
+# against 1.6e-5). The rule and its multipliers are torch.compile's accuracy check
+# (``torch._dynamo.utils.same`` with ``fp64_ref``: 2, and 3 for float16 and bfloat16), here
+# on ``difference``'s largest error instead of a root mean square, so that one bad element
+# is not averaged away.
 MULTIPLIER = 2.0
 NARROW_MULTIPLIER = 3.0
 
