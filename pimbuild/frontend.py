@@ -706,16 +706,16 @@ def reference64(p: ModelParams, sig: dict[str, Any]) -> list[np.ndarray] | None:
     recipe built again in ``model.dtype``, then widened): the referee of ``check.judge``.
     Float results come back as float64, others as they are; None where the forward cannot
     run in float64 (an op without a float64 kernel, a dtype it insists on)."""
-    recipe = build_recipe(p)
-    recipe.module = recipe.module.to(torch.float64)
-    recipe.inputs = {k: v.to(torch.float64) if v.is_floating_point() else v
-                     for k, v in recipe.inputs.items()}
     layout = [None] * len(sig["outputs"])
     for name, i in sig.get("mutations", {}).items():
         layout[i] = name
     try:
+        recipe = build_recipe(p)
+        recipe.module = recipe.module.to(torch.float64)
+        recipe.inputs = {k: v.to(torch.float64) if v.is_floating_point() else v
+                         for k, v in recipe.inputs.items()}
         outputs = eager(p, recipe, layout)
-    except RecipeError:
+    except (RecipeError, RuntimeError, MemoryError):  # no float64 kernel, no room for it
         return None
     return [o.detach().to(torch.float64).numpy() if o.is_floating_point()
             else o.detach().numpy() for o in outputs]

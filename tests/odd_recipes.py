@@ -253,3 +253,14 @@ def column_sum(n: int = 64) -> Recipe:
     """Sums down the 4 columns of ``64 n`` rows: lowered as a loop over the rows around a nest
     over the columns, which runs once per row."""
     return Recipe(_Fn(lambda x: x.sum(0)), {"x": torch.rand(64 * n, 4)})
+
+
+def _float32_only(x):
+    if x.dtype != torch.float32:
+        raise TypeError("float32 only")
+    return x * 2
+
+
+def float32_only(n: int = 64) -> Recipe:
+    """A forward that refuses any dtype but float32 (so it has no float64 run)."""
+    return Recipe(_Fn(_float32_only), {"x": torch.randn(n)})

@@ -122,6 +122,22 @@ def test_a_program_closer_to_float64_than_eager_passes(run_build, monkeypatch, c
         capsys.readouterr().out.split())
 
 
+def test_a_model_without_a_float64_run_fails_saying_so(run_build, monkeypatch) -> None:
+    from pimbuild import frontend
+
+    materialize = frontend.materialize
+
+    def off(p, sig):
+        args, expected = materialize(p, sig)
+        return args, [e * np.float32(1 + 2e-4) for e in expected]
+
+    monkeypatch.setattr(frontend, "materialize", off)
+    with pytest.raises(StageError, match="the model cannot run in float64 to tell which of "
+                                         "the two is closer"):
+        run_build(["model=relu", "model.recipe=tests.odd_recipes:float32_only",
+                   "model.size={n:64}", "profile.backend=timer", "policy=oracle"])
+
+
 def test_outputs_of_every_supported_dtype_go_through_every_stage(run_build) -> None:
     result = run_build(["model=relu", "model.recipe=tests.odd_recipes:mixed_dtypes",
                         "model.size={n:64}", "profile.backend=timer",
