@@ -11,8 +11,8 @@ before the forward, so only the forward is simulated, from cold caches. The mark
 collection on at each region's entry and off at its exit (the caches are simulated
 throughout), and dump the counts as the region's when another region starts or the forward
 ends: every dump holds the invocations of one nest in a row (one, for a nest outside any
-loop), and attribution is exact. A dump per invocation made a column sum of 262144 rows (a
-nest inside the loop over the rows) take 207 s in callgrind.
+loop), and attribution is exact. A dump per invocation made the column norms of 262144 x 4
+values (a nest inside the loop over the rows) take 207 s in callgrind.
 
 Roles reported: ``offcore_data_rd`` = last-level data read misses (DLmr), so
 ``n_rd * L`` is the bytes a nest read past the simulated last level: the LLC, or with
