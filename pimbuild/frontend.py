@@ -685,9 +685,7 @@ _KEPT_RECIPE: dict[str, recipes.Recipe] = {}
 def _materialize(p: ModelParams, sig: dict[str, Any]
                  ) -> tuple[list[np.ndarray], list[np.ndarray]]:
     recipe = _KEPT_RECIPE.pop(_key(p), None) or build_recipe(p)
-    layout = [None] * len(sig["outputs"])
-    for name, i in sig.get("mutations", {}).items():
-        layout[i] = name
+    layout = _results_layout(sig)
     expected = [o.detach().numpy() for o in eager(p, recipe, layout)]
     values = []
     for arg in sig["args"]:
@@ -701,14 +699,21 @@ def _materialize(p: ModelParams, sig: dict[str, Any]
     return values, expected
 
 
+def _results_layout(sig: dict[str, Any]) -> list[str | None]:
+    """``eager``'s ``layout`` of the lowered function's results, from ``signature.json``: a
+    written buffer's name where its new value is returned, else None."""
+    layout: list[str | None] = [None] * len(sig["outputs"])
+    for name, i in sig.get("mutations", {}).items():
+        layout[i] = name
+    return layout
+
+
 def reference64(p: ModelParams, sig: dict[str, Any]) -> list[np.ndarray] | None:
     """Eager's results of the model run in float64 on the same weights and inputs (the
     recipe built again in ``model.dtype``, then widened): the referee of ``check.judge``.
     Float results come back as float64, others as they are; None where the forward cannot
     run in float64 (an op without a float64 kernel, a dtype it insists on)."""
-    layout = [None] * len(sig["outputs"])
-    for name, i in sig.get("mutations", {}).items():
-        layout[i] = name
+    layout = _results_layout(sig)
     try:
         recipe = build_recipe(p)
         recipe.module = recipe.module.to(torch.float64)
