@@ -11,6 +11,8 @@ rule depends on it). Writes ``report.json``; the target renders ``report.md`` an
 from __future__ import annotations
 
 import json
+from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,6 +34,11 @@ class Params:
     decide: decide.Params  # the policy, the target and the copy model, as decide has them
     cores_sweep: tuple[int, ...]  # target sizes of the report's sweep
 
+
+def _counted(names: Iterable[str]) -> list[str]:
+    """Each name once, in order, with how many times it came where more than once
+    (``self_attn.cat x2``: two offloaded nests from one operator)."""
+    return [name if k == 1 else f"{name} x{k}" for name, k in Counter(names).items()]
 
 def params(cfg: DictConfig) -> Params:
     return Params(decide=decide.params(cfg), cores_sweep=tuple(cfg.sim.cores_sweep))
@@ -117,9 +124,8 @@ def simulate(ctx: PolicyContext, decisions: dict[str, Any], reinsert: dict[str, 
         "forward_s": ctx.forward_s,
         "t_copy": {ctx.copy_model: main["t_copy_s"], other_model: other["t_copy_s"]},
         "offloaded": sorted(offloaded),
-        "offloaded_sources": list(dict.fromkeys(
-            display_name(n.source_module, n.source_op) for n in ctx.nests
-            if n.id in offloaded)),
+        "offloaded_sources": _counted(display_name(n.source_module, n.source_op)
+                                      for n in ctx.nests if n.id in offloaded),
         "offloaded_share_of_nests": len(offloaded) / max(len(ctx.nests), 1),
         "borderline": decisions.get("borderline", []),
         "captured_share_of_cpu_time": captured / main["t_cpu_only_s"],

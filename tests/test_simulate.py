@@ -50,6 +50,10 @@ def test_report_invariants(run_build) -> None:
         assert n["t_pim_s"] >= n["c1_bound_s"]
     a = r["agreement"]
     assert a["agree"] + a["false_positives"] + a["false_negatives"] == a["total"]
+    # each offloaded nest counted once under its operator's name ("name x2" for two)
+    sources = [s.rsplit(" x", 1) for s in r["offloaded_sources"]]
+    assert sum(int(k[1]) if len(k) == 2 else 1 for k in sources) == len(r["offloaded"])
+    assert len({k[0] for k in sources}) == len(sources)
 
 
 def test_false_positives_listed_costliest_first(run_build) -> None:
