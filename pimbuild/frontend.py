@@ -381,14 +381,76 @@ def _scan_in_float64(op):
     return scan
 
 
+def _constant_pad_nd(x: torch.Tensor, pad, value=0):
+    """``aten.constant_pad_nd`` with a negative amount (``F.pad(x, (-2, 1))`` crops 2 from
+    the start of the last dimension) as a slice, then the padding that is left. torch-mlir
+    lowers the negative amount to a ``tensor.pad`` that bufferization refuses."""
+    if all(amount >= 0 for amount in pad):
+        return NotImplemented
+    for i in range(0, len(pad), 2):
+        d, before, after = x.ndim - 1 - i // 2, -min(pad[i], 0), -min(pad[i + 1], 0)
+        x = x.narrow(d, before, x.shape[d] - before - after)
+    kept = [max(amount, 0) for amount in pad]
+    return torch.ops.aten.constant_pad_nd(x, kept, value) if any(kept) else x.clone()
+
+
+def _scalar_as_tensor(scalar_op, tensor_op, positions: list[int]):
+    """``scalar_op`` computed by ``tensor_op``, the Python numbers at ``positions`` made 0-d
+    tensors of their own kind (bool, int64 or float32): a 0-d tensor takes part in type
+    promotion as a Python number does, so the result's dtype is the same."""
+    def run(*args, **kwargs):
+        args = list(args)
+        for i in positions:
+            value = args[i]
+            kind = (torch.bool if isinstance(value, bool) else
+                    torch.int64 if isinstance(value, int) else torch.get_default_dtype())
+            args[i] = torch.full((), value, dtype=kind)
+        return tensor_op(*args, **kwargs)
+    return run
+
+
+@functools.cache
+def tensor_overloads() -> dict:
+    """A decomposition for each ``aten.X.Scalar`` that torch-mlir does not define where it
+    defines ``aten.X.Tensor`` with the same schema but Tensor for Scalar (``x | 3`` is
+    ``bitwise_or.Scalar``, which torch-mlir 20261001 cannot lower, ``x | t`` lowers); found
+    by asking the torch dialect which ops it registers, not from a list. An op whose tensor
+    form has no lowering either (``copysign``) still fails, then naming both forms."""
+    from pimbuild import mlir
+
+    ctx, table = mlir.new_context(), {}
+    for name in dir(torch.ops.aten):
+        packet = getattr(torch.ops.aten, name, None)
+        if not isinstance(packet, torch._ops.OpOverloadPacket):
+            continue
+        if {"Scalar", "Tensor"} - set(packet.overloads()):
+            continue
+        if (ctx.is_registered_operation(f"torch.aten.{name}.Scalar")
+                or not ctx.is_registered_operation(f"torch.aten.{name}.Tensor")):
+            continue
+        scalar, tensor = packet.Scalar, packet.Tensor
+        if (scalar._schema.is_mutable  # in place: functionalized before decomposition
+                or len(scalar._schema.arguments) != len(tensor._schema.arguments)):
+            continue
+        pairs = list(zip(scalar._schema.arguments, tensor._schema.arguments, strict=True))
+        moved = [i for i, (a, b) in enumerate(pairs) if str(a.type) != str(b.type)]
+        if moved and all(a.name == b.name for a, b in pairs) and all(
+                pairs[i][0].type.kind() == "NumberType" and pairs[i][1].type.kind() == "TensorType"
+                for i in moved):
+            table[scalar] = _scalar_as_tensor(scalar, tensor, moved)
+    return table
+
+
 def decompositions() -> dict:
-    """torch-mlir's decomposition table, with pimbuild's corrections."""
+    """torch-mlir's decomposition table, with pimbuild's corrections and
+    ``tensor_overloads``."""
     from torch_mlir.extras.fx_decomp_util import get_decomposition_table
 
     aten = torch.ops.aten
-    return {**get_decomposition_table(), aten.gelu.default: _gelu_tanh,
+    return {**get_decomposition_table(), **tensor_overloads(), aten.gelu.default: _gelu_tanh,
             aten.native_layer_norm.default: _native_layer_norm,
             aten.native_group_norm.default: _native_group_norm,
+            aten.constant_pad_nd.default: _constant_pad_nd,
             aten.sum.dim_IntList: _long_sum, aten.mean.dim: _long_mean,
             aten.mean.default: lambda x, *, dtype=None: _long_mean(x, None, dtype=dtype),
             aten.cumsum.default: _scan_in_float64(aten.cumsum.default),

@@ -264,3 +264,19 @@ def _float32_only(x):
 def float32_only(n: int = 64) -> Recipe:
     """A forward that refuses any dtype but float32 (so it has no float64 run)."""
     return Recipe(_Fn(_float32_only), {"x": torch.randn(n)})
+
+
+def scalar_operands(n: int = 64) -> Recipe:
+    """Binary ops with a Python number where torch-mlir lowers only the tensor-tensor form
+    (``frontend.tensor_overloads``): or and xor of an int tensor and an int or a bool, and
+    bucketize of a number (a 0-d int64)."""
+    return Recipe(_Fn(lambda i, b: (i | 3, i ^ 5, i ^ True, torch.bucketize(0.3, b))),
+                  {"i": torch.arange(-n, n), "b": torch.linspace(-1, 1, 9)})
+
+
+def negative_padding(n: int = 8) -> Recipe:
+    """``F.pad`` with negative amounts (a crop) beside positive ones, on two dimensions, and
+    a crop alone."""
+    return Recipe(_Fn(lambda x: (nn.functional.pad(x, (-2, 1, 3, -1), value=0.5),
+                                 nn.functional.pad(x, (0, -3)))),
+                  {"x": torch.randn(1, 2, n, n + 2)})

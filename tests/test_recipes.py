@@ -159,6 +159,35 @@ def test_long_sums_match_eager(tmp_path: Path, recipe: str) -> None:
             e.astype(np.float64), x) + 1e-7
 
 
+def _run_lowered(tmp_path: Path, recipe: str) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """The lowered program's results and eager's for a recipe of tests/odd_recipes.py."""
+    cfg, params, out = _lower(tmp_path, ["model=relu", f"model.recipe=tests.odd_recipes:{recipe}",
+                                         "model.size={n:8}"])
+    signature = json.loads((out / "signature.json").read_text())
+    engine = jit.compile_scf(out / "scf.mlir", tmp_path / "failure", cfg.lowering.register_block)
+    args, expected = frontend.materialize(params.model, signature)
+    return jit.invoke(engine, signature["function"], args, signature["outputs"]), expected
+
+
+def test_scalar_operands_take_the_tensor_overload(tmp_path: Path) -> None:
+    # torch-mlir 20261001 has no aten.bitwise_or.Scalar, bitwise_xor.Scalar or
+    # bucketize.Scalar: lowering stopped at the first ("cannot lower").
+    assert torch.ops.aten.bitwise_or.Scalar in frontend.tensor_overloads()
+    assert torch.ops.aten.add.Scalar not in frontend.tensor_overloads()  # torch-mlir has it
+    got, expected = _run_lowered(tmp_path, "scalar_operands")
+    assert [g.dtype for g in got] == [np.int64] * 4
+    for g, e in zip(got, expected, strict=True):
+        assert g.dtype == e.dtype and np.array_equal(g, e)
+
+
+def test_negative_padding_crops(tmp_path: Path) -> None:
+    # Lowering stopped in bufferization ("expected offsets to be non-negative").
+    got, expected = _run_lowered(tmp_path, "negative_padding")
+    assert [g.shape for g in got] == [(1, 2, 10, 9), (1, 2, 8, 7)]
+    for g, e in zip(got, expected, strict=True):
+        assert np.array_equal(g, e)
+
+
 @pytest.mark.parametrize("recipe", ["offset_layer_norm", "group_norm", "bfloat16_layer_norm"])
 def test_norms_compute_their_moments_in_float32(tmp_path: Path, recipe: str) -> None:
     # frontend.decompositions: no float64 copy of the input (torch-mlir's var_mean), and the
