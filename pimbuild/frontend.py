@@ -394,6 +394,27 @@ def _constant_pad_nd(x: torch.Tensor, pad, value=0):
     return torch.ops.aten.constant_pad_nd(x, kept, value) if any(kept) else x.clone()
 
 
+COMPARISONS = ("eq", "ne", "lt", "le", "gt", "ge")  # aten ops given _compare_in_one_kind
+
+
+def _compare_in_one_kind(op):
+    """``op`` (``aten.eq.Scalar``, ``gt.Scalar``, ...) with the tensor cast to the dtype PyTorch
+    compares in (``torch.result_type``) and the number of that kind: ``t > 2.5`` of an int
+    tensor compares float32 values, ``t == 1`` of a float tensor compares with 1.0.
+    torch-mlir folds a comparison of a constant tensor (``torch.ones(4) == 1``) with a number
+    of the other kind wrongly (all False) or crashes (an int tensor and a float)."""
+    def compare(x: torch.Tensor, other):
+        if isinstance(other, complex) or x.dtype.is_complex:
+            return NotImplemented
+        kind = torch.result_type(x, other)
+        number = (float(other) if kind.is_floating_point else
+                  bool(other) if kind == torch.bool else int(other))
+        if x.dtype == kind and type(number) is type(other):
+            return NotImplemented
+        return op(x.to(kind), number)
+    return compare
+
+
 def _scalar_as_tensor(scalar_op, tensor_op, positions: list[int]):
     """``scalar_op`` computed by ``tensor_op``, the Python numbers at ``positions`` made 0-d
     tensors of their own kind (bool, int64 or float32): a 0-d tensor takes part in type
@@ -447,7 +468,10 @@ def decompositions() -> dict:
     from torch_mlir.extras.fx_decomp_util import get_decomposition_table
 
     aten = torch.ops.aten
-    return {**get_decomposition_table(), **tensor_overloads(), aten.gelu.default: _gelu_tanh,
+    comparisons = {getattr(aten, name).Scalar: _compare_in_one_kind(getattr(aten, name).Scalar)
+                   for name in COMPARISONS}
+    return {**get_decomposition_table(), **tensor_overloads(), **comparisons,
+            aten.gelu.default: _gelu_tanh,
             aten.native_layer_norm.default: _native_layer_norm,
             aten.native_group_norm.default: _native_group_norm,
             aten.constant_pad_nd.default: _constant_pad_nd,

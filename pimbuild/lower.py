@@ -32,6 +32,10 @@ EIGHT_BIT_CRASH = ("torch-mlir's TorchToLinalg crashes on some arithmetic on int
 TO_LINALG_CRASH = ("torch-mlir's TorchToLinalg crashed on an op of this model (a bug in "
                    "torch-mlir, not in the model): run the repro below on the saved input to "
                    "find the op, then rewrite it or leave it out of the model")
+TORCH_BACKEND_CRASH = ("torch-mlir's torch-dialect passes (shape and type refinement, folding, "
+                       "decomposition) crashed on an op of this model (a bug in torch-mlir, not "
+                       "in the model): run the repro below on the saved input to find the op, "
+                       "then rewrite it or leave it out of the model")
 READS: tuple[str, ...] = ()
 WRITES = ("torch.mlir", "linalg.mlir", "scf.mlir", "signature.json")
 DTYPES = ("float32",)
@@ -117,11 +121,14 @@ def lower(p: Params, out: Path, failure_dir: Path) -> None:
         module = frontend.import_program(prog, p.weights)
     except Exception as e:
         raise frontend.import_error(p.model, prog, e) from None
-    mlir.run_pipeline(module, mlir.TORCH_BACKEND, stage=NAME, failure_dir=failure_dir)
+    # torch-mlir's passes crash on some ops of some models (its folding of a comparison of
+    # an int constant with a float, before frontend._compare_in_one_kind; TorchToLinalg on
+    # 8-bit integer arithmetic, on scatter with a negative dim, which the frontend now writes
+    # from the front), so each pipeline runs in a child process first (about 0.4 s) and a
+    # crash is an error line.
+    mlir.run_pipeline(module, mlir.TORCH_BACKEND, stage=NAME, failure_dir=failure_dir,
+                      isolate=TORCH_BACKEND_CRASH)
     mlir.write_ir(module, out / "torch.mlir")
-    # torch-mlir's TorchToLinalg crashes on some ops of some models (8-bit integer
-    # arithmetic; scatter with a negative dim, which the frontend now writes from the front),
-    # so it runs in a child process first (about 0.4 s) and a crash is an error line.
     eight_bit = EIGHT_BIT_TENSOR.search((out / "torch.mlir").read_text()) is not None
     mlir.run_pipeline(module, mlir.TORCH_TO_LINALG, stage=NAME, failure_dir=failure_dir,
                       isolate=EIGHT_BIT_CRASH if eight_bit else TO_LINALG_CRASH)

@@ -280,3 +280,15 @@ def negative_padding(n: int = 8) -> Recipe:
     return Recipe(_Fn(lambda x: (nn.functional.pad(x, (-2, 1, 3, -1), value=0.5),
                                  nn.functional.pad(x, (0, -3)))),
                   {"x": torch.randn(1, 2, n, n + 2)})
+
+
+def constant_comparisons(n: int = 8) -> Recipe:
+    """Comparisons of tensors built inside forward with a number of the other kind:
+    torch-mlir folded the float ones to the wrong answer (``cosine_embedding_loss`` with a
+    target of ones was 0, eager 1.04) and crashed on the int one."""
+    def forward(x):
+        ones, threes = torch.ones(n), torch.full((n,), 3, dtype=torch.int64)
+        return (ones == 1, torch.full((n,), 2.0) > 1, ones != 1, threes > 2.5, threes <= 3,
+                torch.where(ones == 1, x, 0.0), (x > 0) == 1,
+                nn.functional.cosine_embedding_loss(x.view(2, -1), -x.view(2, -1), torch.ones(2)))
+    return Recipe(_Fn(forward), {"x": torch.randn(n)})

@@ -130,6 +130,22 @@ def test_any_crash_of_the_linalg_conversion_is_an_error_line(run_build, store: P
     _assert_store_clean(store)
 
 
+def test_any_crash_of_the_torch_dialect_passes_is_an_error_line(run_build, store: Path,
+                                                                 monkeypatch) -> None:
+    """torch-mlir's torch-dialect pipeline runs in a child first too: with the frontend's
+    comparison rule switched off, its folding crashes on an int constant compared with a
+    float (the build died with no output before), and the build fails with one error."""
+    from pimbuild import frontend
+
+    monkeypatch.setattr(frontend, "COMPARISONS", ())
+    with pytest.raises(StageError, match=r"crashed \(SIG[A-Z]+\).*torch-dialect passes") as err:
+        run_build(["model=relu", "model.recipe=tests.odd_recipes:constant_comparisons",
+                   "model.size={n:8}"])
+    assert err.value.stage == "lower"
+    assert "torch.aten.gt.Scalar" in err.value.saved_input.read_text()
+    _assert_store_clean(store)
+
+
 def test_unknown_target(run_build, store: Path) -> None:
     with pytest.raises(ConfigError, match="unknown target"):
         run_build(["model=relu", "targets=[simulate9]"])

@@ -180,6 +180,14 @@ def test_scalar_operands_take_the_tensor_overload(tmp_path: Path) -> None:
         assert g.dtype == e.dtype and np.array_equal(g, e)
 
 
+def test_comparisons_with_a_number_of_the_other_kind(tmp_path: Path) -> None:
+    got, expected = _run_lowered(tmp_path, "constant_comparisons")
+    assert [g.dtype for g in got] == [np.bool_] * 5 + [np.float32, np.bool_, np.float32]
+    for g, e in zip(got, expected, strict=True):
+        assert np.array_equal(g, e)
+    assert float(got[-1]) > 1.0  # the target is 1: the loss is 1 - cos(x, -x) = 2
+
+
 def test_negative_padding_crops(tmp_path: Path) -> None:
     # Lowering stopped in bufferization ("expected offsets to be non-negative").
     got, expected = _run_lowered(tmp_path, "negative_padding")
