@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import _thread
+import faulthandler
 import logging
 import os
 import re
@@ -138,7 +139,15 @@ def hydra_error_line(e: HydraException) -> str:
 RELOCATED = {"tp_link": "link"}  # conf/config.yaml's `- link@tp_link: nvlink3`
 
 
+def report_crashes() -> None:
+    """A crash in native code (a pass of torch-mlir or LLVM, a compiled program) prints the
+    signal and the Python stack it hit, which names the stage, instead of ending the process
+    with no output. The passes known to crash run in a child first (``mlir.run_pipeline``)."""
+    faulthandler.enable(file=sys.stderr)
+
+
 def main() -> None:
+    report_crashes()
     # Let composition errors reach us instead of Hydra's printer, unless the user asked for the
     # full trace (HYDRA_FULL_ERROR=1), in which case Hydra's behaviour is kept.
     full_trace = os.environ.get("HYDRA_FULL_ERROR") == "1"

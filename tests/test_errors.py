@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -144,6 +145,16 @@ def test_any_crash_of_the_torch_dialect_passes_is_an_error_line(run_build, store
     assert err.value.stage == "lower"
     assert "torch.aten.gt.Scalar" in err.value.saved_input.read_text()
     _assert_store_clean(store)
+
+
+def test_a_native_crash_elsewhere_prints_its_signal_and_stack() -> None:
+    # What the CLI enables first: a segfault outside the isolated passes ended the process
+    # with status -11 and nothing on stderr.
+    code = ("import ctypes\nfrom pimbuild import cli\ncli.report_crashes()\n"
+            "def stage():\n    ctypes.string_at(0)\nstage()\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode < 0
+    assert "Segmentation fault" in proc.stderr and "in stage" in proc.stderr
 
 
 def test_unknown_target(run_build, store: Path) -> None:
