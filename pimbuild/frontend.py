@@ -264,6 +264,12 @@ def mutation_layout(p: ModelParams, prog: ExportedProgram, input_names: list[str
             raise RecipeError(f"model '{p.name}': the forward writes its input '{name}' in "
                               f"place; clone it first (the lowered program does not write "
                               f"its arguments)")
+        elif kind == "PARAMETER_MUTATION":
+            raise RecipeError(f"model '{p.name}': the forward writes its parameter "
+                              f"'{spec.target}' in place (as nn.Embedding with max_norm "
+                              f"renormalizes the rows it looks up); pimbuild lowers forwards "
+                              f"that leave their parameters as they are: update it before "
+                              f"the build, or hold it as a buffer (state the forward writes)")
         else:
             raise RecipeError(f"model '{p.name}': the exported program has a result of kind "
                               f"{kind}, which pimbuild cannot lower")
@@ -505,10 +511,15 @@ def export(p: ModelParams, recipe: recipes.Recipe) -> ExportedProgram:
 
 
 def _reject_script_objects(p: ModelParams, module: torch.nn.Module) -> None:
-    """A submodule holding a TorchScript object (``torch.ScriptObject``: torch.ao
-    quantization's packed weights, a custom C++ class) is refused before export, whose own
-    error for one is an AttributeError about ``__obj_flatten__``."""
+    """A TorchScript module (``torch.jit.script`` or ``trace``) and a submodule holding a
+    TorchScript object (``torch.ScriptObject``: torch.ao quantization's packed weights, a
+    custom C++ class) are refused before export, whose own error for one is an
+    AttributeError about ``__obj_flatten__``."""
     for path, sub in module.named_modules():
+        if isinstance(sub, torch.jit.ScriptModule):
+            raise RecipeError(f"model '{p.name}': '{path or 'the model'}' is a TorchScript module "
+                              f"(torch.jit.script or trace); pimbuild exports Python modules: "
+                              f"build the model from the module before it was scripted")
         for name, value in vars(sub).items():
             if isinstance(value, torch.ScriptObject):
                 where = f"'{path}.{name}'" if path else f"'{name}'"

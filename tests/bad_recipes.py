@@ -185,6 +185,18 @@ def dynamically_quantized(n: int = 8) -> Recipe:
     return Recipe(module, {"x": torch.randn(2, n)})
 
 
+def scripted_submodule(n: int = 8) -> Recipe:
+    """A submodule compiled with torch.jit.script."""
+    return Recipe(nn.Sequential(torch.jit.script(nn.Linear(n, n)), nn.ReLU()),
+                  {"x": torch.randn(2, n)})
+
+
+def writes_its_parameter(n: int = 8) -> Recipe:
+    """nn.Embedding with max_norm renormalizes the weight rows it looks up, in place."""
+    return Recipe(nn.Embedding(4 * n, n, max_norm=1.0),
+                  {"i": torch.randint(0, 4 * n, (2, 3))})
+
+
 def large_literal(n: int = 8) -> Recipe:
     """A 5000-element tensor built from a literal inside forward (more than signature.json
     keeps)."""

@@ -368,6 +368,9 @@ def test_a_second_ctrl_c_during_an_import_leaves_at_once(tmp_path: Path) -> None
     ("tests.bad_recipes:dynamically_quantized",
      r"'0._packed_params._packed_params' is a TorchScript object \(__torch__.torch.classes."
      r"quantized.LinearPackedParamsBase\)"),
+    ("tests.bad_recipes:scripted_submodule", r"'0' is a TorchScript module \(torch.jit.script"),
+    ("tests.bad_recipes:writes_its_parameter",
+     r"writes its parameter 'weight' in place \(as nn.Embedding with max_norm"),
     ("tests.bad_recipes:uses_cond", r"torch-mlir: .*; the forward uses "
                                     r"torch.ops.higher_order.cond in 'branch', control flow"),
     ("tests.bad_recipes:number_input", "input 'k' is a int; pimbuild needs every input to be"),
