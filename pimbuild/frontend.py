@@ -400,27 +400,6 @@ def _constant_pad_nd(x: torch.Tensor, pad, value=0):
     return torch.ops.aten.constant_pad_nd(x, kept, value) if any(kept) else x.clone()
 
 
-COMPARISONS = ("eq", "ne", "lt", "le", "gt", "ge")  # aten ops given _compare_in_one_kind
-
-
-def _compare_in_one_kind(op):
-    """``op`` (``aten.eq.Scalar``, ``gt.Scalar``, ...) with the tensor cast to the dtype PyTorch
-    compares in (``torch.result_type``) and the number of that kind: ``t > 2.5`` of an int
-    tensor compares float32 values, ``t == 1`` of a float tensor compares with 1.0.
-    torch-mlir folds a comparison of a constant tensor (``torch.ones(4) == 1``) with a number
-    of the other kind wrongly (all False) or crashes (an int tensor and a float)."""
-    def compare(x: torch.Tensor, other):
-        if isinstance(other, complex) or x.dtype.is_complex:
-            return NotImplemented
-        kind = torch.result_type(x, other)
-        number = (float(other) if kind.is_floating_point else
-                  bool(other) if kind == torch.bool else int(other))
-        if x.dtype == kind and type(number) is type(other):
-            return NotImplemented
-        return op(x.to(kind), number)
-    return compare
-
-
 def _scalar_as_tensor(scalar_op, tensor_op, positions: list[int]):
     """``scalar_op`` computed by ``tensor_op``, the Python numbers at ``positions`` made 0-d
     tensors of their own kind (bool, int64 or float32): a 0-d tensor takes part in type
@@ -474,10 +453,7 @@ def decompositions() -> dict:
     from torch_mlir.extras.fx_decomp_util import get_decomposition_table
 
     aten = torch.ops.aten
-    comparisons = {getattr(aten, name).Scalar: _compare_in_one_kind(getattr(aten, name).Scalar)
-                   for name in COMPARISONS}
-    return {**get_decomposition_table(), **tensor_overloads(), **comparisons,
-            aten.gelu.default: _gelu_tanh,
+    return {**get_decomposition_table(), **tensor_overloads(), aten.gelu.default: _gelu_tanh,
             aten.native_layer_norm.default: _native_layer_norm,
             aten.native_group_norm.default: _native_group_norm,
             aten.constant_pad_nd.default: _constant_pad_nd,
@@ -641,6 +617,56 @@ def nonnegative_scatter_dims(gm: torch.fx.GraphModule) -> int:
     if rewritten:
         gm.recompile()
     return rewritten
+
+
+def fold_splat_constants(prog: ExportedProgram) -> int:
+    """Compute, with PyTorch, every tensor the forward builds from constants alone (factories
+    such as ``ones``, ``full`` and ``arange``, tensor literals, and ops on them), and write each
+    one whose elements are all equal as one ``aten.full``. torch-mlir folds ops on such
+    splat constants itself, and some of its folders are wrong: ``torch.ones(4) == 1`` became
+    False (so ``cosine_embedding_loss`` with a target of ones was 0), ``sign`` of ones -1,
+    ``remainder`` of -7 by 3 -1 (PyTorch: 2), ``-7 // 2`` -2^63; on ``sign`` of zeros and on
+    an int constant compared with a float it crashed. Returns how many it wrote."""
+    gm = prog.graph_module
+    constants = {spec.arg.name: prog.constants[spec.target]
+                 for spec in prog.graph_signature.input_specs
+                 if spec.kind.name == "CONSTANT_TENSOR" and spec.target in prog.constants}
+    values: dict[torch.fx.Node, Any] = {}
+    for node in gm.graph.nodes:
+        if node.op == "placeholder" and node.name in constants:
+            values[node] = constants[node.name]
+        elif (node.op == "call_function" and all(n in values for n in node.all_input_nodes)
+              and not isinstance(node.target, torch._ops.HigherOrderOperator)):
+            args, kwargs = torch.fx.node.map_arg((node.args, node.kwargs), values.__getitem__)
+            values[node] = node.target(*args, **kwargs)
+    folded = 0
+    for node, value in values.items():
+        fill = _splat(value)
+        if node.op != "call_function" or node.target is torch.ops.aten.full.default \
+                or fill is None:
+            continue
+        with gm.graph.inserting_before(node):
+            full = gm.graph.call_function(torch.ops.aten.full.default, (list(value.shape), fill),
+                                          {"dtype": value.dtype, "device": value.device})
+        full.meta = dict(node.meta)
+        node.replace_all_uses_with(full)
+        folded += 1
+    if folded:
+        gm.graph.eliminate_dead_code()
+        gm.recompile()
+    return folded
+
+
+def _splat(value: Any) -> bool | int | float | None:
+    """The one value every element of the tensor ``value`` has (NaN, and the sign of a zero,
+    included), or None."""
+    if not isinstance(value, torch.Tensor) or value.numel() == 0 or value.dtype.is_complex:
+        return None
+    first = value.flatten()[0]
+    same = value == first
+    if value.dtype.is_floating_point:
+        same = (same | value.isnan() & first.isnan()) & (value.signbit() == first.signbit())
+    return first.item() if bool(same.all()) else None
 
 
 SCATTERS = {"aten::scatter", "aten::scatter_add", "aten::scatter_reduce"}

@@ -115,17 +115,18 @@ def lower(p: Params, out: Path, failure_dir: Path) -> None:
     layout = frontend.mutation_layout(p.model, prog, list(recipe.inputs))
     if any(slot is not None for slot in layout):  # written buffers are results too
         outputs = frontend.eager(p.model, recipe, layout)
+    frontend.fold_splat_constants(prog)
     frontend.nonnegative_scatter_dims(prog.graph_module)
     frontend.annotate_sources(prog.graph_module)
     try:
         module = frontend.import_program(prog, p.weights)
     except Exception as e:
         raise frontend.import_error(p.model, prog, e) from None
-    # torch-mlir's passes crash on some ops of some models (its folding of a comparison of
-    # an int constant with a float, before frontend._compare_in_one_kind; TorchToLinalg on
-    # 8-bit integer arithmetic, on scatter with a negative dim, which the frontend now writes
-    # from the front), so each pipeline runs in a child process first (about 0.4 s) and a
-    # crash is an error line.
+    # torch-mlir's passes crash on some ops of some models (its folders on some constants,
+    # which frontend.fold_splat_constants now computes first; TorchToLinalg on 8-bit integer
+    # arithmetic, on scatter with a negative dim, which the frontend now writes from the
+    # front), so each pipeline runs in a child process first (about 0.4 s) and a crash is an
+    # error line.
     mlir.run_pipeline(module, mlir.TORCH_BACKEND, stage=NAME, failure_dir=failure_dir,
                       isolate=TORCH_BACKEND_CRASH)
     mlir.write_ir(module, out / "torch.mlir")

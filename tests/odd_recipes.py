@@ -292,3 +292,14 @@ def constant_comparisons(n: int = 8) -> Recipe:
                 torch.where(ones == 1, x, 0.0), (x > 0) == 1,
                 nn.functional.cosine_embedding_loss(x.view(2, -1), -x.view(2, -1), torch.ones(2)))
     return Recipe(_Fn(forward), {"x": torch.randn(n)})
+
+
+def constant_arithmetic(n: int = 8) -> Recipe:
+    """Elementwise ops on constants built inside forward, where torch-mlir's folders were
+    wrong (sign of ones: -1; -7 % 3: -1, PyTorch 2; -7 // 2: -2^63) or crashed (sign of
+    zeros), beside a constant that is not a splat (``arange``)."""
+    def forward(x):
+        ones, sevens = torch.ones(n), torch.full((n,), -7)
+        return (ones.sign() * x, sevens % 3 + x, sevens // 2 + x, torch.zeros(n).sign() + x,
+                torch.full((n,), 2) ** 3 + x, (torch.arange(n) % 3 == 0) | (x > 0))
+    return Recipe(_Fn(forward), {"x": torch.randn(n)})

@@ -13,6 +13,7 @@ from omegaconf import DictConfig
 
 from pimbuild import check, frontend, jit, loops, lower, reinsert
 from pimbuild.runtime import LIBRARY
+from tests import odd_recipes
 from tests.conftest import make_cfg
 
 # Nests per recipe at the default sizes (conf/model/*.yaml). Under fusion=none the paper gives:
@@ -186,6 +187,21 @@ def test_comparisons_with_a_number_of_the_other_kind(tmp_path: Path) -> None:
     for g, e in zip(got, expected, strict=True):
         assert np.array_equal(g, e)
     assert float(got[-1]) > 1.0  # the target is 1: the loss is 1 - cos(x, -x) = 2
+
+
+def test_constants_are_computed_by_pytorch(tmp_path: Path) -> None:
+    got, expected = _run_lowered(tmp_path, "constant_arithmetic")
+    for g, e in zip(got, expected, strict=True):
+        assert g.dtype == e.dtype and np.array_equal(g, e)
+    recipe = odd_recipes.constant_arithmetic(8)
+    prog = torch.export.export(recipe.module, tuple(recipe.inputs.values()))
+    prog = prog.run_decompositions(frontend.decompositions())
+    assert frontend.fold_splat_constants(prog) > 0
+    names = [n.target.name() for n in prog.graph.nodes if n.op == "call_function"]
+    assert not set(names) & {"aten::sign", "aten::floor_divide", "aten::div.Tensor_mode",
+                             "aten::pow.Tensor_Scalar"}, names
+    # the arange's chain is not a splat: left as it was, its remainder the only one
+    assert "aten::arange.start_step" in names and names.count("aten::remainder.Scalar") == 1
 
 
 def test_negative_padding_crops(tmp_path: Path) -> None:
