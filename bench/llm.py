@@ -188,8 +188,9 @@ def calibrate_search() -> dict:
 def forward_only(args: argparse.Namespace) -> None:
     """Lowered / eager on one thread for both layers at each register-blocking factor, and
     the CPU it ran on."""
-    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text()
-                .splitlines() if line.startswith("model name")), "unknown")
+    from pimbuild.profile import host_cpu
+
+    cpu = host_cpu()
     rows = [forward_ratio(model, None, block=int(b))
             for b in args.blocks.split(",") for model in ("llama7b", "gptj6b")]
     search = calibrate_search()

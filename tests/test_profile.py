@@ -520,3 +520,19 @@ def test_profile_records_the_allocator_and_page_faults(run_build) -> None:
     off = _profile_json(run_build([*base, "profile.reuse_memory=false"]))
     assert off["memory"] == ("not changed by this stage; an earlier build in this process: "
                              + info["memory"])
+
+
+@pytest.mark.parametrize(("cpuinfo", "expected"), [
+    ("processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 26\nmodel\t\t: 2\n"
+     "model name\t: AMD EPYC\n\nprocessor\t: 1\ncpu family\t: 25\n",
+     "AMD EPYC (family 26, model 2)"),
+    ("processor\t: 0\nmodel name\t: Intel(R) Xeon(R) Processor\n", "Intel(R) Xeon(R) Processor"),
+])
+def test_host_cpu_names_family_and_model(monkeypatch, cpuinfo: str, expected: str) -> None:
+    # Zen 3 and Zen 5 VMs both say "AMD EPYC": their measurements must not share a key.
+    from pimbuild import profile
+
+    real = Path.read_text
+    monkeypatch.setattr(Path, "read_text", lambda self, *a, **k: cpuinfo
+                        if str(self) == "/proc/cpuinfo" else real(self, *a, **k))
+    assert profile.host_cpu() == expected
