@@ -638,7 +638,10 @@ def fold_splat_constants(prog: ExportedProgram) -> int:
         elif (node.op == "call_function" and all(n in values for n in node.all_input_nodes)
               and not isinstance(node.target, torch._ops.HigherOrderOperator)):
             args, kwargs = torch.fx.node.map_arg((node.args, node.kwargs), values.__getitem__)
-            values[node] = node.target(*args, **kwargs)
+            try:
+                values[node] = node.target(*args, **kwargs)
+            except Exception:  # eager computed it; if this call cannot, torch-mlir folds it
+                continue
     folded = 0
     for node, value in values.items():
         fill = _splat(value)
