@@ -421,7 +421,8 @@ def tensor_overloads() -> dict:
     defines ``aten.X.Tensor`` with the same schema but Tensor for Scalar (``x | 3`` is
     ``bitwise_or.Scalar``, which torch-mlir 20261001 cannot lower, ``x | t`` lowers); found
     by asking the torch dialect which ops it registers, not from a list. An op whose tensor
-    form has no lowering either (``copysign``) still fails, then naming both forms."""
+    form has no lowering either (``copysign``) still fails, at the number's 0-d tensor
+    "from aten.copysign.Scalar" and the node's name."""
     from pimbuild import mlir
 
     ctx, table = mlir.new_context(), {}
