@@ -400,8 +400,8 @@ def _constant_pad_nd(x: torch.Tensor, pad, value=0):
     return torch.ops.aten.constant_pad_nd(x, kept, value) if any(kept) else x.clone()
 
 
-def _scalar_as_tensor(scalar_op, tensor_op, positions: list[int]):
-    """``scalar_op`` computed by ``tensor_op``, the Python numbers at ``positions`` made 0-d
+def _scalar_as_tensor(tensor_op, positions: list[int]):
+    """A Scalar overload computed by ``tensor_op``, the Python numbers at ``positions`` made 0-d
     tensors of their own kind (bool, int64 or float32): a 0-d tensor takes part in type
     promotion as a Python number does, so the result's dtype is the same."""
     def run(*args, **kwargs):
@@ -444,7 +444,7 @@ def tensor_overloads() -> dict:
         if moved and all(a.name == b.name for a, b in pairs) and all(
                 pairs[i][0].type.kind() == "NumberType" and pairs[i][1].type.kind() == "TensorType"
                 for i in moved):
-            table[scalar] = _scalar_as_tensor(scalar, tensor, moved)
+            table[scalar] = _scalar_as_tensor(tensor, moved)
     return table
 
 

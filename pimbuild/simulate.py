@@ -40,6 +40,7 @@ def _counted(names: Iterable[str]) -> list[str]:
     (``self_attn.cat x2``: two offloaded nests from one operator)."""
     return [name if k == 1 else f"{name} x{k}" for name, k in Counter(names).items()]
 
+
 def params(cfg: DictConfig) -> Params:
     return Params(decide=decide.params(cfg), cores_sweep=tuple(cfg.sim.cores_sweep))
 
