@@ -104,7 +104,7 @@ def report_lines(r: dict) -> list[str]:
         f"{r['t_copy_s'] * 1e3:.4g} ({r['copy_model']}) + switch "
         f"{r['t_switch_s'] * 1e3:.4g} ms; N_region {r['n_region']}",
         f"offloaded {len(r['offloaded'])}/{len(r['nests'])} nests "
-        f"({', '.join(r['offloaded_sources']) or 'none'}), "
+        f"({first(r['offloaded_sources']) or 'none'}), "
         f"{r['captured_share_of_cpu_time']:.1%} of CPU time; "
         f"baselines: {base}; by cores: {sweep}",
         *([f"{len(r['borderline'])} decision(s) within the timing spread of a threshold, "
@@ -115,6 +115,12 @@ def report_lines(r: dict) -> list[str]:
         *([f"costliest false positives (T_hybrid added by each offloaded alone): "
            f"{losses(r['false_positives'])}"] if r.get("false_positives") else []),
     ]
+
+
+def first(names: list[str], most: int = 8) -> str:
+    """The first ``most`` names, and how many more (report.md lists them all)."""
+    more = len(names) - most
+    return ", ".join(names[:most]) + (f" and {more} more in report.md" if more > 0 else "")
 
 
 def losses(false_positives: list[dict], most: int = 3) -> str:

@@ -28,3 +28,12 @@ def test_candidates_table_fits_80_columns(run_build) -> None:
         text = console.export_text()
         assert max(len(line) for line in text.splitlines()) <= width
         assert "…" not in text and header in text
+
+
+def test_summary_names_eight_offloaded_sources_and_counts_the_rest() -> None:
+    # A 12-layer encoder offloaded 25 nests: the line listed every layer's operators.
+    from pimbuild.console import first
+
+    names = [f"layers.{i}.linear1" for i in range(10)]
+    assert first(names) == ", ".join(names[:8]) + " and 2 more in report.md"
+    assert first(names[:3]) == ", ".join(names[:3])
