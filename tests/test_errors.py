@@ -114,37 +114,30 @@ def test_a_pass_that_crashes_is_an_error_not_a_dead_process(run_build, store: Pa
     _assert_store_clean(store)
 
 
-def test_any_crash_of_the_linalg_conversion_is_an_error_line(run_build, store: Path,
-                                                              monkeypatch) -> None:
-    """The conversion to linalg always runs in a child first: with the frontend's rewrite of
-    scatter's negative dim switched off, torch-mlir crashes on the router's scatter, and the
-    build fails with one error naming the crash, the saved IR and a repro."""
+@pytest.mark.parametrize(("switched_off", "recipe", "pipeline", "op"), [
+    # TorchToLinalg on the router's scatter with a negative dim
+    ("nonnegative_scatter_dims", "topk_router", "TorchToLinalg", "torch.aten.scatter.src"),
+    # the torch-dialect passes' folding of an int constant compared with a float (the build
+    # died with no output before they ran in a child)
+    ("fold_splat_constants", "constant_comparisons", "torch-dialect passes",
+     "torch.aten.gt.Scalar"),
+])
+def test_any_crash_of_torch_mlir_is_an_error_line(run_build, store: Path, monkeypatch,
+                                                  switched_off: str, recipe: str,
+                                                  pipeline: str, op: str) -> None:
+    """Both of torch-mlir's pipelines run in a child first: with the frontend's rewrite that
+    avoids a known crash switched off, the build fails with one error naming the crash, the
+    saved IR and a repro."""
     from pimbuild import frontend
 
-    monkeypatch.setattr(frontend, "nonnegative_scatter_dims", lambda gm: 0)
-    with pytest.raises(StageError, match=r"crashed \(SIG[A-Z]+\).*a bug in torch-mlir") as err:
-        run_build(["model=relu", "model.recipe=tests.odd_recipes:topk_router",
+    monkeypatch.setattr(frontend, switched_off, lambda graph: 0)
+    with pytest.raises(StageError, match=rf"crashed \(SIG[A-Z]+\).*{pipeline}.*a bug in "
+                                         rf"torch-mlir") as err:
+        run_build(["model=relu", f"model.recipe=tests.odd_recipes:{recipe}",
                    "model.size={n:8}"])
     assert err.value.stage == "lower"
-    assert "torch.aten.scatter.src" in err.value.saved_input.read_text()
+    assert op in err.value.saved_input.read_text()
     assert "pimbuild-opt" in err.value.repro
-    _assert_store_clean(store)
-
-
-def test_any_crash_of_the_torch_dialect_passes_is_an_error_line(run_build, store: Path,
-                                                                 monkeypatch) -> None:
-    """torch-mlir's torch-dialect pipeline runs in a child first too: with the frontend's
-    folding of constants switched off, torch-mlir's own crashes on an int constant compared
-    with a float (the build died with no output before), and the build fails with one
-    error."""
-    from pimbuild import frontend
-
-    monkeypatch.setattr(frontend, "fold_splat_constants", lambda prog: 0)
-    with pytest.raises(StageError, match=r"crashed \(SIG[A-Z]+\).*torch-dialect passes") as err:
-        run_build(["model=relu", "model.recipe=tests.odd_recipes:constant_comparisons",
-                   "model.size={n:8}"])
-    assert err.value.stage == "lower"
-    assert "torch.aten.gt.Scalar" in err.value.saved_input.read_text()
     _assert_store_clean(store)
 
 
