@@ -71,6 +71,9 @@ def judge(results: list[np.ndarray], expected: list[np.ndarray], signature: dict
     verdict = {"max_rel_error": worst, "rtol": rtol, "passed": worst <= rtol,
                "errors": errors}
     past = [i for i, e in enumerate(errors) if e > rtol]
+    if past:
+        i = errors.index(worst)
+        verdict["where"] = where(results[i], expected[i], i)
     if not past or not np.isfinite(worst):  # kinds, shapes, NaN places differ: no referee
         return verdict
     reference = exact() if exact is not None else None
@@ -82,6 +85,28 @@ def judge(results: list[np.ndarray], expected: list[np.ndarray], signature: dict
     passed = all(p <= m * e + rtol / 10 for p, e in zip(program, eager, strict=True))
     return verdict | {"passed": passed, "fp64": {"program": max(program), "eager": max(eager),
                                                 "multiplier": m, "outputs": past}}
+
+
+INDEX_HINT = ("; if it holds indices (of a sort, top-k or arg-max), PyTorch leaves the order "
+              "of equal values unspecified")
+
+
+def where(got: np.ndarray, want: np.ndarray, i: int) -> str:
+    """What differs in output ``i``, for a failed check's message: its kind or shape, how
+    many of its integers or booleans, its NaN and infinities' places, or its largest error."""
+    head = f"output {i}, {want.dtype} of shape {tuple(want.shape)}"
+    if got.shape != want.shape or got.dtype != want.dtype:
+        return f"{head}: the program returned {got.dtype} of shape {tuple(got.shape)}"
+    if not np.issubdtype(want.dtype, np.floating):
+        hint = INDEX_HINT if np.issubdtype(want.dtype, np.integer) else ""
+        return f"{head}: {np.count_nonzero(got != want)} of {want.size} elements differ{hint}"
+    finite = np.isfinite(want)
+    misplaced = (finite != np.isfinite(got)) | ~finite & ~(
+        (got == want) | np.isnan(got) & np.isnan(want))
+    if misplaced.any():
+        return (f"{head}: NaN or infinities differ at {np.count_nonzero(misplaced)} of "
+                f"{want.size} elements")
+    return f"{head}: max relative error {difference(got, want):.3g}"
 
 
 def outcome(verdict: dict) -> str:

@@ -100,7 +100,8 @@ def build(lower_dir: Path, offloaded: set[int], runtime_lib: Path, p: Params, bl
                f"partition changed the result")
         raise StageError(NAME, f"the hybrid program differs from PyTorch eager: max "
                                f"relative error {result['max_rel_error']:.3g} > "
-                               f"{result['rtol']:.3g}{referee_note(result)}; {why}")
+                               f"{result['rtol']:.3g} ({result['where']})"
+                               f"{referee_note(result)}; {why}")
     if result["transitions"] != report["n_region"]:
         raise StageError(NAME, f"the hybrid program made {result['transitions']} "
                                f"transitions to and from {p.boundary.device}, expected "

@@ -92,6 +92,24 @@ def test_judge_refers_no_difference_in_kind() -> None:
     assert not judge(*ints, F32, _never)["passed"]
 
 
+def test_a_failed_check_says_what_differs() -> None:
+    # It read "max relative error inf > 1e-05" alone: for sort indices that differ where
+    # values tie, NaN at other places, or an output of another shape.
+    ok, idx = np.ones(3, np.float32), np.array([[0, 1, 2], [2, 1, 0]])
+    verdict = judge([ok, idx[::-1].copy()], [ok, idx], F32)
+    assert verdict["where"] == ("output 1, int64 of shape (2, 3): 4 of 6 elements differ; "
+                                "if it holds indices (of a sort, top-k or arg-max), PyTorch "
+                                "leaves the order of equal values unspecified")
+    nan = np.array([np.nan, 1.0, np.inf], np.float32)
+    assert judge([nan], [np.array([np.nan, 1.0, 2.0], np.float32)], F32)["where"] == (
+        "output 0, float32 of shape (3,): NaN or infinities differ at 1 of 3 elements")
+    assert judge([ok[:2]], [ok], F32)["where"] == (
+        "output 0, float32 of shape (3,): the program returned float32 of shape (2,)")
+    assert judge([ok * 1.5], [ok], F32)["where"].endswith("max relative error 0.5")
+    assert judge([ok > 0], [ok < 0], F32)["where"].endswith("3 of 3 elements differ")
+    assert "where" not in judge([ok], [ok], F32)
+
+
 def test_judge_narrow_types_get_the_wider_multiplier() -> None:
     exact = np.linspace(-1, 1, 64)
     got, want = exact + 0.025, exact - 0.01

@@ -132,4 +132,5 @@ def run(inputs: Inputs, p: Params, out: Path) -> None:
     if not result["passed"]:
         raise StageError(NAME, f"the partitioned program differs from PyTorch eager: max "
                                f"relative error {result['max_rel_error']:.3g} > "
-                               f"{result['rtol']:.3g}{referee_note(result)}")
+                               f"{result['rtol']:.3g} ({result['where']})"
+                               f"{referee_note(result)}")
