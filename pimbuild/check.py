@@ -61,10 +61,11 @@ def judge(results: list[np.ndarray], expected: list[np.ndarray], signature: dict
           exact: Callable[[], list[np.ndarray] | None] | None = None) -> dict:
     """The check of a program's ``results`` against eager's ``expected``: ``errors`` (each
     output's ``difference``), ``max_rel_error`` (their largest), ``rtol``, ``passed``, and
-    where an output was past ``rtol``, ``fp64``: the float64 referee's errors of the program
-    and of eager over those outputs (None where the model could not run in float64 or no
-    ``exact`` was given). ``exact`` runs the model in float64 (float outputs as float64, None
-    where it cannot); it is called only where needed."""
+    where an output was past ``rtol``, ``where`` (what differs in the worst) and ``fp64``:
+    the float64 referee's errors of the program and of eager over those outputs (None where
+    the model could not run in float64 or no ``exact`` was given). ``exact`` runs the model
+    in float64 (float outputs as float64, None where it cannot); it is called only where
+    needed."""
     rtol = tolerance(signature)
     errors = [difference(got, want) for got, want in zip(results, expected, strict=True)]
     worst = max(errors, default=0.0)
