@@ -22,6 +22,14 @@ def tolerance(signature: dict) -> float:
     return max([RTOL] + [FLOAT_TYPES[t] for t in signature.get("float_types", ())])
 
 
+def _misplaced(got: np.ndarray, want: np.ndarray) -> np.ndarray:
+    """Where two float arrays of one shape disagree on NaN or an infinity: one is finite and
+    the other not, or both are not and differ (NaN counts as equal to NaN)."""
+    finite = np.isfinite(want)
+    same = (got == want) | np.isnan(got) & np.isnan(want)
+    return (finite != np.isfinite(got)) | ~finite & ~same
+
+
 def difference(got: np.ndarray, want: np.ndarray) -> float:
     """How far ``got`` is from eager's ``want``: the largest error relative to ``want``'s
     largest finite magnitude for floats, with NaN and infinities required at the same places;
@@ -33,10 +41,9 @@ def difference(got: np.ndarray, want: np.ndarray) -> float:
         return 0.0
     if not np.issubdtype(want.dtype, np.floating):
         return 0.0 if np.array_equal(got, want) else float("inf")
-    finite = np.isfinite(want)
-    if not np.array_equal(finite, np.isfinite(got)) or not np.array_equal(
-            got[~finite], want[~finite], equal_nan=True):
+    if _misplaced(got, want).any():
         return float("inf")
+    finite = np.isfinite(want)
     if not finite.any():
         return 0.0
     scale = max(float(np.abs(want[finite]).max()), 1e-30)
@@ -101,12 +108,9 @@ def where(got: np.ndarray, want: np.ndarray, i: int) -> str:
     if not np.issubdtype(want.dtype, np.floating):
         hint = INDEX_HINT if np.issubdtype(want.dtype, np.integer) else ""
         return f"{head}: {np.count_nonzero(got != want)} of {want.size} elements differ{hint}"
-    finite = np.isfinite(want)
-    misplaced = (finite != np.isfinite(got)) | ~finite & ~(
-        (got == want) | np.isnan(got) & np.isnan(want))
-    if misplaced.any():
-        return (f"{head}: NaN or infinities differ at {np.count_nonzero(misplaced)} of "
-                f"{want.size} elements")
+    misplaced = np.count_nonzero(_misplaced(got, want))
+    if misplaced:
+        return f"{head}: NaN or infinities differ at {misplaced} of {want.size} elements"
     return f"{head}: max relative error {difference(got, want):.3g}"
 
 
