@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 
 FUNC_NAME = "forward"
 DTYPES = {"float32": torch.float32}
+COMPLEX = {torch.float32: torch.complex64, torch.float64: torch.complex128}
 
 
 def first_line(e: BaseException) -> str:
@@ -72,9 +73,8 @@ def build_recipe(p: ModelParams) -> recipes.Recipe:
     dtype = DTYPES[p.dtype]
     recipe.cast = foreign_floats(recipe, dtype)
     recipe.evaluated = training_layers(recipe.module)
-    recipe.module = recipe.module.to(dtype).eval()
-    recipe.inputs = {k: v.to(dtype) if v.is_floating_point() else v
-                     for k, v in recipe.inputs.items()}
+    recipe.module = recipe.module._apply(functools.partial(_cast, dtype=dtype)).eval()
+    recipe.inputs = {k: _cast(v, dtype) for k, v in recipe.inputs.items()}
     _reject_input_dtypes(p, recipe)
     return recipe
 
@@ -137,7 +137,7 @@ def _reject_input_dtypes(p: ModelParams, recipe: recipes.Recipe) -> None:
     from pimbuild.jit import NP_DTYPES
 
     for name, value in recipe.inputs.items():
-        dtype = dtype_name(value.dtype)
+        dtype = dtype_name(_real_view(value).dtype)  # complex: passed as pairs of reals
         if dtype not in NP_DTYPES:
             raise RecipeError(f"model '{p.name}': input '{name}' has dtype {dtype}, which the "
                               f"lowered program cannot take (supported: "
@@ -150,10 +150,18 @@ def foreign_floats(recipe: recipes.Recipe, dtype: torch.dtype) -> dict[str, dict
     Empty dicts are left out."""
     params = dict(Counter(dtype_name(t.dtype)
                           for t in [*recipe.module.parameters(), *recipe.module.buffers()]
-                          if t.is_floating_point() and t.dtype != dtype))
+                          if _cast(t, dtype).dtype != t.dtype))
     inputs = {k: dtype_name(v.dtype) for k, v in recipe.inputs.items()
-              if v.is_floating_point() and v.dtype != dtype}
+              if _cast(v, dtype).dtype != v.dtype}
     return {k: v for k, v in (("parameters", params), ("inputs", inputs)) if v}
+
+
+def _cast(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """A floating-point tensor in ``dtype``, a complex one in the complex dtype of its
+    precision (``Module.to(dtype)`` would drop its imaginary part), any other as it is."""
+    if t.is_complex():
+        return t.to(COMPLEX[dtype])
+    return t.to(dtype) if t.is_floating_point() else t
 
 
 def training_layers(module: torch.nn.Module) -> list[str]:
@@ -211,15 +219,24 @@ def eager(p: ModelParams, recipe: recipes.Recipe, layout: list[str | None] | Non
             raise RecipeError(f"model '{p.name}': output {name} of the forward is a {kind}; "
                               f"pimbuild needs every output to be a tensor: return only the "
                               f"tensors to check, from a wrapper module if need be{hint}")
-        dtype = dtype_name(o.dtype)
+        dtype = dtype_name(_real_view(o).dtype)  # complex: returned as pairs of reals
         if dtype not in NP_DTYPES:
             raise RecipeError(f"model '{p.name}': output {name} has dtype {dtype}, which the "
                               f"lowered program cannot return (supported: "
                               f"{', '.join(NP_DTYPES)})")
+    outputs = [_real_view(o) for o in outputs]
     if layout is None:
         return outputs
     user = iter(outputs)
-    return [after[slot] if slot is not None else next(user) for slot in layout]
+    return [_real_view(after[slot]) if slot is not None else next(user) for slot in layout]
+
+
+def _real_view(value: Any) -> Any:
+    """A complex tensor as ``torch.view_as_real`` of it, as the lowered program takes and
+    returns it (``complexes.real_pairs``); anything else as it is."""
+    if isinstance(value, torch.Tensor) and value.is_complex():
+        return torch.view_as_real(value.resolve_conj())
+    return value
 
 
 def output_leaves(out: Any) -> tuple[list[Any], list[str]]:
@@ -481,10 +498,25 @@ def export(p: ModelParams, recipe: recipes.Recipe) -> ExportedProgram:
         raise RecipeError(f"model '{p.name}' cannot be exported: {type(e).__name__}: "
                           f"{str(e).splitlines()[0] if str(e) else ''}{hint}") from None
     _reject_dynamic_dims(p, prog, list(recipe.inputs))
+    _real_pairs(p, prog)
     _reject_unlowerable_values(p, prog)
     _reject_random_ops(p, prog)
     _reject_large_literals(p, prog, recipe.module)
     return prog
+
+
+def _real_pairs(p: ModelParams, prog: ExportedProgram) -> None:
+    """Complex tensors become pairs of real tensors (``complexes.real_pairs``); an op it has
+    no rule for is refused by name."""
+    from pimbuild import complexes
+
+    try:
+        complexes.real_pairs(prog, decompositions())
+    except complexes.NoRule as e:
+        what = ("the forward" if e.node.op in ("output", "placeholder")
+                else f"{_torch_op(e.node)[1]}{_where(e.node)}")
+        raise RecipeError(f"model '{p.name}': {what} {e} (pimbuild computes complex tensors "
+                          f"as pairs of real ones: pimbuild/complexes.py)") from None
 
 
 def _reject_script_objects(p: ModelParams, module: torch.nn.Module) -> None:
@@ -749,6 +781,11 @@ def import_program(prog: ExportedProgram, weights: str):
 
     importer = FxImporter(context=mlir.new_context())
     if weights == "constants":
+        # the importer looks for every buffer in state_dict; a non-persistent one is held in
+        # constants ("Could not find state mapping for buffer")
+        for name in prog.graph_signature.buffers:
+            if name not in prog.state_dict and name in prog.constants:
+                prog.state_dict[name] = prog.constants[name]
         importer.import_frozen_program(prog, func_name=FUNC_NAME)
     else:
         importer.import_stateless_graph(prog.graph_module.graph, func_name=FUNC_NAME)
@@ -822,7 +859,7 @@ def _materialize(p: ModelParams, sig: dict[str, Any]
             continue
         tensor = (recipe.inputs[arg["source"]] if arg["kind"] == "input"
                   else _attribute(recipe.module, arg["source"]))
-        values.append(np.ascontiguousarray(tensor.detach().numpy()))
+        values.append(np.ascontiguousarray(_real_view(tensor).detach().numpy()))
     return values, expected
 
 
@@ -843,9 +880,8 @@ def reference64(p: ModelParams, sig: dict[str, Any]) -> list[np.ndarray] | None:
     layout = _results_layout(sig)
     try:
         recipe = build_recipe(p)
-        recipe.module = recipe.module.to(torch.float64)
-        recipe.inputs = {k: v.to(torch.float64) if v.is_floating_point() else v
-                         for k, v in recipe.inputs.items()}
+        recipe.module = recipe.module._apply(functools.partial(_cast, dtype=torch.float64))
+        recipe.inputs = {k: _cast(v, torch.float64) for k, v in recipe.inputs.items()}
         outputs = eager(p, recipe, layout)
     except (RecipeError, RuntimeError, MemoryError):  # no float64 kernel, no room for it
         return None

@@ -85,9 +85,9 @@ def returns_a_cache(n: int = 8) -> Recipe:
     return Recipe(_Fn(lambda x: (torch.relu(x), KeyValueCache(x * 2))), {"x": torch.randn(n)})
 
 
-def complex_output(n: int = 8) -> Recipe:
-    """A complex output: the ExecutionEngine has no complex memrefs."""
-    return Recipe(_Fn(lambda x: torch.polar(x.abs(), x)), {"x": torch.randn(n)})
+def half_output(n: int = 8) -> Recipe:
+    """A float16 output: the lowered program computes in model.dtype."""
+    return Recipe(_Fn(lambda x: x.half() * 2), {"x": torch.randn(n)})
 
 
 def same_output_twice(n: int = 8) -> Recipe:
@@ -148,9 +148,9 @@ def uses_cond(n: int = 8) -> Recipe:
     return Recipe(nn.Sequential(collections.OrderedDict(branch=_Branch())), {"x": torch.randn(n)})
 
 
-def complex_input(n: int = 8) -> Recipe:
-    """A complex input: the lowered program has no complex tensors."""
-    return Recipe(_Fn(lambda x: x.abs()), {"x": torch.randn(n, dtype=torch.complex64)})
+def uint16_input(n: int = 8) -> Recipe:
+    """An input of an integer dtype numpy's ctypes bridge does not take."""
+    return Recipe(_Fn(lambda x: x.to(torch.int32) * 2), {"x": torch.arange(n).to(torch.uint16)})
 
 
 def number_input(n: int = 8) -> Recipe:
@@ -158,10 +158,9 @@ def number_input(n: int = 8) -> Recipe:
     return Recipe(_Fn(lambda x, k: x * k), {"x": torch.randn(n), "k": 3})
 
 
-def complex_inside(n: int = 8) -> Recipe:
-    """A complex intermediate (its output is real)."""
-    return Recipe(_Fn(lambda x, y: torch.view_as_real(torch.complex(x, y) ** 2).flatten(-2)),
-                  {"x": torch.randn(n, 4), "y": torch.randn(n, 4)})
+def complex_fft(n: int = 8) -> Recipe:
+    """An FFT: an op on complex tensors pimbuild.complexes has no rule for."""
+    return Recipe(_Fn(lambda x: torch.fft.rfft(x).abs()), {"x": torch.randn(4, n)})
 
 
 def side_effects(n: int = 4) -> Recipe:

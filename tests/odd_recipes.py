@@ -303,3 +303,82 @@ def constant_arithmetic(n: int = 8) -> Recipe:
         return (ones.sign() * x, sevens % 3 + x, sevens // 2 + x, torch.zeros(n).sign() + x,
                 torch.full((n,), 2) ** 3 + x, (torch.arange(n) % 3 == 0) | (x > 0))
     return Recipe(_Fn(forward), {"x": torch.randn(n)})
+
+
+def _rotary(x: torch.Tensor, freqs_cis: torch.Tensor) -> torch.Tensor:
+    """Meta's llama ``apply_rotary_emb`` for one tensor: pairs of features as complex numbers,
+    rotated by multiplication."""
+    x_ = torch.view_as_complex(x.float().reshape(*x.shape[:-1], -1, 2))
+    shape = [d if i in (1, x_.ndim - 1) else 1 for i, d in enumerate(x_.shape)]
+    return torch.view_as_real(x_ * freqs_cis.view(*shape)).flatten(3).type_as(x)
+
+
+class _ComplexRotary(nn.Module):
+    """Rotary embedding as Meta's llama writes it: a complex64 buffer of unit rotations
+    (``torch.polar``), sliced to the sequence, and ``view_as_complex`` / ``view_as_real``."""
+
+    def __init__(self, dim: int, heads: int, seq: int) -> None:
+        super().__init__()
+        self.heads = heads
+        self.wq = nn.Linear(dim, dim, bias=False)
+        head = dim // heads
+        freqs = 1.0 / (10000.0 ** (torch.arange(0, head, 2).float() / head))
+        angles = torch.outer(torch.arange(2 * seq).float(), freqs)
+        self.register_buffer("freqs_cis", torch.polar(torch.ones_like(angles), angles),
+                             persistent=False)
+
+    def forward(self, x):
+        batch, seq, dim = x.shape
+        q = self.wq(x).view(batch, seq, self.heads, dim // self.heads)
+        return _rotary(q, self.freqs_cis[0:seq])
+
+
+def rotary_complex(n: int = 8) -> Recipe:
+    return Recipe(_ComplexRotary(32, 2, n), {"x": torch.randn(2, n, 32)})
+
+
+def complex_arithmetic(n: int = 8) -> Recipe:
+    """A complex input and a complex output, and the arithmetic between: products and
+    quotients (with Python complex numbers too), conjugates, powers, exp, log, sin,
+    magnitude, phase, sums and slices."""
+    def forward(z, x):
+        w = torch.complex(x, x.flip(-1)) * (0.5 - 2j)
+        q = (z * w + z / w - w.conj()) ** 2 + torch.exp(z) - torch.log(w) * torch.sin(z)
+        r = torch.where(x > 0, q, z ** 0.5).cumsum(-1)[:, 1:]
+        return r, torch.stack((q.abs(), q.angle(), w.real, (z ** -3).imag)), q.mean(0)
+    z = torch.complex(torch.randn(4, n), torch.randn(4, n))
+    return Recipe(_Fn(forward), {"z": z, "x": torch.randn(4, n)})
+
+
+class _ComplexLinear(nn.Module):
+    """A complex parameter (``Module.to(float32)`` would drop its imaginary part), a complex128
+    buffer, a complex literal and a matrix product."""
+
+    def __init__(self, n: int) -> None:
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(n, n, dtype=torch.complex64))
+        self.register_buffer("b", torch.randn(n, dtype=torch.complex128))
+
+    def forward(self, x):
+        z = torch.complex(x, x.flip(-1)) @ self.w + self.b * torch.tensor([1j, -1.0, 2.0, 0.5j]
+                                                                          ).repeat(len(self.b) // 4)
+        return torch.view_as_real(z.conj() @ z.transpose(0, 1)), (z.conj() * z).real
+
+
+def complex_parameter(n: int = 8) -> Recipe:
+    return Recipe(_ComplexLinear(n), {"x": torch.randn(3, n)})
+
+
+def complex_rules(n: int = 8) -> Recipe:
+    """The rules of ``pimbuild.complexes`` the other complex recipes leave out: sgn,
+    reciprocal, cos, a complex exponent, batched and mixed matrix products, a complex fill,
+    a cast to a real dtype and back, and a split."""
+    def forward(a, b):
+        z, w = torch.complex(a, b), torch.view_as_complex(torch.stack((b, a), -1))
+        ones = torch.full((n,), 1 - 1j)
+        parts = z.chunk(2, dim=-1)
+        return torch.view_as_real(torch.stack((
+            z.sgn(), w.reciprocal(), torch.cos(z), z ** w, ones * z,
+            torch.einsum("ij,kj->ik", z, w)[:, :n], torch.cat(parts[::-1], -1)))), \
+            z.to(torch.float32) + (a.to(w.dtype) @ w.transpose(0, 1)).imag.sum(1, keepdim=True)
+    return Recipe(_Fn(forward), {"a": torch.randn(n, n), "b": torch.randn(n, n)})

@@ -160,10 +160,11 @@ def test_long_sums_match_eager(tmp_path: Path, recipe: str) -> None:
             e.astype(np.float64), x) + 1e-7
 
 
-def _run_lowered(tmp_path: Path, recipe: str) -> tuple[list[np.ndarray], list[np.ndarray]]:
+def _run_lowered(tmp_path: Path, recipe: str, overrides: tuple[str, ...] = ()
+                 ) -> tuple[list[np.ndarray], list[np.ndarray]]:
     """The lowered program's results and eager's for a recipe of tests/odd_recipes.py."""
     cfg, params, out = _lower(tmp_path, ["model=relu", f"model.recipe=tests.odd_recipes:{recipe}",
-                                         "model.size={n:8}"])
+                                         "model.size={n:8}", *overrides])
     signature = json.loads((out / "signature.json").read_text())
     engine = jit.compile_scf(out / "scf.mlir", tmp_path / "failure", cfg.lowering.register_block)
     args, expected = frontend.materialize(params.model, signature)
@@ -210,6 +211,22 @@ def test_negative_padding_crops(tmp_path: Path) -> None:
     assert [g.shape for g in got] == [(1, 2, 10, 9), (1, 2, 8, 7)]
     for g, e in zip(got, expected, strict=True):
         assert np.array_equal(g, e)
+
+
+@pytest.mark.parametrize(("recipe", "weights"), [
+    ("rotary_complex", "args"), ("rotary_complex", "constants"), ("complex_arithmetic", "args")])
+def test_complex_tensors_lower_as_pairs_of_reals(tmp_path: Path, recipe: str,
+                                                 weights: str) -> None:
+    # Every complex value stopped export ("computes a complex64 tensor"), Meta's rotary
+    # embedding among them; under lowering.weights=constants its non-persistent buffer also
+    # stopped torch-mlir's importer ("Could not find state mapping for buffer").
+    got, expected = _run_lowered(tmp_path, recipe, (f"lowering.weights={weights}",))
+    assert "complex<" not in (tmp_path / "lower" / "torch.mlir").read_text()  # no such type
+    for g, e in zip(got, expected, strict=True):
+        assert g.shape == e.shape and g.dtype == e.dtype
+        np.testing.assert_allclose(g, e, rtol=1e-4, atol=1e-5)
+    if recipe == "complex_arithmetic":  # its complex outputs, as view_as_real of them
+        assert [e.shape[-1] for e in expected] == [2, 8, 2]
 
 
 @pytest.mark.parametrize("recipe", ["offset_layer_norm", "group_norm", "bfloat16_layer_norm"])
