@@ -8,7 +8,7 @@ targets (not a test; about 40 minutes).
 Each model is built with ``model.recipe=op_classes:<name>`` (this directory on PYTHONPATH)
 through the PIM pipeline and through ``system=gpus devices=[a100,l40s]``. A row is the exit
 status and the check against eager, or the one ``error:`` line; the models in ``REFUSED``
-must be refused by class at ``lower`` (a complex tensor, control flow on values, an input
+must be refused by class at ``lower`` (an FFT, control flow on values, an input
 written in place, an output that is not a tensor or is returned twice, random draws, an op
 torch-mlir cannot lower or crashes on), every other
 one must build and match eager. Writes outputs/bench/op_classes.md and exits 1 when a row
@@ -56,6 +56,15 @@ class _Gru(nn.Module):
         for t in range(self.steps):
             h = self.cell(x[:, t], h)
         return h
+
+
+def _meta_rotary(x, angles):
+    """Meta's llama ``apply_rotary_emb``: feature pairs as complex numbers, rotated by a
+    complex64 tensor from ``torch.polar``."""
+    freqs_cis = torch.polar(torch.ones_like(angles), angles)
+    x_ = torch.view_as_complex(x.float().reshape(*x.shape[:-1], -1, 2))
+    freqs_cis = freqs_cis.view(1, x_.shape[1], 1, x_.shape[-1])
+    return torch.view_as_real(x_ * freqs_cis).flatten(3).type_as(x)
 
 
 def _branch(x):
@@ -329,6 +338,11 @@ BUILDERS = {
                                  x=torch.randn(1 << 20)),
     "fft": lambda n: _r(lambda x: torch.fft.rfft(x).abs(), x=torch.randn(4, n)),
     "complex_input": lambda n: _r(lambda x: x.abs(), x=torch.randn(n, dtype=torch.complex64)),
+    # complex tensors as pairs of real ones (2026-12-03)
+    "meta_rotary": lambda n: _r(_meta_rotary, x=torch.randn(2, n, 4, 32),
+                                angles=torch.randn(n, 16)),
+    "complex_output": lambda n: _r(lambda x: torch.polar(x.abs(), x) * (1 - 2j),
+                                   x=torch.randn(n)),
     "branch_on_values": lambda n: _r(_branch, x=torch.randn(n)),
     # input and output kinds, layer modes, more op families (2026-12-02)
     "inplace_input": lambda n: _r(_inplace, x=torch.randn(n)),
@@ -416,7 +430,7 @@ BUILDERS = {
     "mbconv": lambda n: _r(MBConv().eval(), x=torch.randn(1, 16, n, n)),
     "rwkv_time_mix": lambda n: _r(RWKVTimeMix(), x=torch.randn(8, 16)),
 }
-REFUSED = {"fft": "complex64", "complex_input": "complex64",
+REFUSED = {"fft": "aten.fft_rfft.default has no rule for complex tensors",
            "branch_on_values": "control flow depends on a tensor's values",
            "inplace_input": "writes its input 'x' in place",
            "none_output": "output 1 of the forward is a NoneType",

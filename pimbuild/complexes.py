@@ -166,8 +166,8 @@ def _to_copy(x, **kwargs):
 
 
 def _pow(z, exponent):
-    """``z ** exponent`` for a real exponent: an integer one by repeated squaring (exact, as
-    eager's multiplication), any other in polar form."""
+    """``z ** exponent`` for a real exponent: an integer one by repeated squaring (eager
+    multiplies too, for squares and cubes), any other in polar form."""
     if isinstance(exponent, Z | complex):
         raise TypeError("a complex exponent")
     z = lift(z)
@@ -177,7 +177,8 @@ def _pow(z, exponent):
             if n & 1:
                 result = square if result is None else result * square
             square, n = square * square, n >> 1
-        result = result or Z(torch.ones_like(z.re), torch.zeros_like(z.im))
+        if result is None:  # exponent 0
+            result = Z(torch.ones_like(z.re), torch.zeros_like(z.im))
         return result.reciprocal() if exponent < 0 else result
     radius = torch.pow(z.re * z.re + z.im * z.im, exponent / 2)
     theta = torch.atan2(z.im, z.re) * exponent
