@@ -6,10 +6,10 @@ tensors of its shape, its real and imaginary parts (``Z``), and each op on compl
 replaced by the real arithmetic that computes them: its rule in ``RULES``, traced with
 ``make_fx`` into aten ops and inlined in its place. A complex parameter, buffer or constant
 reaches the lowered program as ``torch.view_as_real`` of it (one more trailing dimension of
-extent 2 holding the parts; ``frontend.materialize`` passes it so). What the forward returns
-must be real: ``view_as_real``, ``.real``, ``.abs()`` and the like turn the parts back into
-real tensors. An op on complex values without a rule (an FFT, a complex matrix
-decomposition) is refused by name (``NoRule``). See docs/design.md, "Complex tensors".
+extent 2 holding the parts; ``frontend.materialize`` passes it so), and a complex result is
+returned so (``view_as_real``'s rule: the parts stacked). An op on complex values without a
+rule (an FFT, a complex matrix decomposition) is refused by name (``NoRule``). See
+docs/design.md §9, "Complex tensors are computed as pairs of real ones".
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ REAL = {torch.complex32: torch.float16, torch.complex64: torch.float32,
 
 class NoRule(Exception):
     """``node`` computes on complex values in a way ``real_pairs`` cannot rewrite: an op
-    without a rule, a complex result of the forward, a complex input."""
+    without a rule, or one whose rule cannot take its arguments."""
 
     def __init__(self, node: Node, what: str):
         super().__init__(what)
@@ -166,11 +166,11 @@ def _to_copy(x, **kwargs):
 
 
 def _pow(z, exponent):
-    """``z ** exponent`` for a real exponent: an integer one by repeated squaring (eager
-    multiplies too, for squares and cubes), any other in polar form."""
-    if isinstance(exponent, Z | complex):
-        raise TypeError("a complex exponent")
+    """``z ** exponent``: an integer exponent by repeated squaring (eager multiplies too, for
+    squares and cubes), another real one in polar form, a complex one as exp(exponent log z)."""
     z = lift(z)
+    if _is_z(exponent):
+        return (_log(z) * exponent).exp()
     if isinstance(exponent, int) and abs(exponent) <= 64:
         result, square, n = None, z, abs(exponent)
         while n:
@@ -200,6 +200,11 @@ def _matmul(op: Callable) -> Callable:
 def _times(x: Any, alpha: Any) -> Any:
     """``x * alpha`` (the ``alpha`` of add and sub), with no op for the usual 1."""
     return x if alpha == 1 else x * alpha
+
+
+def _equal(a, b) -> torch.Tensor:
+    a, b = lift(a), lift(b)
+    return (a.re == b.re) & (a.im == b.im)
 
 
 def _where(cond, a, b):
@@ -255,6 +260,10 @@ RULES: dict[Any, Callable] = {
                                   -torch.sin(z.re) * torch.sinh(z.im)),
     aten.sqrt.default: lambda z: _pow(z, 0.5),
     aten.where.self: _where,
+    aten.eq.Tensor: _equal,
+    aten.eq.Scalar: _equal,
+    aten.ne.Tensor: lambda a, b: ~_equal(a, b),
+    aten.ne.Scalar: lambda a, b: ~_equal(a, b),
     aten._to_copy.default: _to_copy,
     torch.ops.prims.convert_element_type.default: lambda x, dtype: _to_copy(x, dtype=dtype),
     aten.mm.default: _matmul(aten.mm.default),
@@ -337,7 +346,7 @@ def _rewrite(graph: Graph, node: Node, env: dict[Node, Any], decompositions: dic
     try:
         result = _inline(graph, node, rule, (node.args, node.kwargs), env, node,
                          decompositions, fake_mode)
-    except Exception as e:  # the rule cannot take these arguments (a complex exponent)
+    except Exception as e:  # the rule cannot take these arguments
         raise NoRule(node, f"cannot be computed on pairs of reals ({type(e).__name__}: "
                            f"{str(e).splitlines()[0] if str(e) else ''})") from None
     if isinstance(result, Node):

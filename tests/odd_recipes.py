@@ -371,14 +371,15 @@ def complex_parameter(n: int = 8) -> Recipe:
 
 def complex_rules(n: int = 8) -> Recipe:
     """The rules of ``pimbuild.complexes`` the other complex recipes leave out: sgn,
-    reciprocal, cos, a complex exponent, batched and mixed matrix products, a complex fill,
-    a cast to a real dtype and back, and a split."""
+    reciprocal, cos, complex exponents, batched and mixed matrix products, a complex fill,
+    a cast to a real dtype and back, a split, and comparisons."""
     def forward(a, b):
         z, w = torch.complex(a, b), torch.view_as_complex(torch.stack((b, a), -1))
         ones = torch.full((n,), 1 - 1j)
         parts = z.chunk(2, dim=-1)
         return torch.view_as_real(torch.stack((
-            z.sgn(), w.reciprocal(), torch.cos(z), z ** w, ones * z,
+            z.sgn(), w.reciprocal(), torch.cos(z), z ** w, z ** (0.5 - 1j), ones * z,
             torch.einsum("ij,kj->ik", z, w)[:, :n], torch.cat(parts[::-1], -1)))), \
-            z.to(torch.float32) + (a.to(w.dtype) @ w.transpose(0, 1)).imag.sum(1, keepdim=True)
+            z.to(torch.float32) + (a.to(w.dtype) @ w.transpose(0, 1)).imag.sum(1, keepdim=True), \
+            (z == torch.where(a > 0, z, w)) & (z != 1j)
     return Recipe(_Fn(forward), {"a": torch.randn(n, n), "b": torch.randn(n, n)})
