@@ -466,9 +466,11 @@ def tensor_overloads() -> dict:
 
 
 def decompositions() -> dict:
-    """torch-mlir's decomposition table, with pimbuild's corrections and
-    ``tensor_overloads``."""
+    """torch-mlir's decomposition table, with pimbuild's corrections, ``tensor_overloads``
+    and ``substitutes`` (ops torch-mlir cannot lower)."""
     from torch_mlir.extras.fx_decomp_util import get_decomposition_table
+
+    from pimbuild import substitutes
 
     aten = torch.ops.aten
     return {**get_decomposition_table(), **tensor_overloads(), aten.gelu.default: _gelu_tanh,
@@ -478,7 +480,8 @@ def decompositions() -> dict:
             aten.sum.dim_IntList: _long_sum, aten.mean.dim: _long_mean,
             aten.mean.default: lambda x, *, dtype=None: _long_mean(x, None, dtype=dtype),
             aten.cumsum.default: _scan_in_float64(aten.cumsum.default),
-            aten.cumprod.default: _scan_in_float64(aten.cumprod.default)}
+            aten.cumprod.default: _scan_in_float64(aten.cumprod.default),
+            **substitutes.TABLE}
 
 
 def export(p: ModelParams, recipe: recipes.Recipe) -> ExportedProgram:

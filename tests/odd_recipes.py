@@ -383,3 +383,21 @@ def complex_rules(n: int = 8) -> Recipe:
             z.to(torch.float32) + (a.to(w.dtype) @ w.transpose(0, 1)).imag.sum(1, keepdim=True), \
             (z == torch.where(a > 0, z, w)) & (z != 1j)
     return Recipe(_Fn(forward), {"a": torch.randn(n, n), "b": torch.randn(n, n)})
+
+
+def substituted_ops(n: int = 8) -> Recipe:
+    """Ops torch-mlir cannot lower, written by pimbuild.substitutes: searchsorted (both sides,
+    batched, a number, NaN values), median (NaN in a row, a tie, keepdim, all elements),
+    copysign (of -0.0 and of a number) and erfinv (both ranges, +-1, beyond, NaN)."""
+    def forward(a, seq, y):
+        return (torch.searchsorted(seq, a), torch.searchsorted(seq, a, right=True),
+                torch.searchsorted(seq[0], a, side="right"), torch.searchsorted(seq[0], 0.3),
+                *torch.median(a, 1), torch.median(a[1]), torch.median(a[:, 2:], 0, True).values,
+                torch.copysign(a, -a), torch.copysign(y, -0.0), torch.copysign(y, 2),
+                torch.erfinv(y))
+    nan = float("nan")
+    a = torch.tensor([[0.3, nan, -1.0, 2.0, 0.3], [1.0, 1.0, -0.0, 0.0, 5.0]])
+    seq = torch.tensor([[-1.0, 0.0, 0.3, 0.3, 2.0], [0.0, 0.5, 1.0, 1.0, 3.0]])
+    y = torch.cat((torch.tensor([-1.0, -0.9999, -0.7, 0.0, -0.0, 0.69, 0.71, 0.999999, 1.0,
+                                 1.5, nan]), torch.linspace(-1, 1, n * 8)))
+    return Recipe(_Fn(forward), {"a": a, "seq": seq, "y": y})

@@ -213,6 +213,18 @@ def test_negative_padding_crops(tmp_path: Path) -> None:
         assert np.array_equal(g, e)
 
 
+def test_ops_torch_mlir_lacks_are_substituted(tmp_path: Path) -> None:
+    # Each stopped lower: "no definition of torch.aten.searchsorted.Tensor" / "median.dim",
+    # "failed to legalize operation 'torch.aten.erfinv'", and copysign's signbit.
+    got, expected = _run_lowered(tmp_path, "substituted_ops")
+    for g, e in zip(got[:-1], expected[:-1], strict=True):
+        assert g.dtype == e.dtype and np.array_equal(g, e, equal_nan=g.dtype.kind == "f")
+    for g, e in zip(got[-4:-1], expected[-4:-1], strict=True):  # copysign: zeros' signs
+        number = ~np.isnan(e)  # a NaN's sign bit may differ (substitutes._signbit)
+        assert np.array_equal(np.signbit(g[number]), np.signbit(e[number]))
+    np.testing.assert_allclose(got[-1], expected[-1], rtol=1e-5)  # erfinv: inf and NaN too
+
+
 @pytest.mark.parametrize(("recipe", "weights"), [
     ("rotary_complex", "args"), ("rotary_complex", "constants"), ("complex_arithmetic", "args")])
 def test_complex_tensors_lower_as_pairs_of_reals(tmp_path: Path, recipe: str,
