@@ -110,9 +110,24 @@ def _poly(coefficients: tuple[float, ...], z):
     return result + coefficients[0]
 
 
+def _stable_sort(self, *, stable=None, dim=-1, descending=False):
+    """``sort(stable=True)`` (argsort's too): torch-mlir has only the default sort, which it
+    lowers to a bubble sort that swaps only out-of-order neighbours, so it is stable already;
+    but a NaN compares false both ways there and lands anywhere. So floats are sorted with NaN
+    as +inf, then the NaNs moved behind the rest (ahead, descending) by a second stable sort
+    on a NaN flag, as ATen orders them."""
+    if not self.is_floating_point() or self.dim() == 0:
+        return aten.sort.default(self, dim, descending)
+    nan = self.isnan()
+    _, order = aten.sort.default(torch.where(nan, math.inf, self), dim, descending)
+    _, behind = aten.sort.default(nan.gather(dim, order).to(torch.int8), dim, descending)
+    order = order.gather(dim, behind)
+    return self.gather(dim, order), order
+
+
 TABLE = {aten.searchsorted.Tensor: _searchsorted,
          aten.searchsorted.Scalar: _searchsorted_scalar,
          aten.median.dim: _median_dim, aten.median.default: _median,
          aten.copysign.Tensor: _copysign, aten.copysign.Scalar: _copysign_scalar,
          aten.signbit.default: _signbit,
-         aten.erfinv.default: _erfinv}
+         aten.erfinv.default: _erfinv, aten.sort.stable: _stable_sort}

@@ -386,11 +386,15 @@ def complex_rules(n: int = 8) -> Recipe:
 
 
 def substituted_ops(n: int = 8) -> Recipe:
-    """Ops torch-mlir cannot lower, written by pimbuild.substitutes: searchsorted (both sides,
-    batched, a number, NaN values), median (NaN in a row, a tie, keepdim, all elements),
-    copysign (of -0.0 and of a number) and erfinv (both ranges, +-1, beyond, NaN)."""
-    def forward(a, seq, y):
-        return (torch.searchsorted(seq, a), torch.searchsorted(seq, a, right=True),
+    """Ops torch-mlir cannot lower, written by pimbuild.substitutes: stable sorts (ties, NaN,
+    -0.0, both directions), searchsorted (both sides, batched, a number, NaN values), median
+    (NaN in a row, a tie, keepdim, all elements), copysign (of -0.0 and of a number) and
+    erfinv (both ranges, +-1, beyond, NaN)."""
+    def forward(a, seq, y, ties):
+        return (*torch.sort(torch.cat((a, ties), 1), stable=True),
+                *torch.sort(torch.cat((a, ties), 1), dim=1, descending=True, stable=True),
+                torch.argsort(ties.long(), dim=0, stable=True), torch.searchsorted(seq, a),
+                torch.searchsorted(seq, a, right=True),
                 torch.searchsorted(seq[0], a, side="right"), torch.searchsorted(seq[0], 0.3),
                 *torch.median(a, 1), torch.median(a[1]), torch.median(a[:, 2:], 0, True).values,
                 torch.copysign(a, -a), torch.copysign(y, -0.0), torch.copysign(y, 2),
@@ -400,4 +404,5 @@ def substituted_ops(n: int = 8) -> Recipe:
     seq = torch.tensor([[-1.0, 0.0, 0.3, 0.3, 2.0], [0.0, 0.5, 1.0, 1.0, 3.0]])
     y = torch.cat((torch.tensor([-1.0, -0.9999, -0.7, 0.0, -0.0, 0.69, 0.71, 0.999999, 1.0,
                                  1.5, nan]), torch.linspace(-1, 1, n * 8)))
-    return Recipe(_Fn(forward), {"a": a, "seq": seq, "y": y})
+    ties = torch.arange(2 * n * 4).reshape(2, -1).remainder(3).float()
+    return Recipe(_Fn(forward), {"a": a, "seq": seq, "y": y, "ties": ties})

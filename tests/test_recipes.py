@@ -214,8 +214,8 @@ def test_negative_padding_crops(tmp_path: Path) -> None:
 
 
 def test_ops_torch_mlir_lacks_are_substituted(tmp_path: Path) -> None:
-    # Each stopped lower: "no definition of torch.aten.searchsorted.Tensor" / "median.dim",
-    # "failed to legalize operation 'torch.aten.erfinv'", and copysign's signbit.
+    # Each stopped lower: "no definition of torch.aten.searchsorted.Tensor" / "median.dim" /
+    # "sort.stable", "failed to legalize operation 'torch.aten.erfinv'", copysign's signbit.
     got, expected = _run_lowered(tmp_path, "substituted_ops")
     for g, e in zip(got[:-1], expected[:-1], strict=True):
         assert g.dtype == e.dtype and np.array_equal(g, e, equal_nan=g.dtype.kind == "f")
