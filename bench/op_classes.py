@@ -9,8 +9,8 @@ Each model is built with ``model.recipe=op_classes:<name>`` (this directory on P
 through the PIM pipeline and through ``system=gpus devices=[a100,l40s]``. A row is the exit
 status and the check against eager, or the one ``error:`` line; the models in ``REFUSED``
 must be refused by class at ``lower`` (an FFT, control flow on values, an input
-written in place, an output that is not a tensor or is returned twice, random draws, an op
-torch-mlir cannot lower or crashes on), every other
+written in place, an output that is not a tensor or is returned twice, random draws, int8
+arithmetic torch-mlir crashes on), every other
 one must build and match eager. Writes outputs/bench/op_classes.md and exits 1 when a row
 is not what it should be. The cases that found bugs are also tests (tests/odd_recipes.py,
 tests/bad_recipes.py).
@@ -436,9 +436,7 @@ REFUSED = {"fft": "aten.fft_rfft.default has no rule for complex tensors",
            "none_output": "output 1 of the forward is a NoneType",
            "same_output_twice": "the same tensor as an earlier output",
            "randn_in_forward": "draws random numbers",
-           "int8_input": "crashed (SIG",  # torch-mlir's conversion, in a child process
-           "cdist": "cannot lower aten._cdist_forward",
-           "embedding_bag": "cannot lower aten._embedding_bag"}
+           "int8_input": "crashed (SIG"}  # torch-mlir's conversion, in a child process
 N = 16  # model.size.n of every build
 
 

@@ -125,9 +125,68 @@ def _stable_sort(self, *, stable=None, dim=-1, descending=False):
     return self.gather(dim, order), order
 
 
+def _embedding_bag(weight, indices, offsets, scale_grad_by_freq=False, mode=0, sparse=False,
+                   per_sample_weights=None, include_last_offset=False, padding_idx=None):
+    """``nn.EmbeddingBag`` (a recommendation model's pooled lookups): each index's bag from the
+    offsets as ATen's ``make_offset2bag`` finds it (a mark at each bag's start, summed), then
+    its weight row added into (``sum``, ``mean``: divided by the bag's count) or maximised into
+    (``max``) its bag; rows at ``padding_idx`` are left out, an empty bag is 0. The other
+    results (used by the backward) are the bag of each index and the counts; ``max``'s indices
+    are not computed (zeros)."""
+    bags = offsets.shape[0] - 1 if include_last_offset else offsets.shape[0]
+    n, width = indices.shape[0], weight.shape[1]
+    starts = offsets[:bags].long()
+    marks = torch.zeros(n + 1, dtype=torch.int64).index_add(0, starts, torch.ones_like(starts))
+    bag = (marks.cumsum(0) - 1)[:n]
+    rows = weight[indices]
+    if per_sample_weights is not None:
+        rows = rows * per_sample_weights.unsqueeze(1)
+    keep = torch.ones_like(indices, dtype=torch.bool) if padding_idx is None or padding_idx < 0 \
+        else indices != padding_idx
+    counts = torch.zeros(bags, dtype=torch.int64).index_add(0, bag, keep.long())
+    if mode == 2:
+        rows = torch.where(keep.unsqueeze(1), rows, -math.inf)
+        out = torch.zeros(bags, width, dtype=weight.dtype).scatter_reduce(
+            0, bag.unsqueeze(1).expand(n, width), rows, "amax", include_self=False)
+        out = torch.where(counts.unsqueeze(1) > 0, out, 0.0)
+        return out, bag, counts, torch.zeros(bags, width, dtype=torch.int64)
+    rows = torch.where(keep.unsqueeze(1), rows, 0.0)
+    out = torch.zeros(bags, width, dtype=weight.dtype).index_add(0, bag, rows)
+    if mode == 1:
+        out = out / counts.clamp(min=1).unsqueeze(1).to(out.dtype)
+        return out, bag, counts, counts.clone()
+    return out, bag[:0], torch.zeros_like(counts), torch.zeros_like(counts)
+
+
+def _cdist(x1, x2, p: float, compute_mode: int | None = None):
+    """``torch.cdist`` as ATen's ``cdist_impl`` computes it: for p = 2 with more than 25 rows
+    (or ``compute_mode`` 1) by a matrix product, |a|^2 + |b|^2 - 2 a.b (``_euclidean_dist``);
+    otherwise from the differences of every pair (p = 0 counts them, inf takes the largest)."""
+    if p == 2 and (compute_mode == 1 or (compute_mode in (None, 0)
+                                         and (x1.shape[-2] > 25 or x2.shape[-2] > 25))):
+        norm1, norm2 = x1.pow(2).sum(-1, True), x2.pow(2).sum(-1, True)
+        a = torch.cat((x1 * -2, norm1, torch.ones_like(norm1)), -1)
+        b = torch.cat((x2, torch.ones_like(norm2), norm2), -1)
+        return (a @ b.transpose(-1, -2)).clamp_min(0).sqrt()
+    diff = (x1.unsqueeze(-2) - x2.unsqueeze(-3)).abs()
+    if p == 0:
+        return (diff != 0).sum(-1).to(x1.dtype)
+    if p == math.inf:
+        return diff.amax(-1)
+    if p == 1:
+        return diff.sum(-1)
+    if p == 2:
+        return (diff * diff).sum(-1).sqrt()
+    return diff.pow(p).sum(-1).pow(1.0 / p)
+
+
 TABLE = {aten.searchsorted.Tensor: _searchsorted,
          aten.searchsorted.Scalar: _searchsorted_scalar,
          aten.median.dim: _median_dim, aten.median.default: _median,
          aten.copysign.Tensor: _copysign, aten.copysign.Scalar: _copysign_scalar,
          aten.signbit.default: _signbit,
-         aten.erfinv.default: _erfinv, aten.sort.stable: _stable_sort}
+         aten.erfinv.default: _erfinv, aten.sort.stable: _stable_sort,
+         aten.embedding_bag.padding_idx: _embedding_bag, aten.embedding_bag.default: _embedding_bag,
+         aten._embedding_bag.default: _embedding_bag,
+         aten._embedding_bag_forward_only.default: _embedding_bag,
+         aten._cdist_forward.default: _cdist}

@@ -406,3 +406,39 @@ def substituted_ops(n: int = 8) -> Recipe:
                                  1.5, nan]), torch.linspace(-1, 1, n * 8)))
     ties = torch.arange(2 * n * 4).reshape(2, -1).remainder(3).float()
     return Recipe(_Fn(forward), {"a": a, "seq": seq, "y": y, "ties": ties})
+
+
+class _Bags(nn.Module):
+    """nn.EmbeddingBag in its three modes: padding rows, an empty bag, a bag of padding only,
+    per-sample weights with include_last_offset, and a 2-D input (bags of equal length)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.largest = nn.EmbeddingBag(20, 4, mode="max", padding_idx=3)
+        self.mean = nn.EmbeddingBag(20, 4, mode="mean", padding_idx=0)
+        self.sum = nn.EmbeddingBag(20, 4, mode="sum", include_last_offset=True)
+
+    def forward(self, ids, offsets, weights, rows):
+        ends = torch.cat((offsets, torch.tensor([ids.shape[0]])))
+        return (self.largest(ids, offsets), self.mean(ids, offsets),
+                self.sum(ids, ends, per_sample_weights=weights), self.mean(rows),
+                self.largest(rows))
+
+
+def embedding_bags(n: int = 8) -> Recipe:
+    ids = torch.tensor([3, 3, 5, 0, 7, 3, 19, 0, 2])
+    offsets = torch.tensor([0, 2, 2, 5, 9])  # bag 0 is padding for max; bags 1 and 4 empty
+    return Recipe(_Bags(), {"ids": ids, "offsets": offsets, "weights": torch.randn(9),
+                            "rows": torch.randint(0, 20, (n, 3))})
+
+
+def distances(n: int = 8) -> Recipe:
+    """torch.cdist (``aten._cdist_forward``) at p = 2 by differences and by a matrix product
+    (more than 25 rows, or asked for), and at p = 0, 1, 3.5 and inf."""
+    def forward(a, b, c, d):
+        return (torch.cdist(a, b), torch.cdist(a, b, p=0), torch.cdist(a, b, p=1),
+                torch.cdist(a, b, p=3.5), torch.cdist(a, b, p=float("inf")), torch.cdist(c, d),
+                torch.cdist(a, b, compute_mode="use_mm_for_euclid_dist"))
+    a, b = torch.randn(2, 7, n), torch.randn(2, 9, n)
+    a[0, 0, 1] = b[0, 0, 1] = 0.0  # p = 0 counts the differences that are not zero
+    return Recipe(_Fn(forward), {"a": a, "b": b, "c": torch.randn(40, n), "d": torch.randn(30, n)})

@@ -225,6 +225,18 @@ def test_ops_torch_mlir_lacks_are_substituted(tmp_path: Path) -> None:
     np.testing.assert_allclose(got[-1], expected[-1], rtol=1e-5)  # erfinv: inf and NaN too
 
 
+@pytest.mark.parametrize("recipe", ["embedding_bags", "distances"])
+def test_modules_torch_mlir_lacks_are_substituted(tmp_path: Path, recipe: str) -> None:
+    # "cannot lower aten._embedding_bag" (a recommendation model's pooled lookups) and
+    # "aten._cdist_forward".
+    got, expected = _run_lowered(tmp_path, recipe)
+    for g, e in zip(got, expected, strict=True):
+        assert g.shape == e.shape and g.dtype == e.dtype
+        np.testing.assert_allclose(g, e, rtol=1e-5, atol=1e-5)
+    if recipe == "embedding_bags":
+        assert not expected[0][0].any() and not expected[1][1].any()  # all padding; empty
+
+
 @pytest.mark.parametrize(("recipe", "weights"), [
     ("rotary_complex", "args"), ("rotary_complex", "constants"), ("complex_arithmetic", "args")])
 def test_complex_tensors_lower_as_pairs_of_reals(tmp_path: Path, recipe: str,
