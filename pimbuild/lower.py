@@ -36,6 +36,10 @@ TORCH_BACKEND_CRASH = ("torch-mlir's torch-dialect passes (shape and type refine
                        "decomposition) crashed on an op of this model (a bug in torch-mlir, not "
                        "in the model): run the repro below on the saved input to find the op, "
                        "then rewrite it or leave it out of the model")
+TO_SCF_CRASH = ("MLIR's bufferization or lowering to loops crashed on this module (a bug in "
+                "MLIR or torch-mlir, not in the model; a value returned twice did so until "
+                "transforms.distinct_results): run the repro below on the saved input to find "
+                "the op, then rewrite it or leave it out of the model")
 READS: tuple[str, ...] = ()
 WRITES = ("torch.mlir", "linalg.mlir", "scf.mlir", "signature.json")
 DTYPES = ("float32",)
@@ -125,7 +129,8 @@ def lower(p: Params, out: Path, failure_dir: Path) -> None:
     # torch-mlir's passes crash on some ops of some models (its folders on some constants,
     # which frontend.fold_splat_constants now computes first; TorchToLinalg on 8-bit integer
     # arithmetic, on scatter with a negative dim, which the frontend now writes from the
-    # front), so each pipeline runs in a child process first (about 0.4 s) and a crash is an
+    # front; bufferization on a value returned twice, which transforms.distinct_results now
+    # copies), so each pipeline runs in a child process first (about 0.4 s) and a crash is an
     # error line.
     mlir.run_pipeline(module, mlir.TORCH_BACKEND, stage=NAME, failure_dir=failure_dir,
                       isolate=TORCH_BACKEND_CRASH)
@@ -137,9 +142,11 @@ def lower(p: Params, out: Path, failure_dir: Path) -> None:
     FUSIONS.get(p.fusion)(module)
     if p.fastmath:
         transforms.add_fastmath(module)
+    transforms.distinct_results(module)
     mlir.write_ir(module, out / "linalg.mlir")
     to_scf = mlir.TM_TENSOR_TO_SCF if mlir.has_dialect(module, "tm_tensor") else mlir.LINALG_TO_SCF
-    mlir.run_pipeline(module, to_scf, stage=NAME, failure_dir=failure_dir)
+    mlir.run_pipeline(module, to_scf, stage=NAME, failure_dir=failure_dir,
+                      isolate=TO_SCF_CRASH)
     mlir.write_ir(module, out / "scf.mlir")
     sig = frontend.signature(prog, recipe, outputs, p.weights, layout)
     sig["float_types"] = sorted(mlir.element_types(module) & set(check.FLOAT_TYPES))

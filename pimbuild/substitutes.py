@@ -1,9 +1,10 @@
-"""Ops torch-mlir cannot lower, written in ops it can (merged into
+"""Ops torch-mlir cannot lower, or lowers unlike ATen, written in ops it lowers (merged into
 ``frontend.decompositions``, so torch.export decomposes them before import).
 
 Each one stopped ``lower`` on a scratch model ("cannot lower aten.median.dim", "failed to
-legalize operation 'torch.aten.erfinv'") and is written as PyTorch's CPU kernel computes it,
-NaN included; tests/test_recipes.py checks each against eager.
+legalize operation 'torch.aten.erfinv'") or differed from eager there (``maximum`` and the
+clamps dropped a NaN), and is written as PyTorch's CPU kernel computes it, NaN included;
+tests/test_recipes.py checks each against eager.
 """
 
 from __future__ import annotations
@@ -180,6 +181,45 @@ def _cdist(x1, x2, p: float, compute_mode: int | None = None):
     return diff.pow(p).sum(-1).pow(1.0 / p)
 
 
+def _hypot(self, other):
+    """sqrt(x^2 + y^2) without overflow or underflow in the squares, as C's ``hypot``: the
+    larger magnitude times sqrt(1 + (smaller / larger)^2); an infinity wins over a NaN."""
+    x, y = torch.abs(self), torch.abs(other)
+    larger, smaller = torch.maximum(x, y), torch.minimum(x, y)
+    ratio = torch.where(larger == 0, 0.0, smaller / larger)
+    result = larger * torch.sqrt(1.0 + ratio * ratio)
+    return torch.where(torch.isinf(x) | torch.isinf(y), math.inf, result)
+
+
+def _maximum(self, other):
+    """The larger, NaN if either is (as ATen's): torch-mlir lowers ``maximum`` to
+    ``select(a > b, a, b)``, which is ``b`` where ``a`` is NaN."""
+    pick = self > other
+    if self.is_floating_point():
+        pick = pick | self.isnan()
+    return torch.where(pick, self, other)
+
+
+def _minimum(self, other):
+    pick = self < other
+    if self.is_floating_point():
+        pick = pick | self.isnan()
+    return torch.where(pick, self, other)
+
+
+def _clamp(self, min=None, max=None):
+    """``clamp`` with NaN kept (torch-mlir's clamps returned the bound for it), and a NaN
+    tensor bound giving NaN, as ATen's ``min(max(x, lo), hi)`` does."""
+    result = self
+    if min is not None:
+        result = (_maximum(result, min) if isinstance(min, torch.Tensor)
+                  else torch.where(result < min, min, result))
+    if max is not None:
+        result = (_minimum(result, max) if isinstance(max, torch.Tensor)
+                  else torch.where(result > max, max, result))
+    return result
+
+
 TABLE = {aten.searchsorted.Tensor: _searchsorted,
          aten.searchsorted.Scalar: _searchsorted_scalar,
          aten.median.dim: _median_dim, aten.median.default: _median,
@@ -189,4 +229,13 @@ TABLE = {aten.searchsorted.Tensor: _searchsorted,
          aten.embedding_bag.padding_idx: _embedding_bag, aten.embedding_bag.default: _embedding_bag,
          aten._embedding_bag.default: _embedding_bag,
          aten._embedding_bag_forward_only.default: _embedding_bag,
-         aten._cdist_forward.default: _cdist}
+         aten._cdist_forward.default: _cdist, aten.hypot.default: _hypot,
+         aten.maximum.default: _maximum, aten.minimum.default: _minimum,
+         aten.clamp.default: _clamp, aten.clamp.Tensor: _clamp,
+         aten.clamp_min.default: lambda self, min: _clamp(self, min=min),
+         aten.clamp_min.Tensor: lambda self, min: _clamp(self, min=min),
+         aten.clamp_max.default: lambda self, max: _clamp(self, max=max),
+         aten.clamp_max.Tensor: lambda self, max: _clamp(self, max=max),
+         aten.hardtanh.default: lambda self, min_val=-1.0, max_val=1.0: _clamp(self, min_val,
+                                                                                max_val),
+         aten.hardsigmoid.default: lambda self: _clamp(self + 3.0, 0.0, 6.0) / 6.0}

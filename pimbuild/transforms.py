@@ -10,6 +10,7 @@
   use (an unregistered, side-effecting ``pimbuild.keep`` op) for the duration of the pass.
   The same keeps a reduction's result from being folded into a reshape that gives it a
   narrow innermost dimension (``_protect_reduction_results``).
+- ``distinct_results``: a value returned twice is returned once and then as a copy.
 - ``truncate_through_f32``: an f64 -> bf16 truncation becomes f64 -> f32 -> bf16.
 - ``drop_asserts``: torch-mlir's run-time ``cf.assert`` checks are removed.
 """
@@ -138,6 +139,28 @@ def no_fusion(module: ir.Module) -> None:
 def full_fusion(module: ir.Module) -> None:
     with module.context:
         PassManager.parse(ELEMENTWISE_FUSION).run(module.operation)
+
+
+def distinct_results(module: ir.Module) -> int:
+    """Return a copy where a function returns one value a second time: two outputs the
+    forward computes alike (``(a * 2, a * 2)``) are one value after MLIR's CSE, and
+    bufferization (``buffer-results-to-out-params``) crashed on a value returned twice
+    (SIGSEGV). Returns how many copies it made."""
+    copies = 0
+    for op in list(walk(module.operation)):
+        if op.name != "func.return":
+            continue
+        seen: list[ir.Value] = []
+        for i, value in enumerate(list(op.operands)):
+            if any(value == earlier for earlier in seen):
+                with ir.InsertionPoint(op), op.location:
+                    copy = ir.Operation.create(
+                        "bufferization.alloc_tensor", results=[value.type], operands=[value],
+                        attributes={"operandSegmentSizes": ir.DenseI32ArrayAttr.get([0, 1, 0])})
+                op.operands[i] = copy.results[0]
+                copies += 1
+            seen.append(value)
+    return copies
 
 
 def truncate_through_f32(module: ir.Module) -> int:

@@ -442,3 +442,13 @@ def distances(n: int = 8) -> Recipe:
     a, b = torch.randn(2, 7, n), torch.randn(2, 9, n)
     a[0, 0, 1] = b[0, 0, 1] = 0.0  # p = 0 counts the differences that are not zero
     return Recipe(_Fn(forward), {"a": a, "b": b, "c": torch.randn(40, n), "d": torch.randn(30, n)})
+
+
+def outputs_computed_alike(n: int = 8) -> Recipe:
+    """Two outputs computed alike, which MLIR's CSE makes one value returned twice (and
+    maximum and max of the same pair, with NaN); bufferization crashed on it."""
+    nan = float("nan")
+    a = torch.tensor([nan, 1.0, 2.0, nan] * (n // 4))
+    b = torch.tensor([1.0, nan, 3.0, nan] * (n // 4))
+    return Recipe(_Fn(lambda a, b: (a * 2, a * 2, torch.maximum(a, b), torch.max(a, b), a)),
+                  {"a": a, "b": b})

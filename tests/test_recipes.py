@@ -238,6 +238,15 @@ def test_modules_torch_mlir_lacks_are_substituted(tmp_path: Path, recipe: str) -
         assert not expected[0][0].any() and not expected[1][1].any()  # all padding; empty
 
 
+def test_outputs_computed_alike_and_nan_in_maximum(tmp_path: Path) -> None:
+    # Returned twice after CSE, the value crashed bufferization (transforms.distinct_results);
+    # maximum was select(a > b, a, b), which drops a NaN in a (substitutes._maximum).
+    got, expected = _run_lowered(tmp_path, "outputs_computed_alike")
+    for g, e in zip(got, expected, strict=True):
+        assert np.array_equal(g, e, equal_nan=True)
+    assert np.isnan(got[2]).sum() == 6  # NaN where either is
+
+
 @pytest.mark.parametrize(("recipe", "weights"), [
     ("rotary_complex", "args"), ("rotary_complex", "constants"), ("complex_arithmetic", "args")])
 def test_complex_tensors_lower_as_pairs_of_reals(tmp_path: Path, recipe: str,
