@@ -220,6 +220,34 @@ def _clamp(self, min=None, max=None):
     return result
 
 
+def _arg_extreme(x, dim, keepdim: bool, largest: bool):
+    """The index of the first largest (smallest) element along ``dim``, or of the first NaN
+    where there is one, as ATen's argmax (argmin) returns it: the extreme by ``amax``
+    (``amin``), which keeps NaN, then the first place that holds it. torch-mlir's own
+    argmax compares with ``>`` and so passes over a NaN."""
+    if dim is None:  # over all elements; keepdim keeps every dimension, at 1
+        index = _arg_extreme(x.flatten(), 0, False, largest)
+        return index.reshape([1] * x.dim()) if keepdim else index
+    dim = dim % max(x.dim(), 1)
+    n = x.shape[dim] if x.dim() else 1
+    extreme = x.amax(dim, keepdim=True) if largest else x.amin(dim, keepdim=True)
+    hit = x == extreme
+    if x.is_floating_point():
+        nan = x.isnan()
+        hit = torch.where(nan.any(dim, keepdim=True), nan, hit)
+    shape = [n if d == dim else 1 for d in range(x.dim())]
+    rank = (n - torch.arange(n)).reshape(shape)  # the first hit has the highest rank
+    return n - (hit * rank).amax(dim, keepdim=keepdim)
+
+
+def _max_dim(x, dim, keepdim=False):
+    return x.amax(dim, keepdim), _arg_extreme(x, dim, keepdim, True)
+
+
+def _min_dim(x, dim, keepdim=False):
+    return x.amin(dim, keepdim), _arg_extreme(x, dim, keepdim, False)
+
+
 TABLE = {aten.searchsorted.Tensor: _searchsorted,
          aten.searchsorted.Scalar: _searchsorted_scalar,
          aten.median.dim: _median_dim, aten.median.default: _median,
@@ -238,4 +266,9 @@ TABLE = {aten.searchsorted.Tensor: _searchsorted,
          aten.clamp_max.Tensor: lambda self, max: _clamp(self, max=max),
          aten.hardtanh.default: lambda self, min_val=-1.0, max_val=1.0: _clamp(self, min_val,
                                                                                 max_val),
-         aten.hardsigmoid.default: lambda self: _clamp(self + 3.0, 0.0, 6.0) / 6.0}
+         aten.hardsigmoid.default: lambda self: _clamp(self + 3.0, 0.0, 6.0) / 6.0,
+         aten.argmax.default: lambda self, dim=None, keepdim=False: _arg_extreme(
+             self, dim, keepdim, True),
+         aten.argmin.default: lambda self, dim=None, keepdim=False: _arg_extreme(
+             self, dim, keepdim, False),
+         aten.max.dim: _max_dim, aten.min.dim: _min_dim}

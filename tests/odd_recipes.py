@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from pimbuild.recipes import Recipe
@@ -452,3 +453,18 @@ def outputs_computed_alike(n: int = 8) -> Recipe:
     b = torch.tensor([1.0, nan, 3.0, nan] * (n // 4))
     return Recipe(_Fn(lambda a, b: (a * 2, a * 2, torch.maximum(a, b), torch.max(a, b), a)),
                   {"a": a, "b": b})
+
+
+def nan_propagation(n: int = 8) -> Recipe:
+    """NaN through the ops torch-mlir lowered with ``>`` / ``<`` and a select, which pass
+    over it: the clamps (a NaN bound too), hardtanh, relu6, hardsigmoid, and the indices of
+    argmax, argmin, max and min along a dim and over all (ties: the first)."""
+    def forward(a, lo):
+        return (a.clamp(-1.0, 1.0), a.clamp(min=lo), a.clamp_max(0.5), F.hardtanh(a),
+                F.relu6(a * 4), F.hardsigmoid(a), a.argmax(1), a.argmin(1, keepdim=True),
+                *a.max(1), *a.min(0), a.argmax(), torch.maximum(lo, a))
+    nan = float("nan")
+    a = torch.tensor([[1.0, nan, 3.0, 3.0], [2.0, 2.0, -1.0, 0.5], [nan, 0.0, nan, -2.0]])
+    a = a.repeat(1, n // 4)
+    lo = torch.tensor([0.0, 1.0, nan, -1.0]).repeat(n // 4)
+    return Recipe(_Fn(forward), {"a": a, "lo": lo})

@@ -238,13 +238,18 @@ def test_modules_torch_mlir_lacks_are_substituted(tmp_path: Path, recipe: str) -
         assert not expected[0][0].any() and not expected[1][1].any()  # all padding; empty
 
 
-def test_outputs_computed_alike_and_nan_in_maximum(tmp_path: Path) -> None:
+@pytest.mark.parametrize("recipe", ["outputs_computed_alike", "nan_propagation"])
+def test_outputs_computed_alike_and_nan_as_aten(tmp_path: Path, recipe: str) -> None:
     # Returned twice after CSE, the value crashed bufferization (transforms.distinct_results);
-    # maximum was select(a > b, a, b), which drops a NaN in a (substitutes._maximum).
-    got, expected = _run_lowered(tmp_path, "outputs_computed_alike")
+    # maximum was select(a > b, a, b), which drops a NaN in a, the clamps returned a bound
+    # for NaN, and argmax passed over a NaN (substitutes._maximum, _clamp, _arg_extreme).
+    got, expected = _run_lowered(tmp_path, recipe)
     for g, e in zip(got, expected, strict=True):
-        assert np.array_equal(g, e, equal_nan=True)
-    assert np.isnan(got[2]).sum() == 6  # NaN where either is
+        assert g.dtype == e.dtype and np.array_equal(g, e, equal_nan=g.dtype.kind == "f")
+    if recipe == "outputs_computed_alike":
+        assert np.isnan(got[2]).sum() == 6  # NaN where either is
+    else:
+        assert list(got[6][:3]) == [1, 0, 0] and np.isnan(got[0]).sum() == 6
 
 
 @pytest.mark.parametrize(("recipe", "weights"), [
