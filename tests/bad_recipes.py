@@ -48,14 +48,15 @@ def unlowerable(n: int = 4) -> Recipe:
     return Recipe(_Fn(lambda x: torch.linalg.qr(x).Q), {"x": torch.randn(n, n)})
 
 
-class _Median(nn.Module):
+class _Bessel(nn.Module):
     def forward(self, x):
-        return x.view(2, -1).median(1).values
+        return torch.i0(x.view(2, -1))
 
 
 def undefined_operator(n: int = 8) -> Recipe:
-    """median along a dim, in a submodule: an aten op torch-mlir has no definition of."""
-    return Recipe(nn.Sequential(collections.OrderedDict(inner=_Median())), {"x": torch.randn(n)})
+    """The modified Bessel function i0, in a submodule: an aten op torch-mlir has no
+    definition of (median was one, until pimbuild.substitutes wrote it)."""
+    return Recipe(nn.Sequential(collections.OrderedDict(inner=_Bessel())), {"x": torch.randn(n)})
 
 
 def not_a_recipe(n: int = 8) -> tuple:
