@@ -132,8 +132,9 @@ def _kind(t: torch.Tensor) -> str:
 
 
 def _reject_input_dtypes(p: ModelParams, recipe: recipes.Recipe) -> None:
-    """An input of a dtype the lowered program cannot take (complex, quantized), refused by
-    name before it reaches the lowering; floating-point inputs are already ``model.dtype``."""
+    """An input of a dtype the lowered program cannot take (uint16, quantized), refused by
+    name before it reaches the lowering; floating-point inputs are already ``model.dtype``,
+    and a complex one is taken as pairs of reals (``complexes``)."""
     from pimbuild.jit import NP_DTYPES
 
     for name, value in recipe.inputs.items():
@@ -467,7 +468,7 @@ def tensor_overloads() -> dict:
 
 def decompositions() -> dict:
     """torch-mlir's decomposition table, with pimbuild's corrections, ``tensor_overloads``
-    and ``substitutes`` (ops torch-mlir cannot lower)."""
+    and ``substitutes`` (ops torch-mlir cannot lower, or lowers unlike ATen)."""
     from torch_mlir.extras.fx_decomp_util import get_decomposition_table
 
     from pimbuild import substitutes
@@ -559,7 +560,7 @@ def _reject_large_literals(p: ModelParams, prog: ExportedProgram,
 def _reject_unlowerable_values(p: ModelParams, prog: ExportedProgram) -> None:
     """Refused by op, before lowering: a result whose extent depends on the values of its
     input (nonzero, masked_select, unique: a loop bound extract cannot know), a complex
-    result (fft: the lowered program has no complex tensors), and an op with side effects
+    result (none is left after ``_real_pairs``; kept as a guard), and an op with side effects
     (torch.export threads a token through it: a runtime check such as linalg.inv's)."""
     for node in prog.graph.nodes:
         if node.op != "call_function":
