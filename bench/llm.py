@@ -63,11 +63,11 @@ def profile_info(cwd: Path, model: str) -> dict:
 
 
 def forward_ratio(model: str, calibrate_dir: Path | None, rounds: int = 12,
-                  block: int | None = None) -> dict:
+                  block: int | None = None, overrides: tuple[str, ...] = ()) -> dict:
     """Lowered forward (scf.mlir compiled with the default code generation, no markers; the
     register-blocking factor ``block``, else the config's, else the one calibrate chose on
     this host) and PyTorch eager on one thread, timed alternately in this process: medians
-    and their ratio."""
+    and their ratio. ``overrides``: more config overrides (``model.recipe=...``)."""
     from hydra import compose, initialize_config_module
 
     from pimbuild import frontend, instrument, jit, lower
@@ -75,7 +75,7 @@ def forward_ratio(model: str, calibrate_dir: Path | None, rounds: int = 12,
     from pimbuild.profile import reuse_freed_memory
 
     with initialize_config_module(config_module=CONFIG_MODULE, version_base="1.3"):
-        cfg = compose("config", overrides=[f"model={model}"])
+        cfg = compose("config", overrides=[f"model={model}", *overrides])
     p = lower.params(cfg)
     block = block or instrument.resolved_block(instrument.register_block(cfg), calibrate_dir)
     torch.set_num_threads(1)

@@ -488,12 +488,13 @@ def decompositions() -> dict:
 def export(p: ModelParams, recipe: recipes.Recipe) -> ExportedProgram:
     """torch.export at fixed shapes, decomposed with ``decompositions()``; no dynamic dims."""
     _reject_script_objects(p, recipe.module)
+    table = decompositions()
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             prog = torch.export.export(recipe.module, tuple(recipe.inputs.values()),
                                        dynamic_shapes=recipe.dynamic_shapes, strict=False)
-            prog = prog.run_decompositions(decompositions())
+            prog = prog.run_decompositions(table)
     except Exception as e:
         from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode
 
@@ -502,20 +503,20 @@ def export(p: ModelParams, recipe: recipes.Recipe) -> ExportedProgram:
         raise RecipeError(f"model '{p.name}' cannot be exported: {type(e).__name__}: "
                           f"{str(e).splitlines()[0] if str(e) else ''}{hint}") from None
     _reject_dynamic_dims(p, prog, list(recipe.inputs))
-    _real_pairs(p, prog)
+    _real_pairs(p, prog, table)
     _reject_unlowerable_values(p, prog)
     _reject_random_ops(p, prog)
     _reject_large_literals(p, prog, recipe.module)
     return prog
 
 
-def _real_pairs(p: ModelParams, prog: ExportedProgram) -> None:
-    """Complex tensors become pairs of real tensors (``complexes.real_pairs``); an op it has
-    no rule for is refused by name."""
+def _real_pairs(p: ModelParams, prog: ExportedProgram, table: dict) -> None:
+    """Complex tensors become pairs of real tensors (``complexes.real_pairs``, its rules
+    decomposed with the export's ``table``); an op it has no rule for is refused by name."""
     from pimbuild import complexes
 
     try:
-        complexes.real_pairs(prog, decompositions())
+        complexes.real_pairs(prog, table)
     except complexes.NoRule as e:
         what = ("the forward" if e.node.op in ("output", "placeholder")
                 else f"{_torch_op(e.node)[1]}{_where(e.node)}")
