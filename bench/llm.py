@@ -26,7 +26,6 @@ import time
 from pathlib import Path
 
 import numpy as np
-import torch
 from rich.table import Table
 
 from pimbuild.console import console
@@ -62,23 +61,23 @@ def profile_info(cwd: Path, model: str) -> dict:
     return json.loads((Path(manifest["stages"]["profile"]["dir"]) / "profile.json").read_text())
 
 
-def forward_ratio(model: str, calibrate_dir: Path | None, rounds: int = 12,
+def forward_ratio(model: str, calibrate_dir: Path | None, rounds: int = 10,
                   block: int | None = None, overrides: tuple[str, ...] = ()) -> dict:
     """Lowered forward (scf.mlir compiled with the default code generation, no markers; the
     register-blocking factor ``block``, else the config's, else the one calibrate chose on
-    this host) and PyTorch eager on one thread, timed alternately in this process: medians
-    and their ratio. ``overrides``: more config overrides (``model.recipe=...``)."""
+    this host) and PyTorch eager on one thread, timed alternately in this process by the
+    profile stage's ``eager_comparison``: medians, their ratio and its quartiles.
+    ``overrides``: more config overrides (``model.recipe=...``)."""
     from hydra import compose, initialize_config_module
 
     from pimbuild import frontend, instrument, jit, lower
     from pimbuild.cli import CONFIG_MODULE
-    from pimbuild.profile import reuse_freed_memory
+    from pimbuild.profile import eager_comparison, reuse_freed_memory
 
     with initialize_config_module(config_module=CONFIG_MODULE, version_base="1.3"):
         cfg = compose("config", overrides=[f"model={model}", *overrides])
     p = lower.params(cfg)
     block = block or instrument.resolved_block(instrument.register_block(cfg), calibrate_dir)
-    torch.set_num_threads(1)
     reuse_freed_memory()  # both programs in the steady state the profile stage times
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp)
@@ -86,19 +85,12 @@ def forward_ratio(model: str, calibrate_dir: Path | None, rounds: int = 12,
         signature = json.loads((out / "signature.json").read_text())
         engine = jit.compile_scf(out / "scf.mlir", out / "failure", block)
     args, _ = frontend.materialize(p.model, signature)
-    recipe = frontend.build_recipe(p.model)
-    lowered, eager = [], []
-    with torch.no_grad():
-        for _ in range(rounds):
-            t = time.perf_counter()
-            jit.invoke(engine, signature["function"], args, signature["outputs"])
-            lowered.append(time.perf_counter() - t)
-            t = time.perf_counter()
-            recipe.module(*recipe.inputs.values())
-            eager.append(time.perf_counter() - t)
-    lo, ea = float(np.median(lowered[2:])), float(np.median(eager[2:]))
-    return {"model": model, "lowered_ms": lo * 1e3, "eager_ms": ea * 1e3, "ratio": lo / ea,
-            "register_block": block}
+    recipe = frontend.materialized_recipe(p.model, signature)
+    call, _ = jit.prepare(engine, signature["function"], args, signature["outputs"])
+    r = eager_comparison(call, recipe.module, list(recipe.inputs.values()), rounds)
+    return {"model": model, "lowered_ms": r["lowered_median_s"] * 1e3,
+            "eager_ms": r["eager_median_s"] * 1e3, "ratio": r["ratio"],
+            "ratio_p25": r["ratio_p25"], "ratio_p75": r["ratio_p75"], "register_block": block}
 
 
 def offloaded(cwd: Path, model: str) -> list[int]:
@@ -195,11 +187,13 @@ def forward_only(args: argparse.Namespace) -> None:
             for b in args.blocks.split(",") for model in ("llama7b", "gptj6b")]
     search = calibrate_search()
     table = Table(title=f"lowered / eager forward, one thread ({cpu})")
-    for col in ("model", "register block", "lowered ms", "eager ms", "ratio"):
+    for col in ("model", "register block", "lowered ms", "eager ms", "ratio",
+                "ratio per round (quartiles)"):
         table.add_column(col, justify="right")
     for r in rows:
         table.add_row(r["model"], str(r["register_block"]), f"{r['lowered_ms']:.1f}",
-                      f"{r['eager_ms']:.1f}", f"{r['ratio']:.2f}")
+                      f"{r['eager_ms']:.1f}", f"{r['ratio']:.2f}",
+                      f"{r['ratio_p25']:.2f}-{r['ratio_p75']:.2f}")
     console.print(table)
     best = ", ".join(f"{b}: {t * 1e3:.2f}" for b, t in search["best_s"].items())
     console.print(f"calibrate's search on this host chose {search['value']} (best ms: {best})")

@@ -72,6 +72,7 @@ class ProfileConfig:
     valgrind_last_level: str = MISSING  # llc | l2: the cache whose read misses are n_rd
     valgrind_warm: bool = MISSING  # count a forward after a warm-up forward (steady state)
     reuse_memory: bool = MISSING  # time with freed memory reused, no page faults per forward
+    eager_rounds: int = MISSING  # alternate forwards against PyTorch eager (0: none)
 
 
 @dataclass

@@ -110,11 +110,38 @@ def report_lines(r: dict) -> list[str]:
         *([f"{len(r['borderline'])} decision(s) within the timing spread of a threshold, "
            f"another run may flip them: nests {', '.join(map(str, r['borderline']))}"]
           if r.get("borderline") else []),
+        *([_warned(slow_host_note(r["over_eager"]), r["over_eager"])]
+          if r.get("over_eager") else []),
         f"agreement with ground truth {a['agree']}/{a['total']} (FP {a['false_positives']}, "
         f"FN {a['false_negatives']}); hybrid program {outcome(r['hybrid_check'])}",
         *([f"costliest false positives (T_hybrid added by each offloaded alone): "
            f"{losses(r['false_positives'])}"] if r.get("false_positives") else []),
     ]
+
+
+# A CPU-only program this much slower than eager (median ratio) is flagged in the summary:
+# every speedup over it is inflated by the ratio (issue 13 item 8).
+SLOW_HOST = 1.1
+
+
+def slow_host_note(over: dict | None) -> str:
+    """The closing line's comparison of the CPU-only program with eager, '' if unmeasured."""
+    if not over:
+        return ""
+    ratio = over["cpu_only_over_eager"]
+    note = (f"CPU-only program at {ratio:.2f}x PyTorch eager's forward time (one thread, "
+            f"median of {over['rounds']} alternate rounds, quartiles {over['ratio_p25']:.2f}-"
+            f"{over['ratio_p75']:.2f}); speedup over eager {over['speedup']:.3f}x")
+    if ratio > SLOW_HOST:
+        note += (f"; the host program is slower than eager, which inflates the speedup over "
+                 f"CPU-only by {ratio:.2f}x")
+    return note
+
+
+def _warned(line: str, over: dict) -> str:
+    """``line`` in the warning colour where the host program is slower than eager."""
+    return (f"[bold yellow]{line}[/]" if over["cpu_only_over_eager"] > SLOW_HOST
+            else line)
 
 
 def first(names: list[str], most: int = 8) -> str:

@@ -12,6 +12,7 @@ whose Python has torch but no torch-mlir.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import inspect
@@ -195,19 +196,12 @@ def eager(p: ModelParams, recipe: recipes.Recipe, layout: list[str | None] | Non
     its written buffers' new values are returned in their places."""
     from pimbuild.jit import NP_DTYPES  # the dtypes the lowered program can return
 
-    module = recipe.module
-    before = {name: (b, b.clone()) for name, b in module.named_buffers()}
+    after: dict[str, torch.Tensor] = {}
     try:
-        with torch.no_grad():
-            out = module(*recipe.inputs.values())
+        with torch.no_grad(), kept_buffers(recipe.module, after):
+            out = recipe.module(*recipe.inputs.values())
     except Exception as e:  # the user's forward may raise anything
         raise RecipeError(f"the forward of model '{p.name}' raised {first_line(e)}") from None
-    finally:
-        after = {name: b.detach().clone() for name, b in module.named_buffers()}
-        with torch.no_grad():
-            for name, (tensor, saved) in before.items():
-                tensor.copy_(saved)
-                _set_attribute(module, name, tensor)
     outputs, names = output_leaves(out)
     for i, (o, name) in enumerate(zip(outputs, names, strict=True)):
         if any(o is earlier for earlier in outputs[:i]):
@@ -230,6 +224,25 @@ def eager(p: ModelParams, recipe: recipes.Recipe, layout: list[str | None] | Non
         return outputs
     user = iter(outputs)
     return [_real_view(after[slot]) if slot is not None else next(user) for slot in layout]
+
+
+@contextlib.contextmanager
+def kept_buffers(module: torch.nn.Module, after: dict[str, torch.Tensor] | None = None):
+    """Restore the module's buffers on leaving, in place and by name, as they were on
+    entering: a forward that writes a buffer (in place or by assignment) leaves the module in
+    the state the lowered program starts from, and the arguments ``materialize`` made (views
+    of the buffers) unchanged. ``after``: filled with copies of the buffers as the forward
+    left them."""
+    before = {name: (b, b.clone()) for name, b in module.named_buffers()}
+    try:
+        yield
+    finally:
+        if after is not None:
+            after.update({name: b.detach().clone() for name, b in module.named_buffers()})
+        with torch.no_grad():
+            for name, (tensor, saved) in before.items():
+                tensor.copy_(saved)
+                _set_attribute(module, name, tensor)
 
 
 def _real_view(value: Any) -> Any:
@@ -816,7 +829,7 @@ def import_error(p: ModelParams, prog: ExportedProgram, e: Exception) -> RecipeE
                        f"{hint}")
 
 
-_LAST_MATERIALIZED: dict[str, tuple[list[np.ndarray], list[np.ndarray]]] = {}
+_LAST_MATERIALIZED: dict[str, tuple[list[np.ndarray], list[np.ndarray], recipes.Recipe]] = {}
 
 
 def materialize(p: ModelParams, sig: dict[str, Any]) -> tuple[list[np.ndarray], list[np.ndarray]]:
@@ -826,6 +839,18 @@ def materialize(p: ModelParams, sig: dict[str, Any]) -> tuple[list[np.ndarray], 
     ask for the same arguments again (a decoder layer's 200M random weights cost seconds).
     Callers only read them: no lowered program writes its inputs (extract records writes,
     and none goes to an input argument)."""
+    return _materialized(p, sig)[:2]
+
+
+def materialized_recipe(p: ModelParams, sig: dict[str, Any]) -> recipes.Recipe:
+    """The recipe ``materialize``'s arguments were taken from (its inputs and buffers are
+    the arrays it returned): to time eager on the same tensors. A forward of it must keep
+    the buffers (``kept_buffers``)."""
+    return _materialized(p, sig)[2]
+
+
+def _materialized(p: ModelParams, sig: dict[str, Any]
+                  ) -> tuple[list[np.ndarray], list[np.ndarray], recipes.Recipe]:
     key = json.dumps([dataclasses.asdict(p), sig["args"]], sort_keys=True)
     if key not in _LAST_MATERIALIZED:
         _LAST_MATERIALIZED.clear()
@@ -852,7 +877,7 @@ _KEPT_RECIPE: dict[str, recipes.Recipe] = {}
 
 
 def _materialize(p: ModelParams, sig: dict[str, Any]
-                 ) -> tuple[list[np.ndarray], list[np.ndarray]]:
+                 ) -> tuple[list[np.ndarray], list[np.ndarray], recipes.Recipe]:
     recipe = _KEPT_RECIPE.pop(_key(p), None) or build_recipe(p)
     layout = _results_layout(sig)
     expected = [o.detach().numpy() for o in eager(p, recipe, layout)]
@@ -865,7 +890,7 @@ def _materialize(p: ModelParams, sig: dict[str, Any]
         tensor = (recipe.inputs[arg["source"]] if arg["kind"] == "input"
                   else _attribute(recipe.module, arg["source"]))
         values.append(np.ascontiguousarray(_real_view(tensor).detach().numpy()))
-    return values, expected
+    return values, expected, recipe
 
 
 def _results_layout(sig: dict[str, Any]) -> list[str | None]:

@@ -11,7 +11,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from pimbuild.check import outcome  # noqa: E402
-from pimbuild.console import losses  # noqa: E402
+from pimbuild.console import losses, slow_host_note  # noqa: E402
 from pimbuild.nests import display_name  # noqa: E402
 
 PLOTS = ("speedup_vs_cores.png", "bandwidth_vs_theta.png", "time_breakdown.png")
@@ -28,6 +28,7 @@ def markdown(r: dict[str, Any]) -> str:
         "",
         f"Speedup over CPU-only: **{r['speedup']:.3f}x** "
         f"(T_hybrid {_ms(r['t_hybrid_s'])} ms vs {_ms(r['t_cpu_only_s'])} ms).",
+        *([f"{slow_host_note(r['over_eager'])}."] if r.get("over_eager") else []),
         f"Offloaded {len(r['offloaded'])} of {len(r['nests'])} nests "
         f"({r['offloaded_share_of_nests']:.0%}), capturing "
         f"{r['captured_share_of_cpu_time']:.1%} of CPU-only time, in "

@@ -1,7 +1,8 @@
 """Stage ``simulate``: what the placement buys under the target's model (``pimbuild.hybrid``).
 
 For the decided placement: ``T_hybrid`` by eq. 9 with ``T_copy`` under both built-in copy
-models (the configured one enters ``T_hybrid``), ``N_region`` and the speedup over CPU-only;
+models (the configured one enters ``T_hybrid``), ``N_region`` and the speedup over CPU-only
+(and over PyTorch eager, from profile's comparison of the two forwards: ``over_eager``);
 the target's baseline policies under the same model; per nest the ground truth (does
 offloading it alone beat keeping it?) and the policy's agreement with it; and the speedups
 of the policy and the baselines over ``sim.cores_sweep`` (re-deciding at each size, since the
@@ -96,8 +97,21 @@ def sweep(ctx: PolicyContext, sizes: tuple[int, ...]) -> list[dict[str, Any]]:
     return rows
 
 
+def over_eager(speedup: float, eager: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The speedup over PyTorch eager's forward on the host: the speedup over CPU-only
+    divided by the CPU-only / eager ratio ``profile`` measured (``eager_comparison``), with
+    that ratio; None where it was not measured."""
+    if not eager:
+        return None
+    return {"speedup": speedup / eager["ratio"], "cpu_only_over_eager": eager["ratio"],
+            "ratio_p25": eager["ratio_p25"], "ratio_p75": eager["ratio_p75"],
+            "rounds": eager["rounds"], "eager_median_s": eager["eager_median_s"],
+            "lowered_median_s": eager["lowered_median_s"]}
+
+
 def simulate(ctx: PolicyContext, decisions: dict[str, Any], reinsert: dict[str, Any],
-             counter_backend: str, sizes: tuple[int, ...]) -> dict[str, Any]:
+             counter_backend: str, sizes: tuple[int, ...],
+             eager: dict[str, Any] | None = None) -> dict[str, Any]:
     t, name = ctx.target, ctx.policy.name
     offloaded = set(decisions["offloaded"])
     main = evaluate(ctx, offloaded)
@@ -122,6 +136,7 @@ def simulate(ctx: PolicyContext, decisions: dict[str, Any], reinsert: dict[str, 
         **{k: main[k] for k in ("speedup", "t_hybrid_s", f"t_{t.host}_s",
                                 f"t_{t.device}_s", "t_copy_s", "t_switch_s", "n_region")},
         "t_cpu_only_s": main["t_cpu_only_s"],
+        "over_eager": over_eager(main["speedup"], eager),
         "forward_s": ctx.forward_s,
         "t_copy": {ctx.copy_model: main["t_copy_s"], other_model: other["t_copy_s"]},
         "offloaded": sorted(offloaded),
@@ -150,6 +165,6 @@ def run(inputs: Inputs, p: Params, out: Path) -> None:
     info = json.loads((inputs["profile"] / "profile.json").read_text())
     report = simulate(ctx, json.loads((inputs["decide"] / "decisions.json").read_text()),
                       json.loads((inputs["reinsert"] / "reinsert.json").read_text()),
-                      info["counter_backend"], p.cores_sweep)
+                      info["counter_backend"], p.cores_sweep, info.get("eager"))
     (out / "report.json").write_text(json.dumps(report, indent=2) + "\n")
     p.decide.target.render(report, out)

@@ -27,7 +27,9 @@ def pim_columns(report: dict[str, Any]) -> dict[str, str]:
     return {"speedup": f"{report['speedup']:.3f}",
             "oracle": f"{report['baselines']['oracle']:.3f}",
             "offloaded": str(report["offloaded"]), "N_region": str(report["n_region"]),
-            "accuracy": f"{report['agreement']['accuracy']:.3f}"}
+            "accuracy": f"{report['agreement']['accuracy']:.3f}",
+            "over eager": (f"{report['over_eager']['speedup']:.3f}"
+                           if report.get("over_eager") else "-")}
 
 
 def pim_headline(report: dict[str, Any]) -> dict[str, Any]:

@@ -78,3 +78,15 @@ def test_summary_names_c5_when_the_rule_uses_it() -> None:
     assert "C5" not in report_lines({**r, "i_compute": None})[0]
     oracle = {**r, "policy": "oracle", "sweep": [{"cores": 128, "oracle": {"speedup": 2.0}}]}
     assert "C5" not in report_lines(oracle)[0]  # the oracle does not apply the rule
+
+
+def test_summary_flags_a_host_program_slower_than_eager() -> None:
+    from pimbuild.console import SLOW_HOST, slow_host_note
+
+    over = {"speedup": 1.5, "cpu_only_over_eager": 0.9, "ratio_p25": 0.85,
+            "ratio_p75": 0.95, "rounds": 10}
+    assert "speedup over eager 1.500x" in slow_host_note(over)
+    assert "inflates" not in slow_host_note(over)
+    slow = {**over, "cpu_only_over_eager": SLOW_HOST + 0.2}
+    assert "inflates the speedup over CPU-only by 1.30x" in slow_host_note(slow)
+    assert slow_host_note(None) == ""

@@ -10,12 +10,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from pimbuild import frontend, jit, lower
 from pimbuild.counters.footprint import footprint_counts
 from pimbuild.errors import StageError
 from pimbuild.instrument import ENTER, EXIT, FORWARD_REGION
-from pimbuild.profile import nest_candidates
+from pimbuild.profile import eager_comparison, nest_candidates
 from pimbuild.runtime import LIBRARY, Markers, compiler
 from tests.conftest import artifact_dir, candidates, make_cfg
 
@@ -238,6 +239,50 @@ def test_profile_settings_rerun_only_profile(run_build) -> None:
     run_build([*base, "profile.repetitions=3"])
     again = run_build([*base, "profile.repetitions=4"])
     assert again.executed == ["profile"]
+
+
+class _Writes(torch.nn.Module):
+    """A forward that writes one buffer in place and replaces another by assignment."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("state", torch.ones(8))
+        self.register_buffer("steps", torch.zeros(()))
+
+    def forward(self, x):
+        self.state.mul_(2)
+        self.steps = self.steps + 1
+        return x + self.state
+
+
+def test_eager_comparison_times_both_and_keeps_the_buffers() -> None:
+    """Alternate forwards on one thread: a program that sleeps 2 ms is slower than a tiny
+    eager forward, and the forward's buffer writes are undone, so the arrays the lowered
+    program reads (views of them) still hold the state eager's check started from."""
+    import time
+
+    module = _Writes()
+    state, steps = module.state, module.steps
+    threads = torch.get_num_threads()
+    r = eager_comparison(lambda: time.sleep(0.002), module, [torch.zeros(8)], rounds=5)
+    assert r["rounds"] == 5 and r["threads"] == 1
+    assert r["lowered_median_s"] >= 0.002 > r["eager_median_s"]
+    assert r["ratio"] == pytest.approx(r["lowered_median_s"] / r["eager_median_s"])
+    assert r["ratio"] > 1
+    assert r["ratio_p25"] <= r["ratio_p75"]
+    assert module.state is state and module.steps is steps
+    assert torch.equal(state, torch.ones(8)) and steps.item() == 0
+    assert torch.get_num_threads() == threads
+    more = eager_comparison(lambda: None, module, [torch.zeros(8)], rounds=2, min_time_s=0.01)
+    assert more["rounds"] > 2  # until the program's forwards add up to min_time_s
+
+
+def test_eager_rounds_must_count(tmp_path: Path) -> None:
+    from pimbuild import profile
+    from pimbuild.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="profile.eager_rounds is -1"):
+        profile.params(make_cfg(tmp_path, ["profile.eager_rounds=-1"]))
 
 
 def test_calibrate_measures_b_cpu_through_the_lowered_kernel(run_build) -> None:

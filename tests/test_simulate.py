@@ -40,6 +40,25 @@ def test_streaming_kernel_offloaded_whole(run_build) -> None:
     assert "call @pim_offload_begin" in hybrid and "call @pim_offload_end" in hybrid
 
 
+def test_speedup_over_eager_from_the_profiled_comparison(run_build) -> None:
+    """profile times the CPU-only program against eager; the report divides the speedup by
+    their ratio, and says so in report.md. Without the comparison there is no such number."""
+    result = run_build(STREAM)
+    r = _report(result)
+    eager = json.loads((artifact_dir(result, "profile") / "profile.json").read_text())["eager"]
+    assert eager["rounds"] >= 10 and eager["threads"] == 1
+    assert eager["ratio"] == pytest.approx(eager["lowered_median_s"] / eager["eager_median_s"])
+    over = r["over_eager"]
+    assert over["cpu_only_over_eager"] == eager["ratio"]
+    assert over["speedup"] == pytest.approx(r["speedup"] / eager["ratio"])
+    text = (artifact_dir(result, "simulate") / "report.md").read_text()
+    assert f"speedup over eager {over['speedup']:.3f}x" in text
+    off = run_build([*STREAM, "profile.eager_rounds=0"])
+    assert off.executed == ["profile", "decide", "reinsert", "simulate"]
+    assert _report(off)["over_eager"] is None
+    assert "over eager" not in (artifact_dir(off, "simulate") / "report.md").read_text()
+
+
 def test_report_invariants(run_build) -> None:
     r = _report(run_build(["model=softmax", "model.size.rows=256", "model.size.cols=4096"]))
     assert r["t_copy"]["resident"] <= r["t_copy"]["upper_bound"] + 1e-15
