@@ -197,7 +197,8 @@ def build(name: str, n: int, extra: list[str], store: Path, run: Path,
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
     lines = [line.strip() for line in (proc.stdout + proc.stderr).splitlines()]
     keep = [line for line in lines if line.startswith(("error:", "speedup", "agreement",
-                                                       "partitioned", "note:", "offloaded"))
+                                                       "partitioned", "note:", "offloaded",
+                                                       "CPU-only program"))
             or "tokens/s with policy" in line]
     policy = next((e.split("=", 1)[1] for e in extra if e.startswith("policy=")), "")
     return {"model": name, "target": "gpus" if "system=gpus" in extra else "pim",
