@@ -1,7 +1,9 @@
-"""What the benchmarks share (not a test): one build from overrides, with the console quiet."""
+"""What the benchmarks share (not a test): one build from overrides, with the console quiet;
+writing a result file."""
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
@@ -24,3 +26,10 @@ def quiet_build(overrides: list[str], run_dir: Path) -> tuple[BuildResult, float
         return result, time.perf_counter() - start
     finally:
         console.quiet = False
+
+
+def write_json(path: Path, data) -> None:
+    """Write a benchmark's results to ``path`` (its folder made if need be) and say where."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=2) + "\n")
+    console.print(f"wrote {path}")

@@ -17,7 +17,7 @@ import json
 import tempfile
 from pathlib import Path
 
-from common import quiet_build
+from common import quiet_build, write_json
 from rich.table import Table
 
 from pimbuild.console import console
@@ -67,9 +67,7 @@ def main() -> None:
                       f"{r['ratio_p25']:.2f}-{r['ratio_p75']:.2f}", str(r["rounds"]),
                       f"{r['speedup']:.3f}", f"{r['speedup_over_eager']:.3f}")
     console.print(table)
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps({"cpu": cpu, "rows": rows}, indent=2) + "\n")
-    console.print(f"wrote {args.json}")
+    write_json(args.json, {"cpu": cpu, "rows": rows})
 
 
 if __name__ == "__main__":

@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from common import write_json
 from rich.table import Table
 
 from pimbuild.console import console
@@ -157,9 +158,7 @@ def main() -> None:
         table.add_row(f"{f['model']} lowered / eager forward (1 thread)",
                       f"{f['lowered_ms']:.1f} / {f['eager_ms']:.1f} ms = {f['ratio']:.2f}")
     console.print(table)
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps(out, indent=2) + "\n")
-    console.print(f"wrote {args.json}")
+    write_json(args.json, out)
 
 
 def calibrate_search() -> dict:
@@ -197,10 +196,7 @@ def forward_only(args: argparse.Namespace) -> None:
     console.print(table)
     best = ", ".join(f"{b}: {t * 1e3:.2f}" for b, t in search["best_s"].items())
     console.print(f"calibrate's search on this host chose {search['value']} (best ms: {best})")
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps({"cpu": cpu, "forward": rows, "search": search}, indent=2)
-                         + "\n")
-    console.print(f"wrote {args.json}")
+    write_json(args.json, {"cpu": cpu, "forward": rows, "search": search})
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ import json
 from collections import Counter
 from pathlib import Path
 
-from common import quiet_build
+from common import quiet_build, write_json
 from rich.table import Table
 
 from pimbuild.config import register_configs
@@ -67,9 +67,7 @@ def main() -> None:
     total = sum(r["nests"] for r in rows)
     agree = sum(r["agree"] for r in rows)
     console.print(f"agreement with the simulated ground truth over all nests: {agree}/{total}")
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps(rows, indent=2) + "\n")
-    console.print(f"wrote {args.json}")
+    write_json(args.json, rows)
 
 
 if __name__ == "__main__":

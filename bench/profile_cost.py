@@ -24,7 +24,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from common import quiet_build
+from common import quiet_build, write_json
 from hydra import compose, initialize_config_module
 from rich.table import Table
 
@@ -136,9 +136,7 @@ def main() -> None:
                       f"{r['rd_footprint'] / r['rd_valgrind']:.3f}" if r["rd_valgrind"]
                       else "-")
     console.print(table)
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps({"cost": rows, "decisions": same}, indent=2) + "\n")
-    console.print(f"wrote {args.json}")
+    write_json(args.json, {"cost": rows, "decisions": same})
 
 
 if __name__ == "__main__":
