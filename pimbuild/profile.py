@@ -423,7 +423,7 @@ def profile(program: Program, p: Params, b_cpu_gbps: float, out: Path) -> None:
     (out / "profile.json").write_text(json.dumps(
         {**summary, "counter_backend": backend, "counter_backend_reason": why,
          "requested_backend": p.backend, "program": loaded, "memory": memory,
-         "eager": eager, "host": p.host, "seconds": seconds}, indent=2) + "\n")
+         "eager": eager, "cpu": p.host, "seconds": seconds}, indent=2) + "\n")
 
 
 def compare_with_eager(engine, program: Program, args: list[np.ndarray], rounds: int,

@@ -54,7 +54,7 @@ def test_profile_loads_the_object_instrument_compiled(run_build, monkeypatch) ->
                  "targets=[profile]"]
     linked = _profile_json(run_build(overrides))
     assert linked["program"] == "forward.o linked as a shared library"
-    assert set(linked["seconds"]) == {"load", "arguments", "timing", "counters"}
+    assert set(linked["seconds"]) == {"load", "arguments", "timing", "eager", "counters"}
 
     def refused(*args):
         raise OSError("cannot make segment writable for relocation")
