@@ -67,13 +67,14 @@ def forward_ratio(model: str, calibrate_dir: Path | None, rounds: int = 10,
     """Lowered forward (scf.mlir compiled with the default code generation, no markers; the
     register-blocking factor ``block``, else the config's, else the one calibrate chose on
     this host) and PyTorch eager on one thread, timed alternately in this process by the
-    profile stage's ``eager_comparison``: medians, their ratio and its quartiles.
+    eager stage's ``eager_comparison``: medians, their ratio and its quartiles.
     ``overrides``: more config overrides (``model.recipe=...``)."""
     from hydra import compose, initialize_config_module
 
     from pimbuild import frontend, instrument, jit, lower
     from pimbuild.cli import CONFIG_MODULE
-    from pimbuild.profile import eager_comparison, reuse_freed_memory
+    from pimbuild.eager import eager_comparison
+    from pimbuild.profile import reuse_freed_memory
 
     with initialize_config_module(config_module=CONFIG_MODULE, version_base="1.3"):
         cfg = compose("config", overrides=[f"model={model}", *overrides])

@@ -23,10 +23,9 @@ import os
 import platform
 import resource
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 from omegaconf import DictConfig
@@ -37,9 +36,6 @@ from pimbuild.errors import ConfigError
 from pimbuild.instrument import FORWARD_REGION
 from pimbuild.lower import ModelParams, model_params
 from pimbuild.stage import Inputs
-
-if TYPE_CHECKING:
-    import torch
 
 log = logging.getLogger(__name__)
 
@@ -88,7 +84,6 @@ class Params:
     valgrind_warm: bool
     host: str  # the CPU measured on: measurements are not reused on another
     reuse_memory: bool = True  # time in the steady state of the allocator (reuse_freed_memory)
-    eager_rounds: int = 10  # alternate forwards against PyTorch eager (0: none)
 
     @property
     def last_level(self) -> tuple[int, int]:
@@ -125,9 +120,6 @@ def params(cfg: DictConfig) -> Params:
     if pr.valgrind_last_level not in ("llc", "l2"):
         raise ConfigError(f"profile.valgrind_last_level '{pr.valgrind_last_level}' is not one "
                           f"of llc, l2")
-    if pr.eager_rounds < 0:
-        raise ConfigError(f"profile.eager_rounds is {pr.eager_rounds}; it counts forwards "
-                          f"(0: no comparison with eager)")
     if pr.estimator not in ESTIMATORS:
         raise ConfigError(f"profile.estimator '{pr.estimator}' is not one of "
                           f"{', '.join(ESTIMATORS)}")
@@ -139,7 +131,7 @@ def params(cfg: DictConfig) -> Params:
                   llc_bytes=pf.llc_bytes, llc_assoc=pf.llc_assoc, l2_bytes=pf.l2_bytes,
                   l2_assoc=pf.l2_assoc, valgrind_last_level=pr.valgrind_last_level,
                   valgrind_warm=pr.valgrind_warm, host=host_cpu(),
-                  reuse_memory=pr.reuse_memory, eager_rounds=pr.eager_rounds)
+                  reuse_memory=pr.reuse_memory)
 
 
 def reuse_freed_memory() -> str:
@@ -286,44 +278,6 @@ def timing_run(engine, markers, inp: Program, args: list[np.ndarray], warmup: in
     return rows, summary
 
 
-def eager_comparison(call: Callable[[], Any], module: torch.nn.Module, inputs: list[Any],
-                     rounds: int, min_time_s: float = 0.0) -> dict[str, Any]:
-    """The CPU-only program every speedup divides by, against PyTorch eager on the same
-    tensors: a forward of each (``call``, the timed program; ``module`` on ``inputs``, no
-    autograd) alternately, after one of each: ``rounds`` times, and more until the program's
-    add up to ``min_time_s`` (at most ``MAX_REPETITIONS``). On one thread, as the lowered
-    program runs; each timed from outside (eager's dispatch included). The medians, their
-    ratio, and the quartiles of the ratios of the rounds' pairs (how far it moves). A
-    speedup over a host program slower than eager is inflated by this ratio. The module's
-    buffers are restored after each forward, outside the timed region."""
-    import torch  # here: a build with nothing to do imports no torch (tests/test_install.py)
-
-    from pimbuild.frontend import kept_buffers
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    lowered, eager = [], []
-    try:
-        with torch.no_grad():
-            while len(lowered) <= rounds or (sum(lowered[1:]) < min_time_s
-                                              and len(lowered) <= MAX_REPETITIONS):
-                t = time.perf_counter()
-                call()
-                lowered.append(time.perf_counter() - t)
-                with kept_buffers(module):
-                    t = time.perf_counter()
-                    module(*inputs)
-                    eager.append(time.perf_counter() - t)
-    finally:
-        torch.set_num_threads(threads)
-    lo, ea = np.array(lowered[1:]), np.array(eager[1:])
-    r25, r75 = np.percentile(lo / ea, [25, 75])
-    return {"rounds": len(lo), "threads": 1, "lowered_median_s": float(np.median(lo)),
-            "eager_median_s": float(np.median(ea)),
-            "ratio": float(np.median(lo) / np.median(ea)),
-            "ratio_p25": float(r25), "ratio_p75": float(r75)}
-
-
 def write_csv(path: Path, columns: list[str], rows: list[dict]) -> None:
     with path.open("w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=columns, extrasaction="ignore")
@@ -410,9 +364,6 @@ def profile(program: Program, p: Params, b_cpu_gbps: float, out: Path) -> None:
                                p.estimator, p.min_time_s)
     write_csv(out / "timing.csv", TIMING_COLUMNS, rows)
     lap("timing")
-    eager = compare_with_eager(engine, program, args, p.eager_rounds, p.min_time_s)
-    markers.reset()
-    lap("eager")
     counter_run = CounterRun(engine, markers, program, args, p, out)
     backend, why = choose_backend(counter_run)
     log.info("counter backend: %s (%s)", backend, why)
@@ -423,22 +374,4 @@ def profile(program: Program, p: Params, b_cpu_gbps: float, out: Path) -> None:
     (out / "profile.json").write_text(json.dumps(
         {**summary, "counter_backend": backend, "counter_backend_reason": why,
          "requested_backend": p.backend, "program": loaded, "memory": memory,
-         "eager": eager, "cpu": p.host, "seconds": seconds}, indent=2) + "\n")
-
-
-def compare_with_eager(engine, program: Program, args: list[np.ndarray], rounds: int,
-                       min_time_s: float) -> dict[str, Any] | None:
-    """``eager_comparison`` of the timed program with the model's eager forward, on the
-    tensors ``args`` were made from; None at 0 rounds."""
-    from pimbuild import frontend, jit
-
-    if rounds == 0:
-        return None
-    recipe = frontend.materialized_recipe(program.model, program.signature)
-    call, _ = jit.prepare(engine, program.signature["function"], args,
-                          program.signature["outputs"])
-    eager = eager_comparison(call, recipe.module, list(recipe.inputs.values()), rounds,
-                             min_time_s)
-    log.info("CPU-only program / PyTorch eager forward: %.2f (one thread, median of %d "
-             "alternate rounds)", eager["ratio"], eager["rounds"])
-    return eager
+         "cpu": p.host, "seconds": seconds}, indent=2) + "\n")

@@ -2,7 +2,8 @@
 
 For the decided placement: ``T_hybrid`` by eq. 9 with ``T_copy`` under both built-in copy
 models (the configured one enters ``T_hybrid``), ``N_region`` and the speedup over CPU-only
-(and over PyTorch eager, from profile's comparison of the two forwards: ``over_eager``);
+(and over PyTorch eager, from the ``eager`` stage's comparison of the two forwards:
+``over_eager``);
 the target's baseline policies under the same model; per nest the ground truth (does
 offloading it alone beat keeping it?) and the policy's agreement with it; and the speedups
 of the policy and the baselines over ``sim.cores_sweep`` (re-deciding at each size, since the
@@ -26,7 +27,7 @@ from pimbuild.policies import PolicyContext
 from pimbuild.stage import Inputs
 
 NAME = "simulate"
-READS = ("extract", "profile", "calibrate", "decide", "reinsert")
+READS = ("extract", "profile", "eager", "calibrate", "decide", "reinsert")
 WRITES = ("report.json", "report.md")
 
 
@@ -99,7 +100,7 @@ def sweep(ctx: PolicyContext, sizes: tuple[int, ...]) -> list[dict[str, Any]]:
 
 def over_eager(speedup: float, eager: dict[str, Any] | None) -> dict[str, Any] | None:
     """The speedup over PyTorch eager's forward on the host: the speedup over CPU-only
-    divided by the CPU-only / eager ratio ``profile`` measured (``eager_comparison``), with
+    divided by the CPU-only / eager ratio the ``eager`` stage measured, with
     that ratio; None where it was not measured."""
     if not eager:
         return None
@@ -165,6 +166,7 @@ def run(inputs: Inputs, p: Params, out: Path) -> None:
     info = json.loads((inputs["profile"] / "profile.json").read_text())
     report = simulate(ctx, json.loads((inputs["decide"] / "decisions.json").read_text()),
                       json.loads((inputs["reinsert"] / "reinsert.json").read_text()),
-                      info["counter_backend"], p.cores_sweep, info.get("eager"))
+                      info["counter_backend"], p.cores_sweep,
+                      json.loads((inputs["eager"] / "eager.json").read_text())["comparison"])
     (out / "report.json").write_text(json.dumps(report, indent=2) + "\n")
     p.decide.target.render(report, out)

@@ -20,8 +20,8 @@ from pimbuild.stage import Inputs
 # Pipeline order of every stage name. The default pipeline's stage is the module
 # pimbuild.<name>; a target may name its own modules for some stages and leave others out
 # (its ``pipeline``: stage -> module, docs/design.md §1, §5).
-STAGES = ("lower", "extract", "runtime", "calibrate", "instrument", "profile", "decide",
-          "reinsert", "simulate")
+STAGES = ("lower", "extract", "runtime", "calibrate", "instrument", "profile", "eager",
+          "decide", "reinsert", "simulate")
 
 
 def pipeline(system: str = "pim") -> dict[str, str]:

@@ -14,9 +14,10 @@ import torch
 
 from pimbuild import frontend, jit, lower
 from pimbuild.counters.footprint import footprint_counts
+from pimbuild.eager import eager_comparison
 from pimbuild.errors import StageError
 from pimbuild.instrument import ENTER, EXIT, FORWARD_REGION
-from pimbuild.profile import eager_comparison, nest_candidates
+from pimbuild.profile import nest_candidates
 from pimbuild.runtime import LIBRARY, Markers, compiler
 from tests.conftest import artifact_dir, candidates, make_cfg
 
@@ -54,7 +55,7 @@ def test_profile_loads_the_object_instrument_compiled(run_build, monkeypatch) ->
                  "targets=[profile]"]
     linked = _profile_json(run_build(overrides))
     assert linked["program"] == "forward.o linked as a shared library"
-    assert set(linked["seconds"]) == {"load", "arguments", "timing", "eager", "counters"}
+    assert set(linked["seconds"]) == {"load", "arguments", "timing", "counters"}
 
     def refused(*args):
         raise OSError("cannot make segment writable for relocation")
@@ -278,11 +279,11 @@ def test_eager_comparison_times_both_and_keeps_the_buffers() -> None:
 
 
 def test_eager_rounds_must_count(tmp_path: Path) -> None:
-    from pimbuild import profile
+    from pimbuild import eager
     from pimbuild.errors import ConfigError
 
     with pytest.raises(ConfigError, match="profile.eager_rounds is -1"):
-        profile.params(make_cfg(tmp_path, ["profile.eager_rounds=-1"]))
+        eager.params(make_cfg(tmp_path, ["profile.eager_rounds=-1"]))
 
 
 def test_calibrate_measures_b_cpu_through_the_lowered_kernel(run_build) -> None:

@@ -23,8 +23,8 @@ from tests.conftest import REPO, artifact_dir, run_cli
 
 SMALL = ["model=relu", "model.size.n=4096", "profile.backend=timer", "profile.repetitions=3",
          "platform.calibration_mib=16", "platform.calibration_max_spread=0.5"]
-ALL = ["lower", "extract", "runtime", "calibrate", "instrument", "profile", "decide",
-       "reinsert", "simulate"]
+ALL = ["lower", "extract", "runtime", "calibrate", "instrument", "profile", "eager",
+       "decide", "reinsert", "simulate"]
 
 
 def _report(result) -> dict:
