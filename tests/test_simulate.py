@@ -40,7 +40,7 @@ def test_streaming_kernel_offloaded_whole(run_build) -> None:
     assert "call @pim_offload_begin" in hybrid and "call @pim_offload_end" in hybrid
 
 
-def test_speedup_over_eager_from_the_profiled_comparison(run_build) -> None:
+def test_speedup_over_eager_from_the_eager_stage(run_build) -> None:
     """The eager stage times the CPU-only program against eager; the report divides the
     speedup by their ratio, and says so in report.md. Without the comparison there is no
     such number, and changing it times nothing else again."""
