@@ -67,13 +67,13 @@ def forward_ratio(model: str, calibrate_dir: Path | None, rounds: int = 10,
     """Lowered forward (scf.mlir compiled with the default code generation, no markers; the
     register-blocking factor ``block``, else the config's, else the one calibrate chose on
     this host) and PyTorch eager on one thread, timed alternately in this process by the
-    eager stage's ``eager_comparison``: medians, their ratio and its quartiles.
+    eager stage's ``against_eager``: medians, their ratio and its quartiles.
     ``overrides``: more config overrides (``model.recipe=...``)."""
     from hydra import compose, initialize_config_module
 
-    from pimbuild import frontend, instrument, jit, lower
+    from pimbuild import instrument, jit, lower
     from pimbuild.cli import CONFIG_MODULE
-    from pimbuild.eager import eager_comparison
+    from pimbuild.eager import against_eager
     from pimbuild.profile import reuse_freed_memory
 
     with initialize_config_module(config_module=CONFIG_MODULE, version_base="1.3"):
@@ -86,10 +86,7 @@ def forward_ratio(model: str, calibrate_dir: Path | None, rounds: int = 10,
         lower.lower(p, out, out / "failure")
         signature = json.loads((out / "signature.json").read_text())
         engine = jit.compile_scf(out / "scf.mlir", out / "failure", block)
-    args, _ = frontend.materialize(p.model, signature)
-    recipe = frontend.materialized_recipe(p.model, signature)
-    call, _ = jit.prepare(engine, signature["function"], args, signature["outputs"])
-    r = eager_comparison(call, recipe.module, list(recipe.inputs.values()), rounds)
+    r = against_eager(engine, p.model, signature, rounds)
     return {"model": model, "lowered_ms": r["lowered_median_s"] * 1e3,
             "eager_ms": r["eager_median_s"] * 1e3, "ratio": r["ratio"],
             "ratio_p25": r["ratio_p25"], "ratio_p75": r["ratio_p75"], "register_block": block}

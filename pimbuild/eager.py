@@ -70,21 +70,29 @@ def run(inputs: Inputs, p: Params, out: Path) -> None:
 def compare(program: Program, p: Params) -> dict[str, Any]:
     """``eager_comparison`` of the instrumented forward with the model's eager forward, on
     the tensors the forward's arguments were made from."""
-    from pimbuild import frontend, jit
     from pimbuild.runtime import LIBRARY, Markers
 
     memory = memory_state(p.reuse_memory)
     markers = Markers(program.runtime_dir / LIBRARY)
     engine, loaded = load_program(program, markers)
-    args, _ = frontend.materialize(program.model, program.signature)
-    recipe = frontend.materialized_recipe(program.model, program.signature)
-    call, _ = jit.prepare(engine, program.signature["function"], args,
-                          program.signature["outputs"])
-    comparison = eager_comparison(call, recipe.module, list(recipe.inputs.values()),
-                                  p.rounds, p.min_time_s)
+    comparison = against_eager(engine, program.model, program.signature, p.rounds,
+                               p.min_time_s)
     log.info("CPU-only program / PyTorch eager forward: %.2f (one thread, median of %d "
              "alternate rounds)", comparison["ratio"], comparison["rounds"])
     return {**comparison, "program": loaded, "memory": memory}
+
+
+def against_eager(engine, model: ModelParams, signature: dict[str, Any], rounds: int,
+                  min_time_s: float = 0.0) -> dict[str, Any]:
+    """``eager_comparison`` of the compiled forward ``engine`` with the model's eager forward,
+    on the tensors ``materialize`` made its arguments from."""
+    from pimbuild import frontend, jit
+
+    args, _ = frontend.materialize(model, signature)
+    recipe = frontend.materialized_recipe(model, signature)
+    call, _ = jit.prepare(engine, signature["function"], args, signature["outputs"])
+    return eager_comparison(call, recipe.module, list(recipe.inputs.values()), rounds,
+                            min_time_s)
 
 
 def eager_comparison(call: Callable[[], Any], module: torch.nn.Module, inputs: list[Any],
