@@ -48,7 +48,7 @@ def test_speedup_over_eager_from_the_eager_stage(run_build) -> None:
     r = _report(result)
     eager = json.loads((artifact_dir(result, "eager") / "eager.json").read_text())["comparison"]
     assert eager["rounds"] >= 10 and eager["threads"] == 1
-    assert eager["ratio"] == pytest.approx(eager["lowered_median_s"] / eager["eager_median_s"])
+    assert eager["ratio_p25"] <= eager["ratio"] <= eager["ratio_p75"]
     over = r["over_eager"]
     assert over["cpu_only_over_eager"] == eager["ratio"]
     assert over["speedup"] == pytest.approx(r["speedup"] / eager["ratio"])
