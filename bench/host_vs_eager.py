@@ -4,8 +4,8 @@ eager, for each shipped PIM model at its default size, on this host.
     .venv/bin/python bench/host_vs_eager.py [model ...] [--json out.json]
 
 Each model is built in one fresh store (counters from ``footprint``: the comparison does not
-need them) and its report read: the profile stage's ``eager`` comparison (the timed forward
-and eager's, alternately, one thread; ``profile.eager_comparison``) and the speedup over
+need them) and its report read: the ``eager`` stage's comparison (the timed forward and
+eager's, alternately, one thread; ``eager.eager_comparison``) and the speedup over
 CPU-only and over eager at ``pim.cores`` 128. A ratio above 1 is a model whose host program
 is slower than eager, so its speedup over CPU-only is inflated by that much.
 """
