@@ -86,6 +86,20 @@ def test_unknown_point_is_one_config_error_before_anything_builds(tmp_path, stor
     assert not store.exists()
 
 
+def test_fig3_errors_are_geometric_and_say_so() -> None:
+    """Half and twice the paper's value are the same error (100%), as in the fit; the
+    table's signed error_pct is the plain ratio (-50%, +100%)."""
+    from pimbuild.experiments import fig3
+
+    rows = [fig3._row("relu", "speedup@32", 3.15, 6.3), fig3._row("relu", "speedup@128", 14.6, 7.3),
+            fig3._row("relu", "speedup@64", 2.0, None)]  # the paper states no value here
+    assert [r["error_pct"] for r in rows[:2]] == [pytest.approx(-50), pytest.approx(100)]
+    e = fig3.errors(rows)["speedup fit"]
+    assert e["points"] == 2
+    assert e["mean_abs_pct"] == pytest.approx(100) and e["max_abs_pct"] == pytest.approx(100)
+    assert fig3.summary(rows)[-1] == fig3.ERRORS_NOTE
+
+
 def test_fig3_rows_match_each_points_report(tmp_path, store) -> None:
     with initialize_config_module(config_module=CONFIG_MODULE, version_base="1.3"):
         cfg, over = _compose(store, "+experiment=fig3", "experiment.only=[relu]",

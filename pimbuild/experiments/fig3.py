@@ -68,9 +68,15 @@ def errors(rows: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
     return out
 
 
+# What the summary's errors are, since the table's ``error_pct`` is another measure.
+ERRORS_NOTE = ("errors above are geometric, as the fit reports them: exp(mean |ln(pimbuild / "
+               "paper)|) - 1, so half and twice the paper's value are both 100%; the table's "
+               "error_pct is pimbuild / paper - 1")
+
+
 def summary(rows: list[dict[str, Any]]) -> list[str]:
-    return [f"{name}: {e['points']} points, mean abs error {e['mean_abs_pct']:.1f}%, "
-            f"max {e['max_abs_pct']:.0f}%" for name, e in errors(rows).items()]
+    return [*(f"{name}: {e['points']} points, mean abs error {e['mean_abs_pct']:.1f}%, "
+              f"max {e['max_abs_pct']:.0f}%" for name, e in errors(rows).items()), ERRORS_NOTE]
 
 
 def plot(rows: list[dict[str, Any]], path: Path) -> None:
