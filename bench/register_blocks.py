@@ -26,6 +26,7 @@ import numpy as np
 import torch
 from common import write_json
 from hydra import compose, initialize_config_module
+from hydra.errors import MissingConfigException
 from rich.table import Table
 
 from pimbuild import calibrate, frontend, jit, lower
@@ -73,14 +74,32 @@ def factors_against_eager(model: str, blocks: list[int], rounds: int) -> dict:
     return {"eager_ms": float(np.median(eager)) * 1e3, "blocks": rows}
 
 
+def positive_ints(text: str) -> list[int]:
+    """``--blocks``: comma-separated factors, each at least 1."""
+    try:
+        values = [int(v) for v in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not comma-separated integers: {text!r}") from None
+    if min(values) < 1:
+        raise argparse.ArgumentTypeError(f"a factor is at least 1: {text!r}")
+    return values
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--blocks", default="2,4,8,16,32")
+    parser.add_argument("--blocks", type=positive_ints, default=[2, 4, 8, 16, 32])
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--models", default="llama7b,gptj6b")
     parser.add_argument("--json", type=Path, default=Path("outputs/bench/register_blocks.json"))
     args = parser.parse_args()
-    blocks = [int(b) for b in args.blocks.split(",")]
+    if args.rounds < 1:
+        parser.error("--rounds: at least 1")
+    blocks = args.blocks
+    for model in args.models.split(","):
+        try:
+            config([f"model={model}"])
+        except MissingConfigException:
+            parser.error(f"--models: no model config {model!r}")
     cpu = host_cpu()
     reuse_freed_memory()
     threads = torch.get_num_threads()
