@@ -104,8 +104,8 @@ def eager_comparison(call: Callable[[], Any], module: torch.nn.Module, inputs: l
     program runs; each timed from outside (eager's dispatch included). The two medians, and
     the ratio as the median of the rounds' own ratios (a round's two forwards ran back to
     back, under the same load) with its quartiles: how far it moves. A speedup over a host
-    program slower than eager is inflated by this ratio. The module's
-    buffers are restored after each forward, outside the timed region."""
+    program slower than eager is inflated by this ratio. The module's buffers are restored
+    after each forward, outside the timed region."""
     import torch  # here: a build with nothing to do imports no torch (tests/test_install.py)
 
     from pimbuild.frontend import kept_buffers
