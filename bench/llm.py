@@ -67,7 +67,7 @@ def forward_ratio(model: str, calibrate_dir: Path | None, rounds: int = 10,
     """Lowered forward (scf.mlir compiled with the default code generation, no markers; the
     register-blocking factor ``block``, else the config's, else the one calibrate chose on
     this host) and PyTorch eager on one thread, timed alternately in this process by the
-    eager stage's ``against_eager``: medians, their ratio and its quartiles.
+    eager stage's ``against_eager``: medians, and the rounds' own ratios' median and quartiles.
     ``overrides``: more config overrides (``model.recipe=...``)."""
     from hydra import compose, initialize_config_module
 
