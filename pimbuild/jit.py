@@ -49,9 +49,10 @@ def to_llvm(module: ir.Module, register_block: int, *, stage: str, failure_dir: 
     (``pimbuild.relayout``) and vector register tiles (``pimbuild.vectile``; neither at
     ``register_block`` 1, which leaves the host code as lowered), their packed panels
     (``pimbuild.panels``), loop interchange and register blocking (``pimbuild.codegen``),
-    f32 exp, tanh and erf as arithmetic (``pimbuild.vecmath``), C interfaces, bf16
+    f32 exp, tanh and erf as arithmetic and divisions by a constant as
+    multiplications (``pimbuild.vecmath``), C interfaces, bf16
     arithmetic as f32 (``mlir.EMULATE_BF16``), then the LLVM dialect. Returns how many
-    nests (ops) each of the first six rewrote. ``inspect`` sees the module after them,
+    nests (ops) each of the first seven rewrote. ``inspect`` sees the module after them,
     while its loops are still loops."""
     tiles = register_block > 1
     done = {"relaid_out_nests": relayout.relayout(module) if tiles else 0,
@@ -59,7 +60,8 @@ def to_llvm(module: ir.Module, register_block: int, *, stage: str, failure_dir: 
             "packed_nests": panels.packed(module),
             "interchanged_nests": codegen.interchange(module),
             "register_blocked_nests": codegen.register_block(module, register_block),
-            "vectorized_math_ops": vecmath.expand(module)}
+            "vectorized_math_ops": vecmath.expand(module),
+            "reciprocal_divisions": vecmath.reciprocals(module)}
     if inspect is not None:
         inspect(module)
     prepare_for_llvm(module)

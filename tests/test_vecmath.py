@@ -105,3 +105,65 @@ def test_host_code_generation_rewrites_them(tmp_path: Path) -> None:
     module = ir.Module.parse(UNARY.substitute(N=8, OP="exp"), ir.Context())
     done = jit.to_llvm(module, 1, stage="test", failure_dir=tmp_path / "failure")
     assert done["vectorized_math_ops"] == 1 and "llvm.intr.exp" not in str(module)
+
+
+DIVIDE = Template("""
+func.func @f(%x: memref<${N}x${T}>, %d: memref<1x${T}>, %y: memref<${N}x${T}>) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %n = arith.constant ${N} : index
+  %c = arith.constant ${C} : ${T}
+  %v = memref.load %d[%c0] : memref<1x${T}>
+  scf.for %i = %c0 to %n step %c1 {
+    %a = memref.load %x[%i] : memref<${N}x${T}>
+    %q = arith.divf %a, ${BY} fastmath<reassoc,contract> : ${T}
+    memref.store %q, %y[%i] : memref<${N}x${T}>
+  }
+  return
+}
+""")
+
+
+def divide(x: np.ndarray, c: str, tmp_path: Path, by: str = "%c", kind: str = "f32"
+           ) -> tuple[int, str, np.ndarray]:
+    """``x / c`` (``by="%v"``: by a value loaded at run time, 2) through ``reciprocals``."""
+    dtype = {"f32": np.float32, "f64": np.float64}[kind]
+    x = np.ascontiguousarray(x, dtype=dtype)
+    module = ir.Module.parse(DIVIDE.substitute(N=x.size, T=kind, C=c, BY=by), ir.Context())
+    done = vecmath.reciprocals(module)
+    text = str(module)
+    jit.prepare_for_llvm(module)
+    mlir.run_pipeline(module, jit.SCF_TO_LLVM, stage="test", failure_dir=tmp_path / "failure")
+    name = {"f32": "float32", "f64": "float64"}[kind]
+    (y,) = jit.invoke(ExecutionEngine(module, opt_level=3), "f", [x, np.full(1, 2, dtype)],
+                      [{"shape": [x.size], "dtype": name}])
+    return done, text, y
+
+
+def test_a_division_by_a_constant_multiplies_by_its_reciprocal(tmp_path: Path) -> None:
+    """GELU's x / sqrt(2) as torch-mlir writes it becomes x * (1 / sqrt(2)) rounded once, as
+    PyTorch computes it (within an ulp of the quotient); by a power of two it is exact."""
+    x = np.random.default_rng(0).standard_normal(10_000).astype(np.float32)
+    done, text, y = divide(x, "1.41421354", tmp_path)
+    assert done == 1 and "arith.divf" not in text
+    assert "arith.mulf" in text and "fastmath<reassoc,contract>" in text
+    assert np.array_equal(y, x * np.float32(1 / np.float64(np.float32(1.41421354))))
+    quotient = x / np.float32(1.41421354)
+    assert np.max(np.abs(y - quotient) / np.spacing(np.abs(quotient))) <= 1
+    done, _, y = divide(x, "4096.0", tmp_path)
+    assert done == 1 and np.array_equal(y, x / np.float32(4096))
+    done, _, y = divide(x.astype(np.float64), "3.0", tmp_path, kind="f64")
+    assert done == 1 and np.max(np.abs(y - x.astype(np.float64) / 3)) < 1e-15
+
+
+@pytest.mark.parametrize("c, by, divisor", [("0.0", "%c", 0.0), ("3.0e+38", "%c", 3.0e38),
+                                            ("0x7F800000", "%c", np.inf), ("3.0", "%v", 2.0)])
+def test_a_division_without_a_normal_reciprocal_stays_one(tmp_path: Path, c: str, by: str,
+                                                          divisor: float) -> None:
+    """By zero (inf, NaN as IEEE divides), by 3e38 (the reciprocal is subnormal), by inf,
+    and by a value known only at run time (2): left as divisions."""
+    x = np.array([1.0, -2.0, 0.0, 3.0e-30], np.float32)
+    done, text, y = divide(x, c, tmp_path, by=by)
+    assert done == 0 and "arith.divf" in text
+    with np.errstate(divide="ignore", invalid="ignore", under="ignore"):
+        assert np.array_equal(y, x / np.float32(divisor), equal_nan=True)
