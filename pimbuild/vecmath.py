@@ -154,14 +154,15 @@ FLOATS = {"f32": np.float32, "f64": np.float64}
 
 def _reciprocal(divisor: ir.Value) -> ir.Attribute | None:
     """1 / c as a constant of c's type, for ``divisor`` an f32 or f64 ``arith.constant`` c
-    whose reciprocal (rounded once, to that type) is a normal number; else None."""
+    whose reciprocal (computed in float64, then rounded to that type) is a normal number;
+    else None."""
     kind = FLOATS.get(str(divisor.type))
     defining = divisor.owner
     if kind is None or isinstance(defining, ir.Block) or defining.name != "arith.constant":
         return None
     c = ir.FloatAttr(defining.attributes["value"]).value
     with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
-        inverse = kind(1.0 / np.float64(c))  # in float64, then rounded once to c's type
+        inverse = kind(1.0 / np.float64(c))
     if not np.isfinite(inverse) or abs(inverse) < np.finfo(kind).tiny:
         return None
     return ir.FloatAttr.get(divisor.type, float(inverse))
