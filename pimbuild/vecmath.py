@@ -28,7 +28,9 @@ three here, before the LLVM dialect, into floating-point and integer arithmetic 
 reciprocal, as PyTorch's kernels compute GELU (``x * M_SQRT1_2``, where torch-mlir writes ``x
 / 1.41421354``): a vector division costs several multiplications' time, and LLVM keeps it
 without ``arcp`` (GELU's erf form ran at 1.17-1.37x eager's time with it on a Zen 5 EPYC VM).
-A power of two divides exactly as before; another divisor may move the result by an ulp.
+A power of two divides exactly as before; another divisor may move the result by an ulp
+(hardsigmoid's ``x / 6``, which ATen's kernel divides: ``tests/test_recipes.py`` compares
+its NaN exactly and its values to an ulp).
 
 Their multiplies, adds and subtracts carry ``fastmath<contract>`` (``CONTRACTED``), so that
 LLVM fuses Horner's steps into FMA where the host has it. Other types and other math ops keep
