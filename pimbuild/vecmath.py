@@ -45,6 +45,7 @@ from torch_mlir import ir
 from torch_mlir.dialects import arith, math
 
 from pimbuild import mlir
+from pimbuild.loops import owner
 
 LOG2E = 1.44269504088896341
 LN2_HI, LN2_LO = 0.693359375, -2.12194440e-4  # ln 2 = LN2_HI + LN2_LO; LN2_HI * n is exact
@@ -159,7 +160,7 @@ def _reciprocal(divisor: ir.Value) -> ir.Attribute | None:
     whose reciprocal (computed in float64, then rounded to that type) is a normal number;
     else None."""
     kind = FLOATS.get(str(divisor.type))
-    defining = divisor.owner
+    defining = owner(divisor)
     if kind is None or isinstance(defining, ir.Block) or defining.name != "arith.constant":
         return None
     c = ir.FloatAttr(defining.attributes["value"]).value
