@@ -40,9 +40,10 @@ def config(overrides: list[str]):
         return compose("config", overrides=overrides)
 
 
-def factors_against_eager(model: str, blocks: list[int], rounds: int) -> dict:
-    """The layer compiled at each of ``blocks``, all timed alternately with eager."""
-    p = lower.params(config([f"model={model}"]))
+def factors_against_eager(cfg, blocks: list[int], rounds: int) -> dict:
+    """The model ``cfg`` names compiled at each of ``blocks``, all timed alternately with
+    eager."""
+    p = lower.params(cfg)
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         lower.lower(p, work, work / "failure")
@@ -95,9 +96,10 @@ def main() -> None:
     if args.rounds < 1:
         parser.error("--rounds: at least 1")
     blocks = args.blocks
+    configs = {}
     for model in args.models.split(","):
         try:
-            config([f"model={model}"])
+            configs[model] = config([f"model={model}"])
         except MissingConfigException:
             parser.error(f"--models: no model config {model!r}")
     cpu = host_cpu()
@@ -105,13 +107,13 @@ def main() -> None:
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        layers = {m: factors_against_eager(m, blocks, args.rounds)
-                  for m in args.models.split(",")}
+        layers = {m: factors_against_eager(cfg, blocks, args.rounds)
+                  for m, cfg in configs.items()}
     finally:
         torch.set_num_threads(threads)
     with tempfile.TemporaryDirectory() as tmp:
         search = calibrate.search_register_block(
-            tuple(blocks), config([]).platform.calibration_mib, Path(tmp))
+            tuple(blocks), next(iter(configs.values())).platform.calibration_mib, Path(tmp))
     chosen = search["value"]
     table = Table(title=f"decode layers at each register-blocking factor ({cpu})")
     for col in ("model", "factor", "lowered ms", "ratio to eager", "quartiles", "search ms"):
