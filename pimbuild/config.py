@@ -307,6 +307,10 @@ RANGES: dict[str, tuple[Any, ...]] = {
     "serve.stall_s": (">=", 0),
     "serve.splits": (">=", 1),
 }
+# Lists that mean nothing empty: what calibrate's search times, the stages to build, the
+# counter backends ``auto`` tries (``sim.cores_sweep`` may be empty: the build's own
+# ``pim.cores`` is always simulated).
+NONEMPTY = ("lowering.register_block_candidates", "targets", "profile.auto")
 # The same ranges for every device of the catalogue (device.<name>.<field>).
 DEVICE_RANGES: dict[str, tuple[str, float]] = {
     "fp32_tflops": (">", 0), "bf16_tflops": (">", 0), "mem_gbps": (">", 0),
@@ -317,12 +321,17 @@ DEVICE_RANGES: dict[str, tuple[str, float]] = {
 
 def validate(cfg: Any) -> None:
     """Raise a ConfigError for the first value outside its range (or not finite), e.g.
-    ``pim.cores must be >= 1 (got -4)``."""
+    ``pim.cores must be >= 1 (got -4)``, or the first list of ``NONEMPTY`` that is empty."""
     import math
 
     from omegaconf import OmegaConf
 
     from pimbuild.errors import ConfigError
+
+    for path in NONEMPTY:
+        value = OmegaConf.select(cfg, path, throw_on_missing=False)
+        if OmegaConf.is_list(value) and len(value) == 0:
+            raise ConfigError(f"{path} is empty: name at least one")
 
     devices = OmegaConf.select(cfg, "device", throw_on_missing=False) or {}
     ranges = {**RANGES, **{f"device.{d}.{k}": r for d in devices

@@ -249,6 +249,10 @@ def test_missing_recipe_module(run_build, store: Path) -> None:
     ("profile.repetitions=0", r"profile.repetitions must be >= 1"),
     ("platform.b_mem_gbps=inf", r"platform.b_mem_gbps must be > 0 \(got inf\)"),
     ("sim.cores_sweep=[32,-1]", r"sim.cores_sweep must be >= 1 \(got -1\)"),
+    ("lowering.register_block_candidates=[]",
+     r"lowering.register_block_candidates is empty: name at least one"),
+    ("targets=[]", r"targets is empty"),
+    ("profile.auto=[]", r"profile.auto is empty"),
 ])
 def test_out_of_range_number_fails_before_any_stage(run_build, store: Path, override: str,
                                                     message: str) -> None:
