@@ -239,6 +239,13 @@ def test_missing_recipe_module(run_build, store: Path) -> None:
     assert store_entries(store) == []
 
 
+def test_recipe_in_a_module_without_source(run_build, store: Path) -> None:
+    with pytest.raises(ConfigError, match=r"model.recipe 'os:getcwd' cannot be found: module "
+                                          r"'os' has no source file \(frozen\)"):
+        run_build(["model=relu", "model.recipe=os:getcwd"])
+    assert store_entries(store) == []
+
+
 @pytest.mark.parametrize(("override", "message"), [
     ("pim.cores=-4", r"pim.cores must be >= 1 \(got -4\)"),
     ("pim.cores=0", r"pim.cores must be >= 1 \(got 0\)"),
