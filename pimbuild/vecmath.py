@@ -22,7 +22,8 @@ three here, before the LLVM dialect, into floating-point and integer arithmetic 
 - ``erf``: ``x P(x^2)`` for ``|x| < 1``, a polynomial in ``|x| - 2.46`` up to 3.92 and 1 past
   it (``ERF_POLY``, ``ERF_FAR_POLY``): only multiply-adds, where ``1 - e^(-x^2) R(1 / (1 +
   |x| / 2))`` past 1 cost an exp and a division per element (GELU's erf form ran at 2.2x
-  eager's time).
+  eager's time). Both polynomials run on every element; one Horner chain with coefficients
+  chosen per lane ran 5-10% slower (docs/measurements/erf_epyc.md).
 
 ``reciprocals`` also turns a division by a float constant into a multiplication by its
 reciprocal, as PyTorch's kernels compute GELU (``x * M_SQRT1_2``, where torch-mlir writes ``x
