@@ -10,10 +10,10 @@ through the PIM pipeline and through ``system=gpus devices=[a100,l40s]``. A row 
 status and the check against eager, or the one ``error:`` line; the models in ``REFUSED``
 must be refused by class at ``lower`` (an FFT, control flow on values, an input
 written in place, an output that is not a tensor or is returned twice, random draws, int8
-arithmetic torch-mlir crashes on), every other
-one must build and match eager. Writes outputs/bench/op_classes.md and exits 1 when a row
-is not what it should be. The cases that found bugs are also tests (tests/odd_recipes.py,
-tests/bad_recipes.py).
+arithmetic torch-mlir crashes on, a result shape that depends on values, an op with
+side effects), every other one must build and match eager. Writes
+outputs/bench/op_classes.md and exits 1 when a row is not what it should be. The cases that
+found bugs are also tests (tests/odd_recipes.py, tests/bad_recipes.py).
 """
 
 from __future__ import annotations
@@ -282,6 +282,60 @@ class RWKVTimeMix(nn.Module):
         return torch.stack(outs)
 
 
+class _DictOut(nn.Module):
+    def forward(self, x):
+        return {"a": x + 1, "b": x * 2}
+
+
+class _WeightNorm(nn.Module):
+    def __init__(self, n: int) -> None:
+        super().__init__()
+        self.lin = nn.utils.parametrizations.weight_norm(nn.Linear(n, n))
+
+    def forward(self, x):
+        return self.lin(x)
+
+
+class _CausalDecoder(nn.Module):
+    def __init__(self, n: int) -> None:
+        super().__init__()
+        self.layer = nn.TransformerDecoderLayer(n, 4, 2 * n, dropout=0.0, batch_first=True)
+
+    def forward(self, x, memory):
+        mask = nn.Transformer.generate_square_subsequent_mask(x.shape[1])
+        return self.layer(x, memory, tgt_mask=mask, tgt_is_causal=True)
+
+
+class _PatchEmbed(nn.Module):
+    """ViT's stem: strided conv, a class token concatenated, position embedding, LayerNorm."""
+
+    def __init__(self, d: int = 32) -> None:
+        super().__init__()
+        self.proj, self.norm = nn.Conv2d(3, d, 4, stride=4), nn.LayerNorm(d)
+        self.cls = nn.Parameter(torch.randn(1, 1, d))
+        self.pos = nn.Parameter(torch.randn(1, 17, d))
+
+    def forward(self, x):
+        p = self.proj(x).flatten(2).transpose(1, 2)
+        return self.norm(torch.cat([self.cls.expand(x.shape[0], -1, -1), p], 1) + self.pos)
+
+
+def _alibi(q, k, v):
+    """ALiBi: per-head linear distance bias, causal mask by masked_fill."""
+    n = q.shape[-2]
+    slopes = 2.0 ** (-torch.arange(1, q.shape[1] + 1, dtype=torch.float32))
+    bias = -(torch.arange(n)[None, :] - torch.arange(n)[:, None]).abs().float()
+    mask = torch.ones(n, n, dtype=torch.bool).tril()
+    s = q @ k.transpose(-1, -2) / 4 + slopes[:, None, None] * bias
+    return torch.softmax(s.masked_fill(~mask, float("-inf")), -1) @ v
+
+
+def _log_scan(a, b):
+    """A linear recurrence h_t = a_t h_(t-1) + b_t as cumulative sums in log space."""
+    la = torch.cumsum(torch.log(a), 1)
+    return torch.exp(la) * torch.cumsum(b * torch.exp(-la), 1)
+
+
 BUILDERS = {
     "embedding": lambda n: _r(nn.Sequential(nn.Embedding(100, n), nn.Linear(n, n)),
                               ids=torch.randint(0, 100, (4, 8))),
@@ -445,6 +499,36 @@ BUILDERS = {
     "dlrm_bags": lambda n: _r(nn.EmbeddingBag(100, n, mode="sum"),
                               input=torch.randint(0, 100, (12,)),
                               offsets=torch.tensor([0, 3, 3, 7])),
+    # 2026-12-04: a second batch, none of which needed a change
+    "bf16_module": lambda n: _r(nn.Linear(n, n).bfloat16(), x=torch.randn(2, n).bfloat16()),
+    "float16_module": lambda n: _r(nn.Linear(n, n).half(), x=torch.randn(2, n).half()),
+    "dict_output": lambda n: _r(_DictOut(), x=torch.randn(n)),
+    "weight_norm": lambda n: _r(_WeightNorm(n), x=torch.randn(2, n)),
+    "causal_decoder": lambda n: _r(_CausalDecoder(n).eval(), x=torch.randn(1, 6, n),
+                                   memory=torch.randn(1, 5, n)),
+    "patch_embed": lambda n: _r(_PatchEmbed(), x=torch.randn(2, 3, n, n)),
+    "alibi": lambda n: _r(_alibi, q=torch.randn(1, 4, n, 16), k=torch.randn(1, 4, n, 16),
+                          v=torch.randn(1, 4, n, 16)),
+    "log_scan": lambda n: _r(_log_scan, a=torch.rand(2, n) * 0.5 + 0.5, b=torch.randn(2, n)),
+    "unfold_pads": lambda n: _r(lambda x: (F.unfold(x, 3, padding=1),
+                                           F.pad(x, (2, 2, 1, 1), mode="reflect"),
+                                           F.pad(x[0], (1, 2), mode="circular")),
+                                x=torch.randn(1, 2, n, n)),
+    "bicubic": lambda n: _r(lambda x: F.interpolate(x, scale_factor=1.5, mode="bicubic"),
+                            x=torch.randn(1, 2, n, n)),
+    "scans_quantile": lambda n: _r(lambda x: (torch.cumprod(torch.tril(x), 1),
+                                              torch.logcumsumexp(x, 0),
+                                              torch.quantile(x, 0.3, dim=1)),
+                                   x=torch.rand(n, n)),
+    "scatter_amax": lambda n: _r(lambda x, i: torch.zeros(4).scatter_reduce(
+        0, i, x, "amax", include_self=False), x=torch.randn(n), i=torch.randint(0, 4, (n,))),
+    "bits_and_bools": lambda n: _r(lambda a, x: ((a << 2) ^ (a >> 1), (x > 0).any(1),
+                                                 torch.cumsum(x > 0, 0)),
+                                   a=torch.randint(0, 100, (n,), dtype=torch.int32),
+                                   x=torch.randn(n, 4)),
+    "masked_select": lambda n: _r(lambda x: torch.masked_select(x, x > 0), x=torch.randn(n)),
+    "linalg_inv": lambda n: _r(lambda x: torch.linalg.inv(x + 4 * torch.eye(4)),
+                               x=torch.randn(4, 4)),
 }
 REFUSED = {"fft": "aten.fft_rfft.default has no rule for complex tensors",
            "branch_on_values": "control flow depends on a tensor's values",
@@ -452,7 +536,9 @@ REFUSED = {"fft": "aten.fft_rfft.default has no rule for complex tensors",
            "none_output": "output 1 of the forward is a NoneType",
            "same_output_twice": "the same tensor as an earlier output",
            "randn_in_forward": "draws random numbers",
-           "int8_input": "crashed (SIG"}  # torch-mlir's conversion, in a child process
+           "int8_input": "crashed (SIG",
+           "masked_select": "depends on the values of its input",
+           "linalg_inv": "an op with side effects"}  # torch-mlir's conversion, in a child process
 N = 16  # model.size.n of every build
 
 
