@@ -1,7 +1,7 @@
 """Small models by class, none of them written for pimbuild: layers, op families, dtypes,
 input and output kinds a user's model may hold, and small architectures (a U-Net block, an
 MLP-Mixer, a mixture of experts, a graph network, Swin, ConvNeXt, MBConv, RWKV), through both
-targets (not a test; about 40 minutes).
+targets (not a test; about 45 minutes).
 
     .venv/bin/python bench/op_classes.py [--only gru,fft] [--no-gpus]
 
