@@ -80,8 +80,9 @@ def source_files(path: str) -> list[Path]:
     own = importlib.util.find_spec(module)
     if top is None or own is None or own.origin is None:
         raise ImportError(f"no module named '{module}'")
-    if not own.has_location:  # built in or frozen (``os``, ``math``): no source to hash
-        raise ImportError(f"module '{module}' has no source file ({own.origin})")
+    if not own.has_location or not Path(own.origin).is_file():  # built in (``sys``), frozen
+        # (``os``), or inside a zip archive: no source file whose change would rebuild
+        raise ImportError(f"module '{module}' has no source file on disk ({own.origin})")
     if not top.submodule_search_locations:
         return [Path(own.origin)]
     roots = {*map(Path, top.submodule_search_locations), Path(own.origin).parent}

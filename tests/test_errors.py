@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -239,10 +240,18 @@ def test_missing_recipe_module(run_build, store: Path) -> None:
     assert store_entries(store) == []
 
 
-def test_recipe_in_a_module_without_source(run_build, store: Path) -> None:
+def test_recipe_in_a_module_without_source(run_build, store: Path, tmp_path: Path,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(ConfigError, match=r"model.recipe 'os:getcwd' cannot be found: module "
-                                          r"'os' has no source file \(frozen\)"):
+                                          r"'os' has no source file on disk \(frozen\)"):
         run_build(["model=relu", "model.recipe=os:getcwd"])
+    archive = tmp_path / "zipped.zip"
+    with zipfile.ZipFile(archive, "w") as z:
+        z.writestr("zipped_recipe.py", "def build(n):\n    raise AssertionError\n")
+    monkeypatch.syspath_prepend(str(archive))
+    with pytest.raises(ConfigError, match=r"module 'zipped_recipe' has no source file on disk "
+                                          r"\(.*zipped.zip.zipped_recipe.py\)"):
+        run_build(["model=relu", "model.recipe=zipped_recipe:build"])
     assert store_entries(store) == []
 
 
@@ -261,7 +270,7 @@ def test_recipe_in_a_module_without_source(run_build, store: Path) -> None:
     ("targets=[]", r"targets is empty"),
     ("profile.auto=[]", r"profile.auto is empty"),
 ])
-def test_out_of_range_number_fails_before_any_stage(run_build, store: Path, override: str,
+def test_out_of_range_value_fails_before_any_stage(run_build, store: Path, override: str,
                                                     message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         run_build(["model=relu", override])
