@@ -114,6 +114,10 @@ class DeviceConfig:
     memory_gb: float = MISSING
     launch_us: float = MISSING  # per-kernel launch overhead
     price_per_hour: float = MISSING  # USD per GPU-hour: Perf/$
+    # What the fitted kernel-time model reads beside the above (pimbuild/gpus/kernelmodel.py)
+    sms: int = MISSING  # streaming multiprocessors
+    boost_mhz: float = MISSING  # boost clock
+    tdp_w: float = MISSING  # board power limit
 
 
 @dataclass
@@ -134,6 +138,7 @@ class GpusConfig:
     mip_gap: float = MISSING  # 0: proven optimal placements; else a relative gap to accept
     on_time_limit: str = MISSING  # error | best: fail, or keep the best placement and its gap
     period: int = MISSING  # layers planned jointly; the placement repeats every period layers
+    kernel_model: str | None = MISSING  # profile.backend=fitted: a fit's JSON (null: shipped)
 
 
 @dataclass
@@ -315,7 +320,7 @@ NONEMPTY = ("lowering.register_block_candidates", "targets", "profile.auto")
 DEVICE_RANGES: dict[str, tuple[str, float]] = {
     "fp32_tflops": (">", 0), "bf16_tflops": (">", 0), "mem_gbps": (">", 0),
     "l2_mb": (">=", 0), "memory_gb": (">", 0), "launch_us": (">=", 0),
-    "price_per_hour": (">", 0),
+    "price_per_hour": (">", 0), "sms": (">=", 1), "boost_mhz": (">", 0), "tdp_w": (">", 0),
 }
 
 

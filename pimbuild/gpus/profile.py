@@ -1,10 +1,17 @@
 """Stage ``profile`` of the GPU target: every kernel's time on every device.
 
-``profile.backend``: ``roofline`` (``pimbuild.gpus.roofline``, the default, also what ``auto``
-takes) or ``cuda`` (kernels timed on this machine's GPU, ``pimbuild.gpus.cuda``), refused with
-a clear error where ``torch.cuda.is_available()`` is false. Writes ``kernel_times.csv`` (one row
-per kernel, a time column per device) and ``profile.json`` with FluidGPU's Fig. 2 view: the
-share of kernels faster on the second device, by count and by time.
+``profile.backend``:
+
+- ``roofline`` (``pimbuild.gpus.roofline``, also what ``auto`` takes): the spec sheet's roofline;
+- ``fitted`` (``pimbuild.gpus.kernelmodel``): the kernel-time model fitted to measured times
+  (``gpus.kernel_model``: a fit's JSON, null for the shipped one), each kernel as the op that
+  stands for it (``ops.from_kernel``);
+- ``cuda`` (kernels timed on this machine's GPU, ``pimbuild.gpus.cuda``), refused with a clear
+  error where ``torch.cuda.is_available()`` is false.
+
+Writes ``kernel_times.csv`` (one row per kernel, a time column per device) and
+``profile.json`` with FluidGPU's Fig. 2 view: the share of kernels faster on the second
+device, by count and by time.
 """
 
 from __future__ import annotations
@@ -19,13 +26,14 @@ from omegaconf import DictConfig
 
 from pimbuild import targets
 from pimbuild.errors import ConfigError
+from pimbuild.gpus import ops
 from pimbuild.lower import ModelParams, model_params
 from pimbuild.stage import Inputs
 
 NAME = "profile"
 READS = ("extract",)
 WRITES = ("kernel_times.csv", "profile.json")
-BACKENDS = ("roofline", "cuda")
+BACKENDS = ("roofline", "fitted", "cuda")
 
 
 @dataclass(frozen=True)
@@ -33,6 +41,7 @@ class Params:
     backend: str
     target: Any  # the GpuTarget
     model: ModelParams | None  # the cuda backend runs the recipe; the roofline does not
+    kernel_model: str = ""  # the fitted backend's fit: path and content digest (the key)
 
 
 def params(cfg: DictConfig) -> Params:
@@ -40,8 +49,28 @@ def params(cfg: DictConfig) -> Params:
     if backend not in BACKENDS:
         raise ConfigError(f"profile.backend '{backend}' is not a kernel-time backend of "
                           f"system=gpus (choices: auto, {', '.join(BACKENDS)})")
-    return Params(backend=backend, target=targets.from_config(cfg),
+    target = targets.from_config(cfg)
+    fit = ""
+    if backend == "fitted":
+        from pimbuild.gpus import kernelmodel
+
+        path = kernelmodel.load(cfg.gpus.kernel_model).provenance.get("path", "")
+        fit = f"{path}@{kernelmodel.digest(path)}"
+        for d in target.devices:
+            ops.gpu_of(d)  # a device without the model's spec numbers: one error line
+    return Params(backend=backend, target=target, kernel_model=fit,
                   model=model_params(cfg) if backend == "cuda" else None)
+
+
+def fitted_times(data: dict[str, Any], p: Params) -> list[list[float]]:
+    """Seconds per kernel and device from the fitted model (``ops.from_kernel``)."""
+    from pimbuild.gpus import kernelmodel
+
+    model = kernelmodel.load(p.kernel_model.rpartition("@")[0])
+    floating = {b: info.get("float", False) for b, info in data["buffers"].items()}
+    found = [ops.from_kernel(k, floating, p.target.precision) for k in data["kernels"]]
+    columns = [model.predict(found, [ops.gpu_of(d)] * len(found)) for d in p.target.devices]
+    return [[float(c[i]) for c in columns] for i in range(len(found))]
 
 
 def times(inputs: Inputs, p: Params) -> tuple[Any, list[list[float]]]:
@@ -79,6 +108,8 @@ def run(inputs: Inputs, p: Params, out: Path) -> None:
     graph = ddg.build(data, data.get("layers", 1), p.target.float_scale)
     t = [[roofline.kernel_time(k, d, p.target) for d in p.target.devices]
          for k in graph.kernels]
+    if p.backend == "fitted":
+        t = fitted_times(data, p)
     measured: dict[str, Any] = {"measured": []}
     if p.backend == "cuda":
         from pimbuild.gpus import cuda

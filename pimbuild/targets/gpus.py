@@ -29,6 +29,9 @@ class Device:
     memory_gb: float
     launch_us: float
     price_per_hour: float
+    sms: int = 0  # what the fitted kernel-time model reads (0: not given)
+    boost_mhz: float = 0.0
+    tdp_w: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -59,7 +62,8 @@ class GpuTarget:
             raise ConfigError(f"devices {unknown} not in the device catalogue "
                               f"(choices: {', '.join(catalogue)})")
         g = {k: v for k, v in plain(cfg.gpus).items()
-             if k not in ("time_limit_s", "mip_gap", "on_time_limit", "period")}  # decide's
+             if k not in ("time_limit_s", "mip_gap", "on_time_limit", "period",  # decide's
+                          "kernel_model")}  # profile's
         if g["precision"] not in PRECISION_BYTES:
             raise ConfigError(f"gpus.precision '{g['precision']}' is not one of "
                               f"{', '.join(PRECISION_BYTES)}")

@@ -1,0 +1,248 @@
+"""The fitted kernel-time model: an op's time on a GPU from its work and the GPU's spec sheet,
+fitted to measured times (``pimbuild.gpus.kerneldata``) and judged on GPUs left out of the fit.
+
+Three predictors, each a function of an ``ops.Op`` and an ``ops.Gpu``:
+
+- ``roofline``: the spec roofline the GPU target used before (``pimbuild.gpus.roofline``):
+  ``launch + max(flops / (peak * eff_engine), bytes / (bw * eff_mem))`` at the config's
+  efficiencies (0.7 tensor, 0.5 CUDA cores, 0.8 memory, 2 us launch);
+- ``physics``: the same shape with fitted terms: a sustained efficiency per engine (tensor
+  cores, CUDA cores) and per memory access family (GEMM, elementwise, row reduction), a GEMM's
+  wave quantisation over the SMs (128x128 tiles), and a fixed per-kernel floor in SM cycles
+  (so it scales with the clock): ``floor_cycles / f + max(waves * t_c / e_c, t_m / e_m)``;
+  plus the measurement's own harness (NeuSight's times include eager dispatch; ``harness_us``);
+- ``fitted`` (the default): ``physics`` times a learned correction, ``exp(g(x))``, where ``g``
+  is a LightGBM regressor on log time ratios over features of the op and the spec sheet (work,
+  shapes, waves, working set over L2, the ridge point, SM count, clock, FP32 lanes per SM,
+  watts per TFLOP), with samples weighted so that every device and family counts alike. Its
+  prediction is never below the spec roofline's bound ``max(flops / peak, bytes / bw)``.
+
+A fit is a JSON file (``fit``, ``save``, ``load``); ``data/kernel_model.json`` is the shipped
+one, fitted on every measured device, with its provenance.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pimbuild.errors import ConfigError
+from pimbuild.gpus import kerneldata, ops
+
+SHIPPED = kerneldata.DATA / "kernel_model.json"
+FAMILIES = ("gemm", "elementwise", "reduction")
+HARNESS = {"neusight": "eager dispatch between the events", "vidur": "kernel time",
+           "ours": "kernel time", "": "kernel time"}
+# The software whose kernels a source timed: a feature of the learned part, since one
+# operator's kernels differ between libraries (Vidur's are vLLM's). Predictions for the
+# target are PyTorch eager's of today (``DEFAULT``).
+SOURCES = ("neusight", "vidur", "ours")
+DEFAULT = "ours"
+# The spec roofline's assumptions (conf/gpus/default.yaml): the baseline the fit replaces.
+ROOFLINE = {"tensor": 0.7, "cuda": 0.5, "memory": 0.8, "launch_us": 2.0}
+GBM_PARAMS = {"objective": "huber", "alpha": 0.3, "learning_rate": 0.05, "num_leaves": 31,
+              "min_data_in_leaf": 40, "feature_fraction": 0.8, "bagging_fraction": 0.8,
+              "bagging_freq": 1, "lambda_l2": 1.0, "verbose": -1, "num_threads": 2,
+              "seed": 0, "deterministic": True}
+ROUNDS = 400
+
+
+def bound(o: ops.Op, gpu: ops.Gpu) -> tuple[float, float]:
+    """(compute, memory) seconds at the spec sheet's peak rates."""
+    flops, moved = o.work()
+    peak = gpu.tensor_tflops if o.tensor else gpu.fp32_tflops
+    return flops / (peak * 1e12), moved / (gpu.mem_gbps * 1e9)
+
+
+def roofline(o: ops.Op, gpu: ops.Gpu) -> float:
+    """The spec roofline's seconds (the GPU target's previous kernel times)."""
+    t_c, t_m = bound(o, gpu)
+    eff = ROOFLINE["tensor"] if o.tensor else ROOFLINE["cuda"]
+    return ROOFLINE["launch_us"] * 1e-6 + max(t_c / eff, t_m / ROOFLINE["memory"])
+
+
+@dataclass
+class Physics:
+    """The fitted physical terms (see the module's docstring)."""
+    eff_compute: dict[str, float] = field(default_factory=lambda: {"tensor": 0.7,
+                                                                   "cuda": 0.5})
+    eff_memory: dict[str, float] = field(default_factory=lambda: dict.fromkeys(FAMILIES, 0.8))
+    floor_cycles: float = 4000.0
+    harness_us: dict[str, float] = field(default_factory=dict)
+
+    def seconds(self, o: ops.Op, gpu: ops.Gpu, source: str = "") -> float:
+        t_c, t_m = bound(o, gpu)
+        e_c = self.eff_compute["tensor" if o.tensor else "cuda"]
+        kernel = self.floor_cycles / (gpu.boost_mhz * 1e6) + max(
+            ops.waves(o, gpu) * t_c / e_c, t_m / self.eff_memory[o.family])
+        return kernel + self.harness_us.get(source, 0.0) * 1e-6
+
+
+def features(o: ops.Op, gpu: ops.Gpu, source: str = "") -> list[float]:
+    """The learned part's inputs (logs of positive quantities)."""
+    t_c, t_m = bound(o, gpu)
+    flops, moved = o.work()
+    lg = math.log
+    rows = o.b * o.m if o.op == "linear" else o.m if o.op == "bmm" else o.b
+    inner = o.n if o.op in ops.GEMMS else o.h
+    peak = gpu.tensor_tflops if o.tensor else gpu.fp32_tflops
+    return [FAMILIES.index(o.family), ops.OPS.index(o.op), float(o.tensor),
+            ops.DTYPE_BYTES[o.dtype], lg(flops + 1), lg(moved), lg(max(t_c, 1e-12)),
+            lg(t_m), lg(max(t_c, 1e-12) / t_m), lg(rows), lg(inner), lg(o.k),
+            lg(o.b if o.op == "bmm" else 1), ops.waves(o, gpu), lg(moved / (gpu.l2_mb * 2**20)),
+            lg(gpu.sms), lg(gpu.boost_mhz), gpu.lanes, lg(gpu.mem_gbps), lg(gpu.l2_mb),
+            lg(gpu.tdp_w / peak), lg(peak * 1e3 / gpu.mem_gbps),
+            float(SOURCES.index(source) if source in SOURCES else SOURCES.index(DEFAULT))]
+
+
+@dataclass
+class KernelModel:
+    physics: Physics
+    booster: Any = None  # a lightgbm.Booster; None: physics alone
+    provenance: dict[str, Any] = field(default_factory=dict)
+
+    def seconds(self, o: ops.Op, gpu: ops.Gpu, source: str = "") -> float:
+        return float(self.predict([o], [gpu], [source])[0])
+
+    def predict(self, found: list[ops.Op], gpus: list[ops.Gpu],
+                sources: list[str] | None = None) -> np.ndarray:
+        """Seconds per op (vectorised over the learned part)."""
+        sources = sources or [""] * len(found)
+        base = np.array([self.physics.seconds(o, g, s)
+                         for o, g, s in zip(found, gpus, sources, strict=True)])
+        floor = np.array([max(bound(o, g)) for o, g in zip(found, gpus, strict=True)])
+        if self.booster is None or not found:
+            return np.maximum(base, floor)
+        x = np.array([features(o, g, s) for o, g, s in zip(found, gpus, sources, strict=True)])
+        return np.maximum(base * np.exp(self.booster.predict(x)), floor)
+
+
+def _weights(rows: list[dict[str, Any]]) -> np.ndarray:
+    """1 / (rows of the same device and family): every device and family counts alike."""
+    counts: dict[tuple[str, str], int] = {}
+    for r in rows:
+        key = (r["device"], r["o"].family)
+        counts[key] = counts.get(key, 0) + 1
+    return np.array([1.0 / counts[(r["device"], r["o"].family)] for r in rows])
+
+
+def terms(found: list[ops.Op], gpus: list[ops.Gpu]) -> dict[str, np.ndarray]:
+    """Per op, what ``Physics`` combines: bound times, waves, clock, engine and family."""
+    b = np.array([bound(o, g) for o, g in zip(found, gpus, strict=True)])
+    return {"t_c": b[:, 0], "t_m": b[:, 1],
+            "waves": np.array([ops.waves(o, g) for o, g in zip(found, gpus, strict=True)]),
+            "hz": np.array([g.boost_mhz * 1e6 for g in gpus]),
+            "tensor": np.array([o.tensor for o in found]),
+            "family": np.array([FAMILIES.index(o.family) for o in found])}
+
+
+def fit_physics(rows: list[dict[str, Any]], gpus: dict[str, ops.Gpu]) -> Physics:
+    """Least squares in log time (soft-L1 loss) of the physical terms, weighted as above."""
+    from scipy.optimize import least_squares
+
+    sources = sorted({r["source"] for r in rows if HARNESS.get(r["source"]) != "kernel time"})
+    t = terms([r["o"] for r in rows], [gpus[r["device"]] for r in rows])
+    src = np.array([sources.index(r["source"]) if r["source"] in sources else -1
+                    for r in rows])
+    y = np.log(np.array([r["time_us"] * 1e-6 for r in rows]))
+    w = np.sqrt(_weights(rows))
+
+    def unpack(p: np.ndarray) -> Physics:
+        e = np.exp(p)
+        return Physics(eff_compute={"tensor": float(e[0]), "cuda": float(e[1])},
+                       eff_memory={f: float(v) for f, v in zip(FAMILIES, e[2:5], strict=True)},
+                       floor_cycles=float(e[5] * 1000),
+                       harness_us={s: float(v) for s, v in zip(sources, e[6:], strict=True)})
+
+    def residual(p: np.ndarray) -> np.ndarray:
+        e = np.exp(p)
+        e_c = np.where(t["tensor"], e[0], e[1])
+        e_m = e[2:5][t["family"]]
+        harness = np.where(src >= 0, np.append(e[6:], 0.0)[src], 0.0) * 1e-6
+        sec = e[5] * 1000 / t["hz"] + np.maximum(t["waves"] * t["t_c"] / e_c,
+                                                 t["t_m"] / e_m) + harness
+        return w * (np.log(sec) - y)
+
+    p0 = np.log([0.7, 0.5, 0.8, 0.8, 0.8, 4.0] + [5.0] * len(sources))
+    return unpack(least_squares(residual, p0, loss="soft_l1", f_scale=0.1).x)
+
+
+def fit(rows: list[dict[str, Any]], gpus: dict[str, ops.Gpu], learned: bool = True,
+        rounds: int = ROUNDS) -> KernelModel:
+    """Fit the physics, then (``learned``) the correction on its log residuals."""
+    rows = [r for r in rows if r["time_us"] > 0]
+    physics = fit_physics(rows, gpus)
+    model = KernelModel(physics)
+    if learned:
+        import lightgbm
+
+        found = [r["o"] for r in rows]
+        devs = [gpus[r["device"]] for r in rows]
+        srcs = [r["source"] for r in rows]
+        base = np.array([physics.seconds(o, g, s) for o, g, s in zip(found, devs, srcs,
+                                                                      strict=True)])
+        y = np.log(np.array([r["time_us"] * 1e-6 for r in rows]) / base)
+        x = np.array([features(o, g, s) for o, g, s in zip(found, devs, srcs, strict=True)])
+        data = lightgbm.Dataset(x, y, weight=_weights(rows) * len(rows), free_raw_data=True)
+        model.booster = lightgbm.train(GBM_PARAMS, data, num_boost_round=rounds)
+    model.provenance = {"devices": sorted({r["device"] for r in rows}), "rows": len(rows),
+                        "sources": sorted({r["source"] for r in rows}), "learned": learned}
+    return model
+
+
+def save(model: KernelModel, path: Path, extra: dict[str, Any] | None = None) -> None:
+    """The model as JSON (written whole, then renamed into place)."""
+    p = model.physics
+    data = {"provenance": {**model.provenance, **(extra or {})},
+            "physics": {"eff_compute": p.eff_compute, "eff_memory": p.eff_memory,
+                        "floor_cycles": p.floor_cycles, "harness_us": p.harness_us},
+            "booster": model.booster.model_to_string() if model.booster else None}
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=1) + "\n")
+    tmp.replace(path)
+
+
+_LOADED: dict[tuple[str, float], KernelModel] = {}
+
+
+def load(path: Path | None = None) -> KernelModel:
+    """A saved fit (the shipped one by default); a ConfigError naming the file otherwise."""
+    path = Path(path or SHIPPED)
+    try:
+        stamp = path.stat().st_mtime
+    except OSError as e:
+        raise ConfigError(f"kernel-time model {path}: {e.strerror}") from None
+    if (str(path), stamp) in _LOADED:
+        return _LOADED[(str(path), stamp)]
+    try:
+        data = json.loads(path.read_text())
+        physics = Physics(**data["physics"])
+        booster = None
+        if data.get("booster"):
+            import lightgbm
+
+            booster = lightgbm.Booster(model_str=data["booster"])
+    except (ValueError, KeyError, TypeError, lightgbm_error()) as e:
+        raise ConfigError(f"kernel-time model {path} is not a fit pimbuild-kernels wrote "
+                          f"({type(e).__name__}: {e}); refit with `pimbuild-kernels fit`") \
+            from None
+    model = KernelModel(physics, booster, {**data.get("provenance", {}), "path": str(path)})
+    _LOADED[(str(path), stamp)] = model
+    return model
+
+
+def lightgbm_error() -> type[Exception]:
+    import lightgbm
+
+    return lightgbm.basic.LightGBMError
+
+
+def digest(path: Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16]

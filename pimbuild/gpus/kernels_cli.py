@@ -1,0 +1,219 @@
+"""``pimbuild-kernels``: the GPU kernel-time model's command (docs/gpus.md).
+
+    pimbuild-kernels data --neusight DIR --vidur DIR --measured DIR [--out FILE]
+    pimbuild-kernels fit [--exclude L4,A40] [--out FILE]
+    pimbuild-kernels evaluate [--holdout L4,...] [--markdown FILE] [--json FILE]
+    pimbuild-kernels predict OPS.csv --device l40s [--config-dir DIR] [--out FILE]
+
+``data`` rebuilds the compact measured file from the public repositories (checkouts or bare
+clones); ``fit`` fits on it, leaving out ``--exclude``d GPUs, and writes the fit with its
+provenance and the held-out error per family (leave-one-GPU-out) that predictions carry as a
+band; ``evaluate`` prints the leave-one-GPU-out table, the per-layer error on Vidur's
+LLaMA-2-7B layers and the measured pairs' Fig. 2 shares; ``predict`` writes each op of an ops
+CSV with its predicted time, the spec roofline's and the band. Bad input is one ``error:``
+line and exit 1, with nothing written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import datetime
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from pimbuild.errors import ConfigError
+from pimbuild.gpus import kerneldata, kerneleval, kernelmodel, ops
+
+CATALOGUE = Path(__file__).resolve().parent.parent / "conf" / "device"
+
+
+def _names(text: str | None) -> list[str]:
+    return [t for t in (text or "").split(",") if t]
+
+
+def _check_devices(names: list[str], gpus: dict[str, ops.Gpu]) -> None:
+    unknown = [n for n in names if n not in gpus]
+    if unknown:
+        raise ConfigError(f"unknown measured GPU(s) {', '.join(unknown)} (choices: "
+                          f"{', '.join(gpus)})")
+
+
+def cmd_data(args: argparse.Namespace) -> None:
+    rows = [*kerneldata.neusight(args.neusight), *kerneldata.vidur(args.vidur)]
+    for folder in args.measured:
+        rows += kerneldata.measured(folder)
+    kerneldata.write(rows, args.out)
+    print(f"wrote {args.out}: {len(rows)} rows")
+
+
+def logo(rows: list[dict[str, Any]], gpus: dict[str, ops.Gpu], devices: list[str],
+         progress: bool = True) -> dict[str, Any]:
+    results = {}
+    for i, device in enumerate(devices):
+        began = time.perf_counter()
+        results[device] = kerneleval.held_out(rows, gpus, device)
+        if progress:
+            print(f"[{i + 1}/{len(devices)}] {device} held out: fitted in "
+                  f"{time.perf_counter() - began:.1f} s", file=sys.stderr)
+    return results
+
+
+def cmd_fit(args: argparse.Namespace) -> None:
+    rows, gpus = kerneldata.load(args.data), kerneldata.devices()
+    _check_devices(args.exclude, gpus)
+    rows = [r for r in rows if r["device"] not in args.exclude]
+    if not rows:
+        raise ConfigError("no measured rows are left to fit on")
+    began = time.perf_counter()
+    model = kernelmodel.fit(rows, gpus)
+    seen = sorted({r["device"] for r in rows})
+    band = kerneleval.pooled(logo(rows, gpus, seen)) if args.band else {}
+    kernelmodel.save(model, args.out, {
+        "data": Path(args.data).name, "data_sha256": kernelmodel.digest(args.data),
+        "excluded": args.exclude, "held_out_error": band,
+        "fitted": datetime.date.today().isoformat(),
+        "sources": "NeuSight (github sitar-lab/NeuSight, MIT), Vidur (github microsoft/vidur, "
+                   "MIT), pimbuild's H200 runs (docs/measurements/kernels_h200)"})
+    print(f"wrote {args.out}: fitted on {len(rows)} rows of {len(seen)} GPUs in "
+          f"{time.perf_counter() - began:.1f} s")
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.0f}%"
+
+
+def markdown(tab: list[dict], lays: list[dict], pairs: list[dict]) -> str:
+    lines = ["| held-out GPU | source | family | rows | median err: roofline / physics / "
+             "fitted | mean err: roofline / fitted | within 20%: roofline / fitted |",
+             "|---|---|---|---:|---|---|---|"]
+    for r in tab:
+        med = " / ".join(_pct(r[p]["median"]) for p in kerneleval.PREDICTORS)
+        lines.append(f"| {r['device']} | {r['source']} | {r['family']} | {r['rows']} | {med} | "
+                     f"{_pct(r['roofline']['mean'])} / {_pct(r['fitted']['mean'])} | "
+                     f"{_pct(r['roofline']['within_20'])} / {_pct(r['fitted']['within_20'])} |")
+    lines += ["", "| held-out GPU | LLaMA-2-7B layers | median layer err: roofline / physics / "
+              "fitted | within 20%: roofline / fitted |", "|---|---:|---|---|"]
+    for r in lays:
+        med = " / ".join(_pct(r[p]["median"]) for p in kerneleval.PREDICTORS)
+        lines.append(f"| {r['device']} | {r['layers']} | {med} | "
+                     f"{_pct(r['roofline']['within_20'])} / {_pct(r['fitted']['within_20'])} |")
+    lines += ["", "| first | second | source | shapes | faster on second, by count: measured "
+              "/ roofline / fitted | by first's time: measured / roofline / fitted | picks "
+              "the measured winner: roofline / fitted |", "|---|---|---|---:|---|---|---|"]
+    for r in pairs:
+        cnt = " / ".join(_pct(r[p]["share_by_count"]) for p in ("measured", "roofline",
+                                                               "fitted"))
+        tim = " / ".join(_pct(r[p]["share_by_time"]) for p in ("measured", "roofline",
+                                                              "fitted"))
+        lines.append(f"| {r['first']} | {r['second']} | {r['source']} | {r['shapes']} | {cnt} "
+                     f"| {tim} | {_pct(r['roofline']['picks_winner'])} / "
+                     f"{_pct(r['fitted']['picks_winner'])} |")
+    return "\n".join(lines) + "\n"
+
+
+def cmd_evaluate(args: argparse.Namespace) -> None:
+    rows, gpus = kerneldata.load(args.data), kerneldata.devices()
+    devices = args.holdout or sorted({r["device"] for r in rows})
+    _check_devices(devices, gpus)
+    began = time.perf_counter()
+    results = logo(rows, gpus, devices)
+    tab, lays = kerneleval.table(results), kerneleval.layers(results)
+    prs = kerneleval.pairs(results)
+    text = markdown(tab, lays, prs)
+    print(text)
+    print(f"{len(devices)} fits in {time.perf_counter() - began:.1f} s", file=sys.stderr)
+    if args.markdown:
+        args.markdown.write_text(text)
+    if args.json:
+        args.json.write_text(json.dumps({"table": tab, "layers": lays, "pairs": prs,
+                                         "band": kerneleval.pooled(results)}, indent=1) + "\n")
+
+
+def catalogue_gpu(name: str, config_dir: Path | None) -> ops.Gpu:
+    """A device of the catalogue (``conf/device/<name>.yaml``, or the user's
+    ``--config-dir``'s ``device/<name>.yaml``) or a measured GPU (``devices.csv``)."""
+    from omegaconf import OmegaConf
+
+    for folder in ([config_dir / "device"] if config_dir else []) + [CATALOGUE]:
+        path = folder / f"{name}.yaml"
+        if path.is_file():
+            spec = OmegaConf.to_container(OmegaConf.load(path))
+            spec.pop("defaults", None)
+            return ops.gpu_of(spec)
+    measured = kerneldata.devices()
+    if name in measured:
+        return measured[name]
+    known = sorted(p.stem for p in CATALOGUE.glob("*.yaml")) + sorted(measured)
+    raise ConfigError(f"unknown device '{name}' (choices: {', '.join(known)})")
+
+
+def cmd_predict(args: argparse.Namespace) -> None:
+    gpu = catalogue_gpu(args.device, args.config_dir)
+    found, _ = ops.read(args.ops)
+    model = kernelmodel.load(args.model)
+    began = time.perf_counter()
+    seconds = model.predict(found, [gpu] * len(found))
+    elapsed = time.perf_counter() - began
+    band = model.provenance.get("held_out_error", {})
+    out = args.out or args.ops.with_name(args.ops.stem + f"_{args.device}.csv")
+    tmp = out.with_name(out.name + ".tmp")
+    with tmp.open("w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow([*ops.COLUMNS, "predicted_us", "roofline_us", "held_out_median_err",
+                    "low_us", "high_us"])
+        for o, t in zip(found, seconds, strict=True):
+            err = band.get(o.family, {}).get("median", float("nan"))
+            w.writerow([o.op, o.dtype, o.b, o.m if o.op in ops.GEMMS else "",
+                        o.n if o.op in ops.GEMMS else "", o.k if o.op in ops.GEMMS else "",
+                        o.h if o.op not in ops.GEMMS else "", f"{t * 1e6:.3f}",
+                        f"{kernelmodel.roofline(o, gpu) * 1e6:.3f}", f"{err:.3f}",
+                        f"{t * 1e6 / (1 + err):.3f}", f"{t * 1e6 * (1 + err):.3f}"])
+    tmp.replace(out)
+    print(f"wrote {out}: {len(found)} ops on {gpu.name} predicted in {elapsed:.2f} s")
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="pimbuild-kernels", description=__doc__.split("\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    d = sub.add_parser("data", help="rebuild the measured file from the public repositories")
+    d.add_argument("--neusight", type=Path, required=True)
+    d.add_argument("--vidur", type=Path, required=True)
+    d.add_argument("--measured", type=Path, action="append", default=[])
+    d.add_argument("--out", type=Path, default=kerneldata.MEASURED)
+    f = sub.add_parser("fit", help="fit the model (and its held-out band)")
+    f.add_argument("--data", type=Path, default=kerneldata.MEASURED)
+    f.add_argument("--exclude", type=_names, default=[], help="GPUs left out, comma-separated")
+    f.add_argument("--out", type=Path, default=kernelmodel.SHIPPED)
+    f.add_argument("--no-band", dest="band", action="store_false",
+                   help="skip the leave-one-GPU-out runs that give the error band")
+    e = sub.add_parser("evaluate", help="leave-one-GPU-out errors beside the roofline")
+    e.add_argument("--data", type=Path, default=kerneldata.MEASURED)
+    e.add_argument("--holdout", type=_names, default=[], help="GPUs to hold out (all)")
+    e.add_argument("--markdown", type=Path)
+    e.add_argument("--json", type=Path)
+    p = sub.add_parser("predict", help="predict the ops of an ops CSV on a device")
+    p.add_argument("ops", type=Path)
+    p.add_argument("--device", required=True)
+    p.add_argument("--config-dir", type=Path)
+    p.add_argument("--model", type=Path)
+    p.add_argument("--out", type=Path)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        {"data": cmd_data, "fit": cmd_fit, "evaluate": cmd_evaluate,
+         "predict": cmd_predict}[args.cmd](args)
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,202 @@
+"""Operators as the kernel-time model sees them: the ops CSV format, each op's work, and the
+specs of the GPUs that measured data comes from (docs/gpus.md).
+
+An ops CSV has one row per operator and the columns ``op, dtype, b, m, n, k, h``:
+
+- ``linear``: an input ``(b, m, n)`` times a weight ``n -> k`` (a GEMM of ``b*m`` rows,
+  reduction ``n``, ``k`` columns); ``bmm``: ``(b, m, n) @ (b, n, k)``;
+- the vector ops over ``b`` rows of ``h`` elements: binary ``add mul div pow silu_mul``,
+  unary ``addu mulu divu powu relu gelu silu tanh rope`` (``addu``: a tensor and a scalar),
+  row reductions ``softmax layernorm rmsnorm`` and ``sum`` (one value per row);
+- ``dtype``: ``fp32``, ``fp16`` or ``bf16``; a measured file adds ``time_us``.
+
+``work`` gives an op's FLOPs, the bytes it must move at least once, and its family
+(``gemm``, ``elementwise``, ``reduction``); the model's terms are built on these.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pimbuild.errors import ConfigError
+
+GEMMS = ("linear", "bmm")
+BINARY = ("add", "mul", "div", "pow", "silu_mul")
+UNARY = ("addu", "mulu", "divu", "powu", "relu", "gelu", "silu", "tanh", "rope")
+ROWS = ("softmax", "layernorm", "rmsnorm", "sum")  # sum: one value per row
+OPS = GEMMS + BINARY + UNARY + ROWS
+DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2}
+COLUMNS = ("op", "dtype", "b", "m", "n", "k", "h")
+# FLOPs per element of a vector op beyond one (a transcendental counts as a few)
+EXTRA_FLOPS = {"pow": 8, "powu": 8, "gelu": 8, "tanh": 6, "silu": 5, "silu_mul": 6,
+               "rope": 3, "softmax": 5, "layernorm": 7, "rmsnorm": 4}
+
+
+@dataclass(frozen=True)
+class Op:
+    op: str
+    dtype: str
+    b: int
+    m: int = 1
+    n: int = 1
+    k: int = 1
+    h: int = 1
+
+    @property
+    def family(self) -> str:
+        return "gemm" if self.op in GEMMS else "reduction" if self.op in ROWS \
+            else "elementwise"
+
+    @property
+    def tensor(self) -> bool:
+        """Whether it can run on tensor cores (a GEMM in fp16 / bf16)."""
+        return self.op in GEMMS and self.dtype != "fp32"
+
+    def work(self) -> tuple[float, float]:
+        """(FLOPs, bytes it must move at least once)."""
+        e = DTYPE_BYTES[self.dtype]
+        if self.op == "linear":
+            rows = self.b * self.m
+            return 2.0 * rows * self.n * self.k, e * (rows * self.n + self.n * self.k
+                                                      + rows * self.k)
+        if self.op == "bmm":
+            return 2.0 * self.b * self.m * self.n * self.k, \
+                e * self.b * (self.m * self.n + self.n * self.k + self.m * self.k)
+        size = float(self.b * self.h)
+        flops = size * (1 + EXTRA_FLOPS.get(self.op, 0))
+        if self.op == "sum":
+            return flops, e * (size + self.b)
+        tensors = 3 if self.op in BINARY else 2
+        return flops, e * tensors * size
+
+    def key(self) -> str:
+        dims = (self.b, self.m, self.n, self.k) if self.op in GEMMS else (self.b, self.h)
+        return f"{self.op}:{self.dtype}:" + "x".join(str(d) for d in dims)
+
+
+def parse(row: dict[str, Any], where: str) -> Op:
+    """One ops-CSV row as an Op; a ConfigError naming ``where`` (file and line) otherwise."""
+    op = (row.get("op") or "").strip()
+    dtype = (row.get("dtype") or "").strip()
+    if op not in OPS:
+        raise ConfigError(f"{where}: unknown op '{op}' (ops: {', '.join(OPS)})")
+    if dtype not in DTYPE_BYTES:
+        raise ConfigError(f"{where}: unknown dtype '{dtype}' (dtypes: "
+                          f"{', '.join(DTYPE_BYTES)})")
+    need = ("b", "m", "n", "k") if op in GEMMS else ("b", "h")
+    dims = {}
+    for name in need:
+        text = (row.get(name) or "").strip()
+        try:
+            value = int(float(text))
+        except ValueError:
+            raise ConfigError(f"{where}: {op} needs an integer '{name}' (got '{text}')") \
+                from None
+        if value < 1 or value != float(text):
+            raise ConfigError(f"{where}: '{name}' must be a whole number >= 1 (got {text})")
+        dims[name] = value
+    return Op(op=op, dtype=dtype, **dims)
+
+
+def read(path: Path) -> tuple[list[Op], list[dict[str, str]]]:
+    """The ops of an ops CSV and its rows as read (the measured ``time_us`` kept there)."""
+    try:
+        with Path(path).open(newline="") as f:
+            rows = list(csv.DictReader(f))
+    except OSError as e:
+        raise ConfigError(f"cannot read ops file {path}: {e.strerror}") from None
+    except (UnicodeDecodeError, csv.Error) as e:
+        raise ConfigError(f"{path} is not a CSV file: {e}") from None
+    if rows and not {"op", "dtype"} <= set(rows[0]):
+        raise ConfigError(f"{path}: needs the columns {', '.join(COLUMNS)} "
+                          f"(has {', '.join(rows[0])})")
+    return [parse(r, f"{path}:{i + 2}") for i, r in enumerate(rows)], rows
+
+
+@dataclass(frozen=True)
+class Gpu:
+    """What the model reads of a GPU: spec-sheet numbers only."""
+    name: str
+    sms: int
+    boost_mhz: float
+    fp32_tflops: float
+    tensor_tflops: float  # dense fp16/bf16 tensor-core rate (fp32's where there are none)
+    mem_gbps: float
+    l2_mb: float
+    tdp_w: float
+
+    @property
+    def lanes(self) -> float:
+        """FP32 lanes per SM per clock the spec counts (128 where it counts dual issue)."""
+        return self.fp32_tflops * 1e6 / (2 * self.sms * self.boost_mhz)
+
+
+def gpu_of(spec: Any) -> Gpu:
+    """A Gpu from a catalogue device (``conf/device/*.yaml``) or a row of ``devices.csv``."""
+    get = spec.get if isinstance(spec, dict) else lambda k, d=None: getattr(spec, k, d)
+    missing = [k for k in ("sms", "boost_mhz", "tdp_w") if get(k) in (None, "", 0, "0")]
+    if missing:
+        raise ConfigError(f"device '{get('name')}' lacks {', '.join(missing)}, which the "
+                          f"fitted kernel-time model needs (spec-sheet numbers)")
+    tensor = get("tensor_tflops") or get("bf16_tflops") or get("fp32_tflops")
+    return Gpu(name=str(get("name")), sms=int(get("sms")), boost_mhz=float(get("boost_mhz")),
+               fp32_tflops=float(get("fp32_tflops")), tensor_tflops=float(tensor),
+               mem_gbps=float(get("mem_gbps")), l2_mb=float(get("l2_mb")),
+               tdp_w=float(get("tdp_w")))
+
+
+def waves(o: Op, gpu: Gpu, tile: int = 128) -> float:
+    """Waves of ``tile`` x ``tile`` output tiles over the SMs (a GEMM's quantisation); the
+    whole number of waves the last partial one rounds up to, over the exact count."""
+    if o.op not in GEMMS:
+        return 1.0
+    rows = o.b * o.m if o.op == "linear" else o.m
+    batch = 1 if o.op == "linear" else o.b
+    tiles = batch * math.ceil(rows / tile) * math.ceil(o.k / tile)
+    exact = tiles / gpu.sms
+    return math.ceil(exact) / exact
+
+
+IR_FLOAT_BYTES = 4  # the IR's floats are float32 (the recipe's dtype)
+ROW = 4096  # the row length given a vector kernel whose rows are unknown
+
+
+def _vector(name: str, elements: int) -> tuple[str, int, int]:
+    b = elements // ROW if elements % ROW == 0 and elements >= ROW else 1
+    return name, b, elements // b
+
+
+def from_kernel(kernel: dict[str, Any], floating: dict[str, bool], dtype: str) -> Op:
+    """The op that stands for one of the GPU target's kernels (``kernels.json``) in the
+    served ``dtype``: a contraction of inputs A (x elements), B (y) into C (z) over I
+    iterations is a batched GEMM with ``B = xyz / I^2`` (1: a linear) and ``M = sqrt(xz /
+    (yB))``, ``N = sqrt(yz / (xB))``, ``K = sqrt(xy / (zB))`` (so that B M N K = I); a
+    reduction is a row op of ``I / outputs`` elements per row; any other kernel a vector op
+    over its result's elements, binary when it streams two inputs of that size."""
+    elems = {b: max(1, n // IR_FLOAT_BYTES) for b, n in kernel["reads"].items()
+             if floating.get(b, True)}
+    out = max((max(1, n // IR_FLOAT_BYTES) for n in kernel["writes"].values()), default=1)
+    iters = max(1, int(kernel.get("iterations") or out))
+    big = sorted(elems.values(), reverse=True)
+    if kernel["kind"] == "contraction" and len(big) >= 2:
+        # the two largest inputs, in operand order: A (shares M with C), then B
+        x, y = [n for n in elems.values() if n >= big[1]][:2]
+        z = out
+        batch = max(1.0, x * y * z / iters**2)
+        m, n, k = (max(1, round(math.sqrt(v / batch))) for v in (x * z / y, x * y / z,
+                                                                   y * z / x))
+        if batch < 1.5:
+            return Op("linear", dtype, b=1, m=m, n=n, k=k)
+        return Op("bmm", dtype, b=round(batch), m=m, n=n, k=k)
+    if kernel["kind"] == "reduction":
+        rows = max(1, out)
+        return Op("sum", dtype, b=rows, h=max(1, iters // rows))
+    streams = sum(1 for v in big if v >= out // 2)
+    per = (kernel.get("flops") or 0) / iters
+    name = "add" if streams >= 2 else "gelu" if per >= 4 else "addu"
+    name, b, h = _vector(name, max(out, 1))
+    return Op(name, dtype, b=b, h=h)
