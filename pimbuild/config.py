@@ -139,6 +139,7 @@ class GpusConfig:
     on_time_limit: str = MISSING  # error | best: fail, or keep the best placement and its gap
     period: int = MISSING  # layers planned jointly; the placement repeats every period layers
     kernel_model: str | None = MISSING  # profile.backend=fitted: a fit's JSON (null: shipped)
+    tables: list[str] = MISSING  # profile.backend=table: kernel-time tables (JSON files)
 
 
 @dataclass

@@ -4,13 +4,18 @@
     pimbuild-kernels fit [--exclude L4,A40] [--out FILE]
     pimbuild-kernels evaluate [--holdout L4,...] [--markdown FILE] [--json FILE]
     pimbuild-kernels predict OPS.csv --device l40s [--config-dir DIR] [--out FILE]
+    pimbuild-kernels export RUN_DIR --device a100 --out a100.json
+    pimbuild-kernels merge A.json B.json ... --out FILE
 
 ``data`` rebuilds the compact measured file from the public repositories (checkouts or bare
 clones); ``fit`` fits on it, leaving out ``--exclude``d GPUs, and writes the fit with its
 provenance and the held-out error per family (leave-one-GPU-out) that predictions carry as a
 band; ``evaluate`` prints the leave-one-GPU-out table, the per-layer error on Vidur's
 LLaMA-2-7B layers and the measured pairs' Fig. 2 shares; ``predict`` writes each op of an ops
-CSV with its predicted time, the spec roofline's and the band. Bad input is one ``error:``
+CSV with its predicted time, the spec roofline's and the band; ``export`` writes the
+kernel-time table of a device a build measured (``profile.backend=cuda``; RUN_DIR is the
+run folder holding ``manifest.json``) and ``merge`` joins tables of one device
+(``pimbuild.gpus.tables``). Bad input is one ``error:``
 line and exit 1, with nothing written.
 """
 
@@ -19,6 +24,7 @@ from __future__ import annotations
 import argparse
 import csv
 import datetime
+import importlib.resources
 import json
 import sys
 import time
@@ -26,9 +32,8 @@ from pathlib import Path
 from typing import Any
 
 from pimbuild.errors import ConfigError
-from pimbuild.gpus import kerneldata, kerneleval, kernelmodel, ops
+from pimbuild.gpus import kerneldata, kerneleval, kernelmodel, ops, tables
 
-CATALOGUE = Path(__file__).resolve().parent.parent / "conf" / "device"
 
 
 def _names(text: str | None) -> list[str]:
@@ -138,7 +143,8 @@ def catalogue_gpu(name: str, config_dir: Path | None) -> ops.Gpu:
     ``--config-dir``'s ``device/<name>.yaml``) or a measured GPU (``devices.csv``)."""
     from omegaconf import OmegaConf
 
-    for folder in ([config_dir / "device"] if config_dir else []) + [CATALOGUE]:
+    catalogue = Path(str(importlib.resources.files("pimbuild.conf").joinpath("device")))
+    for folder in ([config_dir / "device"] if config_dir else []) + [catalogue]:
         path = folder / f"{name}.yaml"
         if path.is_file():
             spec = OmegaConf.to_container(OmegaConf.load(path))
@@ -147,7 +153,7 @@ def catalogue_gpu(name: str, config_dir: Path | None) -> ops.Gpu:
     measured = kerneldata.devices()
     if name in measured:
         return measured[name]
-    known = sorted(p.stem for p in CATALOGUE.glob("*.yaml")) + sorted(measured)
+    known = sorted(p.stem for p in catalogue.glob("*.yaml")) + sorted(measured)
     raise ConfigError(f"unknown device '{name}' (choices: {', '.join(known)})")
 
 
@@ -176,6 +182,47 @@ def cmd_predict(args: argparse.Namespace) -> None:
     print(f"wrote {out}: {len(found)} ops on {gpu.name} predicted in {elapsed:.2f} s")
 
 
+def _stage_dir(run: Path, stage: str) -> Path:
+    try:
+        manifest = json.loads((run / "manifest.json").read_text())
+        return Path(manifest["stages"][stage]["dir"])
+    except OSError:
+        raise ConfigError(f"{run} has no manifest.json: name a run folder "
+                          f"(outputs/runs/<model>/<time>)") from None
+    except (ValueError, KeyError):
+        raise ConfigError(f"{run}/manifest.json has no '{stage}' stage: build it with "
+                          f"system=gpus first") from None
+
+
+def cmd_export(args: argparse.Namespace) -> None:
+    profile, extract = _stage_dir(args.run, "profile"), _stage_dir(args.run, "extract")
+    info = json.loads((profile / "profile.json").read_text())
+    if args.device not in info.get("measured", []) or info.get("backend") != "cuda":
+        raise ConfigError(f"the build in {args.run} did not measure '{args.device}' "
+                          f"(backend {info.get('backend')}, measured: "
+                          f"{', '.join(info.get('measured', [])) or 'none'}); a table holds "
+                          f"measured times only")
+    data = json.loads((extract / "kernels.json").read_text())
+    with (profile / "kernel_times.csv").open() as f:
+        seconds = [float(r[f"t_{args.device}_s"]) for r in csv.DictReader(f)]
+    device = info["device_names"][args.device]
+    table = tables.make({**info, "device": device}, data["kernels"], seconds,
+                        info.get("precision", ""))
+    tables.write(table, args.out)
+    print(f"wrote {args.out}: {len(table['kernels'])} kernels of {device} measured on "
+          f"{info.get('gpu')}")
+
+
+def cmd_merge(args: argparse.Namespace) -> None:
+    loaded = [tables.load(p) for p in args.tables]
+    merged, repeated = tables.merge(loaded, [str(p) for p in args.tables])
+    for note in tables.versions_differ(loaded):
+        print(f"warning: {note}", file=sys.stderr)
+    tables.write(merged, args.out)
+    print(f"wrote {args.out}: {len(merged['kernels'])} kernels of {merged['device']} "
+          f"({repeated} measured in more than one table: the least time kept)")
+
+
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="pimbuild-kernels", description=__doc__.split("\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -201,6 +248,13 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--config-dir", type=Path)
     p.add_argument("--model", type=Path)
     p.add_argument("--out", type=Path)
+    x = sub.add_parser("export", help="a build's measured device as a kernel-time table")
+    x.add_argument("run", type=Path)
+    x.add_argument("--device", required=True, help="its key in `devices` (a100)")
+    x.add_argument("--out", type=Path, required=True)
+    m = sub.add_parser("merge", help="join kernel-time tables of one device")
+    m.add_argument("tables", type=Path, nargs="+")
+    m.add_argument("--out", type=Path, required=True)
     return ap
 
 
@@ -208,7 +262,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
         {"data": cmd_data, "fit": cmd_fit, "evaluate": cmd_evaluate,
-         "predict": cmd_predict}[args.cmd](args)
+         "predict": cmd_predict, "export": cmd_export, "merge": cmd_merge}[args.cmd](args)
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1

@@ -6,6 +6,10 @@
 - ``fitted`` (``pimbuild.gpus.kernelmodel``): the kernel-time model fitted to measured times
   (``gpus.kernel_model``: a fit's JSON, null for the shipped one), each kernel as the op that
   stands for it (``ops.from_kernel``);
+- ``table`` (``pimbuild.gpus.tables``): measured times from kernel-time tables
+  (``gpus.tables``), made on other machines; a kernel no table has comes from the fitted model,
+  and ``profile.json`` says per device how many kernels, and what share of the time, were
+  measured;
 - ``cuda`` (kernels timed on this machine's GPU, ``pimbuild.gpus.cuda``), refused with a clear
   error where ``torch.cuda.is_available()`` is false.
 
@@ -33,7 +37,7 @@ from pimbuild.stage import Inputs
 NAME = "profile"
 READS = ("extract",)
 WRITES = ("kernel_times.csv", "profile.json")
-BACKENDS = ("roofline", "fitted", "cuda")
+BACKENDS = ("roofline", "fitted", "table", "cuda")
 
 
 @dataclass(frozen=True)
@@ -42,6 +46,7 @@ class Params:
     target: Any  # the GpuTarget
     model: ModelParams | None  # the cuda backend runs the recipe; the roofline does not
     kernel_model: str = ""  # the fitted backend's fit: path and content digest (the key)
+    tables: tuple[str, ...] = ()  # the table backend's tables: path and content digest
 
 
 def params(cfg: DictConfig) -> Params:
@@ -50,15 +55,23 @@ def params(cfg: DictConfig) -> Params:
         raise ConfigError(f"profile.backend '{backend}' is not a kernel-time backend of "
                           f"system=gpus (choices: auto, {', '.join(BACKENDS)})")
     target = targets.from_config(cfg)
-    fit = ""
-    if backend == "fitted":
-        from pimbuild.gpus import kernelmodel
+    fit, found = "", ()
+    if backend in ("fitted", "table"):
+        from pimbuild.gpus import kernelmodel, tables
 
         path = kernelmodel.load(cfg.gpus.kernel_model).provenance.get("path", "")
         fit = f"{path}@{kernelmodel.digest(path)}"
         for d in target.devices:
             ops.gpu_of(d)  # a device without the model's spec numbers: one error line
-    return Params(backend=backend, target=target, kernel_model=fit,
+        if backend == "table":
+            if not cfg.gpus.tables:
+                raise ConfigError("profile.backend=table needs gpus.tables=[FILE,...] "
+                                  "(`pimbuild-kernels export` writes them)")
+            for t in cfg.gpus.tables:
+                tables.load(t)  # missing or corrupted: one error line, before any stage
+            found = tuple(f"{Path(t).resolve()}@{kernelmodel.digest(t)}"
+                          for t in cfg.gpus.tables)
+    return Params(backend=backend, target=target, kernel_model=fit, tables=found,
                   model=model_params(cfg) if backend == "cuda" else None)
 
 
@@ -71,6 +84,32 @@ def fitted_times(data: dict[str, Any], p: Params) -> list[list[float]]:
     found = [ops.from_kernel(k, floating, p.target.precision) for k in data["kernels"]]
     columns = [model.predict(found, [ops.gpu_of(d)] * len(found)) for d in p.target.devices]
     return [[float(c[i]) for c in columns] for i in range(len(found))]
+
+
+def table_times(data: dict[str, Any], p: Params, t: list[list[float]]
+                ) -> tuple[list[list[float]], dict[str, Any]]:
+    """``t`` with every kernel a table has measured replaced by its table time; and, per
+    device, how many kernels (and what share of the time) were measured or predicted."""
+    from pimbuild.gpus import tables
+
+    loaded = [tables.load(path.rpartition("@")[0]) for path in p.tables]
+    out = [list(row) for row in t]
+    sources: dict[str, Any] = {}
+    for d, device in enumerate(p.target.devices):
+        table = tables.for_device(loaded, device.name)
+        hits = [table["kernels"].get(tables.key(k, p.target.precision)) if table else None
+                for k in data["kernels"]]
+        for i, s in enumerate(hits):
+            if s is not None:
+                out[i][d] = s
+        total = sum(row[d] for row in out) or 1.0
+        sources[device.key] = {
+            "table": bool(table), "measured": sum(h is not None for h in hits),
+            "predicted": sum(h is None for h in hits),
+            "measured_time_share": sum(out[i][d] for i, h in enumerate(hits)
+                                       if h is not None) / total,
+            **({m: table[m] for m in ("gpu", "driver", "torch", "method")} if table else {})}
+    return out, {"sources": sources, "warnings": tables.versions_differ(loaded)}
 
 
 def times(inputs: Inputs, p: Params) -> tuple[Any, list[list[float]]]:
@@ -108,9 +147,17 @@ def run(inputs: Inputs, p: Params, out: Path) -> None:
     graph = ddg.build(data, data.get("layers", 1), p.target.float_scale)
     t = [[roofline.kernel_time(k, d, p.target) for d in p.target.devices]
          for k in graph.kernels]
-    if p.backend == "fitted":
-        t = fitted_times(data, p)
     measured: dict[str, Any] = {"measured": []}
+    if p.backend in ("fitted", "table"):
+        from pimbuild.gpus import kernelmodel
+
+        t = fitted_times(data, p)
+        fit = kernelmodel.load(p.kernel_model.rpartition("@")[0])
+        measured["band"] = fit.provenance.get("held_out_error", {})
+    if p.backend == "table":
+        t, info = table_times(data, p, t)
+        measured.update(info, measured=[k for k, v in info["sources"].items()
+                                        if v["measured"]])
     if p.backend == "cuda":
         from pimbuild.gpus import cuda
 
@@ -125,5 +172,6 @@ def run(inputs: Inputs, p: Params, out: Path) -> None:
             w.writerow([k.id, k.name, k.kind, k.flops, moved,
                         roofline.engine(k, p.target.precision), *row])
     (out / "profile.json").write_text(json.dumps(
-        {"backend": p.backend, "devices": keys, **measured,
+        {"backend": p.backend, "devices": keys, "precision": p.target.precision,
+         "device_names": {d.key: d.name for d in p.target.devices}, **measured,
          "fig2": fig2(graph, t, [d.name for d in p.target.devices])}, indent=2) + "\n")

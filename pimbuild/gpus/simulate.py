@@ -256,6 +256,8 @@ def run(inputs: Inputs, p: Params, out: Path) -> None:
               "solver": {k: placement.get(k) for k in ("solver_status", "gap", "bound_s")},
               "baselines": base, "speedup_over": speedups,
               "fig2": profile["fig2"],
+              "kernel_times": {k: profile.get(k) for k in ("backend", "measured", "sources",
+                                                           "warnings", "band")},
               "check": json.loads((inputs["reinsert"] / "reinsert.json").read_text())}
     if "prefill.decide" in inputs:
         report["serving"] = serving(inputs, p, ctx, placement, unit)
@@ -442,7 +444,28 @@ def summary(r: dict[str, Any]) -> list[str]:
                      f"({f2['share_by_count']:.0%} by count, {f2['share_by_time']:.0%} by time) "
                      f"run faster on {r['devices'][f2.get('second', 1)]} than on "
                      f"{r['devices'][0]}")
-    return lines
+    return lines + kernel_times_lines(r.get("kernel_times") or {})
+
+
+def kernel_times_lines(kt: dict[str, Any]) -> list[str]:
+    """Where the kernel times came from: measured (how many, what share of the time) or
+    predicted (with the fitted model's held-out error)."""
+    backend = kt.get("backend")
+    band = ", ".join(f"{f} {v['median']:.0%}" for f, v in (kt.get("band") or {}).items())
+    predicted = f"the fitted model (held-out median error: {band})" if band \
+        else "the fitted model"
+    if backend == "roofline":
+        return ["kernel times: the spec roofline (assumed efficiencies, not measured)"]
+    if backend == "fitted":
+        return [f"kernel times: predicted by {predicted}"]
+    if backend == "cuda":
+        return [f"kernel times: measured on this GPU for {', '.join(kt.get('measured') or [])}"
+                f"; the other devices' from the spec roofline"]
+    parts = [f"{d} {v['measured']}/{v['measured'] + v['predicted']} measured "
+             f"({v['measured_time_share']:.0%} of its time)" if v["table"]
+             else f"{d} no table" for d, v in (kt.get("sources") or {}).items()]
+    return [f"kernel times: {'; '.join(parts)}; the rest predicted by {predicted}",
+            *(f"[yellow]warning[/]: {w}" for w in kt.get("warnings") or [])]
 
 
 def serving_markdown(served: dict[str, Any]) -> list[str]:

@@ -1,0 +1,104 @@
+"""Kernel-time tables: measured kernel times that travel between machines (docs/gpus.md).
+
+A table is one JSON file for one device: the catalogue device it measures (``device``, the
+name in ``conf/device``), the GPU, driver and torch version it ran on, how it was measured, and
+``kernels``: key -> seconds. A key is what determines a kernel's time on a given GPU: its
+class, the linalg op, its iteration count, its FLOPs, the sizes of what it reads and writes
+(IR bytes, sorted) and the served precision (``key``); two models' kernels of the same shape
+share a key. ``pimbuild-kernels export`` writes a build's measured device as a table,
+``pimbuild-kernels merge`` joins tables of one device from several builds or machines, and
+``profile.backend=table`` with ``gpus.tables=[...]`` plans from them: a kernel a table has
+is measured, the others come from the fitted model, and ``profile.json`` counts both.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from pimbuild.errors import ConfigError
+
+FORMAT = "pimbuild-kernel-table/1"
+META = ("device", "gpu", "driver", "torch", "cuda", "precision", "method")
+
+
+def key(kernel: dict[str, Any], precision: str) -> str:
+    """What determines a kernel's time (see the module's docstring)."""
+    reads = ",".join(str(n) for n in sorted(kernel["reads"].values()))
+    writes = ",".join(str(n) for n in sorted(kernel["writes"].values()))
+    return (f"{kernel['kind']}|{kernel['op']}|{kernel.get('iterations', 0)}|"
+            f"{kernel.get('flops', 0)}|r{reads}|w{writes}|{precision}")
+
+
+def make(meta: dict[str, Any], kernels: list[dict[str, Any]], seconds: list[float],
+         precision: str) -> dict[str, Any]:
+    """A table of ``kernels`` (extract's) timed at ``seconds`` on ``meta['device']``."""
+    rows = {}
+    for k, t in zip(kernels, seconds, strict=True):
+        rows.setdefault(key(k, precision), float(t))
+    return {"format": FORMAT, **{m: meta.get(m, "") for m in META},
+            "precision": precision, "kernels": rows}
+
+
+def write(table: dict[str, Any], path: Path) -> None:
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(table, indent=1) + "\n")
+    tmp.replace(path)
+
+
+def load(path: Path) -> dict[str, Any]:
+    """A table; a ConfigError naming the file if it is missing, truncated or not a table."""
+    try:
+        table = json.loads(Path(path).read_text())
+    except OSError as e:
+        raise ConfigError(f"kernel-time table {path}: {e.strerror}") from None
+    except (ValueError, UnicodeDecodeError) as e:
+        raise ConfigError(f"kernel-time table {path} is corrupted or truncated (not JSON: "
+                          f"{e})") from None
+    if not isinstance(table, dict) or table.get("format") != FORMAT:
+        raise ConfigError(f"{path} is not a kernel-time table ({FORMAT}; "
+                          f"`pimbuild-kernels export` writes them)")
+    kernels = table.get("kernels")
+    if not isinstance(kernels, dict) or not all(
+            isinstance(t, (int, float)) and t >= 0 for t in kernels.values()):
+        raise ConfigError(f"kernel-time table {path}: 'kernels' must map keys to seconds "
+                          f">= 0")
+    return table
+
+
+def merge(tables: list[dict[str, Any]], names: list[str]) -> tuple[dict[str, Any], int]:
+    """One table of the kernels of ``tables`` (all of one device); a key in several keeps
+    the least time (the estimator the backends use). Returns it and how many keys repeated."""
+    devices = {t["device"] for t in tables}
+    if len(devices) != 1:
+        raise ConfigError("tables of different devices cannot merge: " + ", ".join(
+            f"{n} ({t['device']})" for n, t in zip(names, tables, strict=True)))
+    out = {**tables[0], "kernels": {}}
+    for m in META:
+        values = sorted({str(t.get(m, "")) for t in tables})
+        out[m] = values[0] if len(values) == 1 else " | ".join(values)
+    repeated = 0
+    for t in tables:
+        for k, s in t["kernels"].items():
+            repeated += k in out["kernels"]
+            out["kernels"][k] = min(s, out["kernels"].get(k, s))
+    return out, repeated
+
+
+def for_device(tables: list[dict[str, Any]], name: str) -> dict[str, Any] | None:
+    """The (merged) table of the catalogue device called ``name``, None if no table has it."""
+    mine = [t for t in tables if t["device"] == name]
+    return merge(mine, [name] * len(mine))[0] if mine else None
+
+
+def versions_differ(tables: list[dict[str, Any]]) -> list[str]:
+    """Warnings for tables measured under different drivers or torch versions."""
+    notes = []
+    for field in ("driver", "torch"):
+        values = sorted({str(t.get(field, "")) for t in tables})
+        if len(values) > 1:
+            notes.append(f"kernel-time tables come from different {field} versions "
+                         f"({', '.join(values)}): their times may not compare")
+    return notes
