@@ -35,7 +35,6 @@ from pimbuild.errors import ConfigError
 from pimbuild.gpus import kerneldata, kerneleval, kernelmodel, ops, tables
 
 
-
 def _names(text: str | None) -> list[str]:
     return [t for t in (text or "").split(",") if t]
 
