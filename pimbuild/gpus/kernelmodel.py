@@ -12,9 +12,10 @@ Three predictors, each a function of an ``ops.Op`` and an ``ops.Gpu``:
   (so it scales with the clock): ``floor_cycles / f + max(waves * t_c / e_c, t_m / e_m)``;
   plus the measurement's own harness (NeuSight's times include eager dispatch; ``harness_us``);
 - ``fitted`` (the default): ``physics`` times a learned correction, ``exp(g(x))``, where ``g``
-  is a LightGBM regressor on log time ratios over features of the op and the spec sheet (work,
-  shapes, waves, working set over L2, the ridge point, SM count, clock, FP32 lanes per SM,
-  watts per TFLOP), with samples weighted so that every device and family counts alike. Its
+  is a LightGBM regressor on log time ratios over features of the op and where it sits on the
+  device (work, shapes, bound times, waves, working set over L2, the ridge point; no absolute
+  device numbers, see ``features``) and the software that ran it (``SOURCES``), with samples
+  weighted so that every device and family counts alike. Its
   prediction is never below the spec roofline's bound ``max(flops / peak, bytes / bw)``.
 
 A fit is a JSON file (``fit``, ``save``, ``load``); ``data/kernel_model.json`` is the shipped
@@ -85,7 +86,11 @@ class Physics:
 
 
 def features(o: ops.Op, gpu: ops.Gpu, source: str = "") -> list[float]:
-    """The learned part's inputs (logs of positive quantities)."""
+    """The learned part's inputs: the op's work and shape, and where it sits against the
+    device (bound times, waves, working set over L2, intensity over the ridge point), but no
+    absolute device numbers: with a dozen GPUs a tree on them learns each GPU's (and each
+    harness's) quirks, and ranks GPUs against physics (an H100 ahead of the H200 it shares
+    its SMs with on most decode kernels); a device's own rates enter through the physics."""
     t_c, t_m = bound(o, gpu)
     flops, moved = o.work()
     lg = math.log
@@ -96,8 +101,7 @@ def features(o: ops.Op, gpu: ops.Gpu, source: str = "") -> list[float]:
             ops.DTYPE_BYTES[o.dtype], lg(flops + 1), lg(moved), lg(max(t_c, 1e-12)),
             lg(t_m), lg(max(t_c, 1e-12) / t_m), lg(rows), lg(inner), lg(o.k),
             lg(o.b if o.op == "bmm" else 1), ops.waves(o, gpu), lg(moved / (gpu.l2_mb * 2**20)),
-            lg(gpu.sms), lg(gpu.boost_mhz), gpu.lanes, lg(gpu.mem_gbps), lg(gpu.l2_mb),
-            lg(gpu.tdp_w / peak), lg(peak * 1e3 / gpu.mem_gbps),
+            lg(peak * 1e3 / gpu.mem_gbps),
             float(SOURCES.index(source) if source in SOURCES else SOURCES.index(DEFAULT))]
 
 
