@@ -140,6 +140,7 @@ class GpusConfig:
     period: int = MISSING  # layers planned jointly; the placement repeats every period layers
     kernel_model: str | None = MISSING  # profile.backend=fitted: a fit's JSON (null: shipped)
     tables: list[str] = MISSING  # profile.backend=table: kernel-time tables (JSON files)
+    robust_samples: int = MISSING  # simulate: draws of the kernel-time model's error (0: off)
 
 
 @dataclass
@@ -303,6 +304,7 @@ RANGES: dict[str, tuple[Any, ...]] = {
     "gpus.time_limit_s": (">", 0),
     "gpus.mip_gap": (">=", 0),
     "gpus.period": (">=", 1),
+    "gpus.robust_samples": (">=", 0),
     "serve.output_len": (">=", 1),
     "serve.requests": (">=", 1),
     "serve.rate": (">", 0),

@@ -106,13 +106,27 @@ def pairs(results: dict[str, dict[str, np.ndarray]]) -> list[dict[str, Any]]:
     return out
 
 
-def pooled(results: dict[str, dict[str, np.ndarray]]) -> dict[str, dict[str, float]]:
+def pooled(results: dict[str, dict[str, np.ndarray]]) -> dict[str, dict[str, Any]]:
     """Held-out error of the fitted model per family over every held-out device: the band
-    a prediction carries (median and 90th percentile of |predicted / measured - 1|)."""
+    a prediction carries (median and 90th percentile of |predicted / measured - 1|), and
+    what ``robust`` draws from: each held-out (device, source) cell's median log error
+    ``log(measured / predicted)`` and 41 quantiles of the residuals about those medians."""
     by: dict[str, list[float]] = {}
+    cells: dict[str, list[float]] = {}
+    residuals: dict[str, list[float]] = {}
     for res in results.values():
         e = np.abs(res["fitted"] / res["measured"] - 1)
+        log = np.log(res["measured"] / res["fitted"])
+        keys = [(r["source"], r["o"].family) for r in res["rows"]]
         for r, v in zip(res["rows"], e, strict=True):
             by.setdefault(r["o"].family, []).append(float(v))
+        for source, fam in sorted(set(keys)):
+            idx = np.array([k == (source, fam) for k in keys])
+            mid = float(np.median(log[idx]))
+            cells.setdefault(fam, []).append(mid)
+            residuals.setdefault(fam, []).extend((log[idx] - mid).tolist())
+    q = np.linspace(0.025, 0.975, 41)
     return {f: {"median": float(np.median(v)), "p90": float(np.percentile(v, 90)),
-                "rows": len(v)} for f, v in by.items()}
+                "rows": len(v), "log_bias": cells[f],
+                "log_residual": np.quantile(residuals[f], q).round(4).tolist()}
+            for f, v in by.items()}

@@ -2,10 +2,11 @@
 
 ``profile.backend``:
 
-- ``roofline`` (``pimbuild.gpus.roofline``, also what ``auto`` takes): the spec sheet's roofline;
-- ``fitted`` (``pimbuild.gpus.kernelmodel``): the kernel-time model fitted to measured times
-  (``gpus.kernel_model``: a fit's JSON, null for the shipped one), each kernel as the op that
-  stands for it (``ops.from_kernel``);
+- ``roofline`` (``pimbuild.gpus.roofline``): the spec sheet's roofline, the baseline the fit
+  replaces;
+- ``fitted`` (``pimbuild.gpus.kernelmodel``, what ``auto`` takes): the kernel-time model
+  fitted to measured times (``gpus.kernel_model``: a fit's JSON, null for the shipped one),
+  each kernel as the op that stands for it (``ops.from_kernel``);
 - ``table`` (``pimbuild.gpus.tables``): measured times from kernel-time tables
   (``gpus.tables``), made on other machines; a kernel no table has comes from the fitted model,
   and ``profile.json`` says per device how many kernels, and what share of the time, were
@@ -50,7 +51,7 @@ class Params:
 
 
 def params(cfg: DictConfig) -> Params:
-    backend = "roofline" if cfg.profile.backend == "auto" else cfg.profile.backend
+    backend = "fitted" if cfg.profile.backend == "auto" else cfg.profile.backend
     if backend not in BACKENDS:
         raise ConfigError(f"profile.backend '{backend}' is not a kernel-time backend of "
                           f"system=gpus (choices: auto, {', '.join(BACKENDS)})")

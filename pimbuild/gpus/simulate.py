@@ -26,7 +26,7 @@ from omegaconf import DictConfig
 
 from pimbuild.check import outcome
 from pimbuild.errors import ConfigError, StageError
-from pimbuild.gpus import decide
+from pimbuild.gpus import decide, robust
 from pimbuild.gpus.cost import Link
 from pimbuild.stage import Inputs
 
@@ -61,11 +61,13 @@ class Params:
     decide: decide.Params
     serve: Serve
     tp_link: Link  # joins the twins of AF's tensor-parallel attention group
+    robust_samples: int = 0  # draws of the kernel-time model's error (pimbuild.gpus.robust)
 
 
 def params(cfg: DictConfig) -> Params:
     return Params(decide=decide.params(cfg), serve=serve_params(cfg),
-                  tp_link=Link(cfg.tp_link.gbps, cfg.tp_link.latency_us))
+                  tp_link=Link(cfg.tp_link.gbps, cfg.tp_link.latency_us),
+                  robust_samples=cfg.gpus.robust_samples)
 
 
 def serve_params(cfg: DictConfig) -> Serve:
@@ -259,6 +261,11 @@ def run(inputs: Inputs, p: Params, out: Path) -> None:
               "kernel_times": {k: profile.get(k) for k in ("backend", "measured", "sources",
                                                            "warnings", "band")},
               "check": json.loads((inputs["reinsert"] / "reinsert.json").read_text())}
+    band = profile.get("band") or {}
+    if p.robust_samples and band:
+        report["robust"] = {"samples": p.robust_samples, "holds": robust.survival(
+            one, ctx, placement["place"], devices, replace(unit, period=p.decide.period), band,
+            p.robust_samples, evaluate, lambda c, d, u: baselines(c, d, u, p.tp_link))}
     if "prefill.decide" in inputs:
         report["serving"] = serving(inputs, p, ctx, placement, unit)
     report["summary"] = summary(report)
@@ -411,6 +418,8 @@ def summary(r: dict[str, Any]) -> list[str]:
              + (f", {r['check']['placements']} distinct layer placements"
                 if r['check'].get('placements', 1) > 1 else "")]
     lines += ahead_note(r["speedup_over"], "the planned placement")
+    if r.get("robust"):
+        lines += robust.note(r["speedup_over"], r["robust"]["holds"], r["robust"]["samples"])
     if r["speedup_over"].get("layer pipeline", 1) < 1 and r.get("period", 1) < r["layers"]:
         lines.append(f"  gpus.period={r['layers']} plans the {r['layers']} layers as one graph, "
                      f"which contains the layer pipeline's split (a divisor plans fewer)"

@@ -63,7 +63,7 @@ class GpuTarget:
                               f"(choices: {', '.join(catalogue)})")
         g = {k: v for k, v in plain(cfg.gpus).items()
              if k not in ("time_limit_s", "mip_gap", "on_time_limit", "period",  # decide's
-                          "kernel_model", "tables")}  # profile's
+                          "kernel_model", "tables", "robust_samples")}  # profile's, simulate's
         if g["precision"] not in PRECISION_BYTES:
             raise ConfigError(f"gpus.precision '{g['precision']}' is not one of "
                               f"{', '.join(PRECISION_BYTES)}")
