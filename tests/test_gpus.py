@@ -809,8 +809,11 @@ def test_three_devices_are_served_in_the_simulation(run_build) -> None:
     """Three devices, two of them twins (not home, the first): the serving simulation runs
     every split of the devices in two for PD and AF, one of each pair of twin splits, and
     request distribution holds a replica on every device, twins included."""
+    # the spec roofline, where the L40S serves at least half the A100's rate (the replica
+    # check below counts on it)
     result = run_build(["system=gpus", "devices=[l40s,a100,a100]", *TINY_LLAMA3,
-                        "serve.requests=30", "serve.arrivals=offline", "serve.monitor=false"])
+                        "serve.requests=30", "serve.arrivals=offline", "serve.monitor=false",
+                        "profile.backend=roofline"])
     served = json.loads((artifact_dir(result, "simulate") / "report.json").read_text())[
         "serving"]
     assert "simulation_skipped" not in served
@@ -1044,3 +1047,23 @@ def test_fig2_compares_the_first_device_with_another_model() -> None:
     assert (f["second"], f["faster_on_second"]) == (2, 2)
     assert f["share_by_time"] == pytest.approx(6 / 7)
     assert fig2(None, t, ["A100", "H100", "L40S"])["faster_on_second"] == 0  # device 1
+
+
+def test_an_isolated_forward_takes_its_state_from_home(run_build) -> None:
+    """One forward (layers = 0, as reinsert runs it): the state a module buffer holds (the
+    KV cache written in place) enters from home like an input, so a placement that puts its
+    writer on another device sends it there from home, which the home worker does."""
+    from pimbuild.gpus import workers
+
+    result = run_build([*GPUS, "model=relu", "model.recipe=tests.odd_recipes:cached_step",
+                        "model.size={n:16}", "targets=[extract]"])
+    data = json.loads((artifact_dir(result, "extract") / "kernels.json").read_text())
+    (cache,) = data["state"]
+    graph = ddg.build(data, layers=0)
+    assert cache in graph.inputs and cache in graph.buffer_bytes
+    readers = graph.readers[cache]
+    place = [1 if k.id in readers else 0 for k in graph.kernels]
+    moved = ddg.transfers(graph, place)
+    assert (cache, 0, 1, graph.buffer_bytes[cache]) in moved
+    specs = [{"id": k.id, "results": list(k.writes)} for k in graph.kernels]
+    assert workers.unsent_transfers(specs, place, moved, set(graph.inputs)) == []

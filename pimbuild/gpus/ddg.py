@@ -102,10 +102,13 @@ def build(data: dict[str, Any], layers: int = 1, float_scale: float = 1.0) -> Gr
                 readers.setdefault(b, []).append(k.id)
         for b in k.writes:
             producer[b] = k.id
-    inputs = tuple(b for b, info in data["buffers"].items() if info.get("role") == "input")
     outputs = tuple(b for b in data["outputs"] if b)
     state = dict(data.get("state", {})) if layers > 0 else {}
     carry = {**(dict(data.get("carry", {})) if layers > 1 else {}), **state}
+    # what enters from home: the inputs, and a state or carried buffer not fed by a result
+    # here (one isolated forward, layers = 0: the KV cache it was given)
+    inputs = tuple(b for b, info in data["buffers"].items()
+                   if info.get("role") == "input" or (b in carried_in and b not in carry))
     sizes = scaled({b: info["bytes"] for b, info in data["buffers"].items() if b not in params})
     return Graph(kernels, sizes, producer, {b: tuple(r) for b, r in readers.items()},
                  inputs, tuple(o for o in outputs if o not in carry.values()), carry,
