@@ -294,6 +294,9 @@ def test_plan_from_two_measured_tables(tmp_path: Path, run_build) -> None:
     report = json.loads((artifact_dir(result, "simulate") / "report.json").read_text())
     line = kernel_line(report["summary"])
     assert f"a100 {n}/{n} measured" in line and f"l40s {n - 1}/{n} measured" in line
+    md = (artifact_dir(result, "simulate") / "report.md").read_text()
+    assert "## Kernel times" in md and f"l40s {n - 1}/{n} measured" in md
+    assert info["sources"]["l40s"]["measured_ids"] == list(range(n - 1))
     # a table of another precision covers nothing: every kernel predicted, counted
     c = cpu_table(tmp_path, kernels_json, "A100-80GB-SXM", "2.13.0", "fp32")
     fp32 = run_build([*gpus, "targets=[profile]", "profile.backend=table",
@@ -314,6 +317,9 @@ def test_fitted_backend_builds_and_says_so(run_build) -> None:
     assert info["backend"] == "fitted" and "gemm" in info["band"]
     report = json.loads((artifact_dir(result, "simulate") / "report.json").read_text())
     assert "predicted by the fitted model" in kernel_line(report["summary"])
+    holds = report["robust"]["holds"]
+    assert report["robust"]["samples"] == 16 and "request distribution" in holds
+    assert all(0.0 <= v <= 1.0 for v in holds.values())
 
 
 def test_export_refuses_a_device_the_build_did_not_measure(tmp_path: Path, run_build,
@@ -336,3 +342,25 @@ def test_measured_data_file_reads_back(tmp_path: Path) -> None:
     path.write_bytes(gzip.compress(b"source,device")[:10])
     with pytest.raises(ConfigError, match="cannot read measured ops"):
         kerneldata.load(path)
+
+
+def test_robust_draws_and_their_note() -> None:
+    """A band of zero error draws factors of exactly 1; the note names a speedup that holds
+    in too few draws and a baseline ahead only within the error."""
+    from pimbuild.gpus import robust
+
+    zero = {f: {"log_bias": [0.0], "log_residual": [0.0]}
+            for f in ("gemm", "elementwise", "reduction")}
+    f = robust.factors(["contraction", "copy", "reduction"], 2, zero, random.Random(0))
+    assert f == [[1.0, 1.0]] * 3
+    wide = {fam: {"log_bias": [-1.0, 1.0], "log_residual": [0.0]} for fam in zero}
+    draws = {tuple(map(tuple, robust.factors(["contraction"], 1, wide, random.Random(s))))
+             for s in range(20)}
+    assert {d[0][0] for d in draws} == {math.exp(-1), math.exp(1)}
+    lines = robust.note({"request distribution": 1.05, "AF": 2.0, "layer pipeline": 0.97},
+                        {"request distribution": 0.6, "AF": 1.0, "layer pipeline": 0.3}, 16)
+    assert "request distribution 1.05x (holds in 60%)" in lines[0] and "AF" not in lines[0]
+    assert "layer pipeline (30%)" in lines[1]
+    assert robust.note({"AF": 2.0}, {"AF": 1.0}, 16) == [
+        "every comparison with a baseline comes out the same in at least 90% of 16 draws "
+        "of the kernel-time model's held-out error"]

@@ -109,6 +109,7 @@ def table_times(data: dict[str, Any], p: Params, t: list[list[float]]
             "predicted": sum(h is None for h in hits),
             "measured_time_share": sum(out[i][d] for i, h in enumerate(hits)
                                        if h is not None) / total,
+            "measured_ids": [i for i, h in enumerate(hits) if h is not None],
             **({m: table[m] for m in ("gpu", "driver", "torch", "method")} if table else {})}
     return out, {"sources": sources, "warnings": tables.versions_differ(loaded)}
 

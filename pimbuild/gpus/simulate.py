@@ -546,8 +546,18 @@ def markdown(r: dict[str, Any], placement: dict[str, Any]) -> str:
         ovl = f"{v['throughput_overlapped']:.4g}" if "throughput_overlapped" in v else ""
         lines.append(f"| {name} | {v['throughput']:.4g} | {v['perf_per_dollar']:.4g} | "
                      f"{cyc} | {lat} | {ovl} |")
+    plain = [line.replace("[yellow]", "").replace("[/]", "") for line in
+             kernel_times_lines(r.get("kernel_times") or {})
+             + robust.note(r["speedup_over"], (r.get("robust") or {}).get("holds", {}),
+                           (r.get("robust") or {}).get("samples", 0))]
+    lines += ["", "## Kernel times", "", *(f"- {line}" for line in plain)]
     lines += serving_markdown(r.get("serving", {}))
     keys = placement["devices"]
+    sources = (r.get("kernel_times") or {}).get("sources") or {}
+    measured = {key: set(v.get("measured_ids", ())) for key, v in sources.items()}
+    if measured:
+        lines += ["", "A time marked `m` was measured (a kernel-time table); the others are "
+                      "predicted."]
     layer = r.get("period", 1) > 1  # which of the placed layers a kernel belongs to
     lines += ["", "## Placement", "",
               "| id | " + ("layer | " if layer else "") + "kernel | kind | device | "
@@ -556,5 +566,7 @@ def markdown(r: dict[str, Any], placement: dict[str, Any]) -> str:
     for k in placement["kernels"]:
         lines.append(f"| {k['id']} | " + (f"{k['layer']} | " if layer else "")
                      + f"{k['name']} | {k['kind']} | {k['device']} | "
-                     + " | ".join(f"{k[f't_{key}_s'] * 1e6:.3g}" for key in keys) + " |")
+                     + " | ".join(f"{k[f't_{key}_s'] * 1e6:.3g}"
+                                  + (" m" if k["id"] % r["kernels"] in measured.get(key, ())
+                                     else "") for key in keys) + " |")
     return "\n".join(lines) + "\n"
