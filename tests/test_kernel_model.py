@@ -234,6 +234,9 @@ def test_tables_load_merge_and_refuse(tmp_path: Path) -> None:
     assert tables.versions_differ([t1, t2]) == [
         "kernel-time tables come from different torch versions (2.11, 2.13): their times "
         "may not compare"]
+    assert tables.versions_differ([t2], "2.13+cpu") == []
+    assert tables.versions_differ([t2], "2.14.0") == [
+        "kernel-time tables measured under torch 2.13; this pimbuild runs torch 2.14.0"]
     other = tables.make({"device": "L40S"}, [k1], [1e-6], "bf16")
     with pytest.raises(ConfigError, match="tables of different devices cannot merge"):
         tables.merge([t1, other], ["t1", "other"])

@@ -111,7 +111,10 @@ def table_times(data: dict[str, Any], p: Params, t: list[list[float]]
                                        if h is not None) / total,
             "measured_ids": [i for i, h in enumerate(hits) if h is not None],
             **({m: table[m] for m in ("gpu", "driver", "torch", "method")} if table else {})}
-    return out, {"sources": sources, "warnings": tables.versions_differ(loaded)}
+    import torch
+
+    return out, {"sources": sources,
+                 "warnings": tables.versions_differ(loaded, torch.__version__)}
 
 
 def times(inputs: Inputs, p: Params) -> tuple[Any, list[list[float]]]:

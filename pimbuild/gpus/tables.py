@@ -93,12 +93,20 @@ def for_device(tables: list[dict[str, Any]], name: str) -> dict[str, Any] | None
     return merge(mine, [name] * len(mine))[0] if mine else None
 
 
-def versions_differ(tables: list[dict[str, Any]]) -> list[str]:
-    """Warnings for tables measured under different drivers or torch versions."""
+def versions_differ(tables: list[dict[str, Any]], local_torch: str = "") -> list[str]:
+    """Warnings for tables measured under different drivers or torch versions, or under a
+    torch release other than ``local_torch`` (this process's: the kernels the program would
+    launch are that release's)."""
     notes = []
     for field in ("driver", "torch"):
         values = sorted({str(t.get(field, "")) for t in tables})
         if len(values) > 1:
             notes.append(f"kernel-time tables come from different {field} versions "
                          f"({', '.join(values)}): their times may not compare")
+    release = local_torch.split("+")[0]
+    other = sorted({str(t.get("torch", "")) for t in tables
+                    if t.get("torch") and str(t["torch"]).split("+")[0] != release})
+    if release and other:
+        notes.append(f"kernel-time tables measured under torch {', '.join(other)}; this "
+                     f"pimbuild runs torch {local_torch}")
     return notes
