@@ -58,9 +58,13 @@ def params(cfg: DictConfig) -> Params:
     target = targets.from_config(cfg)
     fit, found = "", ()
     if backend in ("fitted", "table"):
+        from hydra.utils import to_absolute_path
+
         from pimbuild.gpus import kernelmodel, tables
 
-        path = kernelmodel.load(cfg.gpus.kernel_model).provenance.get("path", "")
+        path = to_absolute_path(cfg.gpus.kernel_model) if cfg.gpus.kernel_model \
+            else str(kernelmodel.SHIPPED)
+        kernelmodel.load(path)  # missing or not a fit: one error line, before any stage
         fit = f"{path}@{kernelmodel.digest(path)}"
         for d in target.devices:
             ops.gpu_of(d)  # a device without the model's spec numbers: one error line
@@ -68,29 +72,34 @@ def params(cfg: DictConfig) -> Params:
             if not cfg.gpus.tables:
                 raise ConfigError("profile.backend=table needs gpus.tables=[FILE,...] "
                                   "(`pimbuild-kernels export` writes them)")
-            for t in cfg.gpus.tables:
+            paths = [to_absolute_path(t) for t in cfg.gpus.tables]
+            for t in paths:
                 tables.load(t)  # missing or corrupted: one error line, before any stage
-            found = tuple(f"{Path(t).resolve()}@{kernelmodel.digest(t)}"
-                          for t in cfg.gpus.tables)
+            found = tuple(f"{t}@{kernelmodel.digest(t)}" for t in paths)
     return Params(backend=backend, target=target, kernel_model=fit, tables=found,
                   model=model_params(cfg) if backend == "cuda" else None)
 
 
-def fitted_times(data: dict[str, Any], p: Params) -> list[list[float]]:
-    """Seconds per kernel and device from the fitted model (``ops.from_kernel``)."""
+def fitted_times(data: dict[str, Any], p: Params
+                 ) -> tuple[list[list[float]], dict[str, Any]]:
+    """Seconds per kernel and device from the fitted model (``ops.from_kernel``), and the
+    fit's held-out error per family (the band its predictions carry)."""
     from pimbuild.gpus import kernelmodel
 
     model = kernelmodel.load(p.kernel_model.rpartition("@")[0])
     floating = {b: info.get("float", False) for b, info in data["buffers"].items()}
     found = [ops.from_kernel(k, floating, p.target.precision) for k in data["kernels"]]
     columns = [model.predict(found, [ops.gpu_of(d)] * len(found)) for d in p.target.devices]
-    return [[float(c[i]) for c in columns] for i in range(len(found))]
+    return [[float(c[i]) for c in columns] for i in range(len(found))], \
+        model.provenance.get("held_out_error", {})
 
 
 def table_times(data: dict[str, Any], p: Params, t: list[list[float]]
                 ) -> tuple[list[list[float]], dict[str, Any]]:
     """``t`` with every kernel a table has measured replaced by its table time; and, per
     device, how many kernels (and what share of the time) were measured or predicted."""
+    import torch
+
     from pimbuild.gpus import tables
 
     loaded = [tables.load(path.rpartition("@")[0]) for path in p.tables]
@@ -111,8 +120,6 @@ def table_times(data: dict[str, Any], p: Params, t: list[list[float]]
                                        if h is not None) / total,
             "measured_ids": [i for i, h in enumerate(hits) if h is not None],
             **({m: table[m] for m in ("gpu", "driver", "torch", "method")} if table else {})}
-    import torch
-
     return out, {"sources": sources,
                  "warnings": tables.versions_differ(loaded, torch.__version__)}
 
@@ -150,15 +157,12 @@ def run(inputs: Inputs, p: Params, out: Path) -> None:
 
     data = json.loads((inputs["extract"] / "kernels.json").read_text())
     graph = ddg.build(data, data.get("layers", 1), p.target.float_scale)
-    t = [[roofline.kernel_time(k, d, p.target) for d in p.target.devices]
-         for k in graph.kernels]
     measured: dict[str, Any] = {"measured": []}
     if p.backend in ("fitted", "table"):
-        from pimbuild.gpus import kernelmodel
-
-        t = fitted_times(data, p)
-        fit = kernelmodel.load(p.kernel_model.rpartition("@")[0])
-        measured["band"] = fit.provenance.get("held_out_error", {})
+        t, measured["band"] = fitted_times(data, p)
+    else:  # the roofline; the cuda backend's estimate for what it does not measure
+        t = [[roofline.kernel_time(k, d, p.target) for d in p.target.devices]
+             for k in graph.kernels]
     if p.backend == "table":
         t, info = table_times(data, p, t)
         measured.update(info, measured=[k for k, v in info["sources"].items()
