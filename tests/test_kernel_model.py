@@ -367,3 +367,14 @@ def test_robust_draws_and_their_note() -> None:
     assert robust.note({"AF": 2.0}, {"AF": 1.0}, 16) == [
         "every comparison with a baseline comes out the same in at least 90% of 16 draws "
         "of the kernel-time model's held-out error"]
+
+
+def test_a_device_without_the_models_spec_numbers_is_one_error() -> None:
+    """A user's device file written before sms / boost_mhz / tdp_w existed (the schema
+    leaves them '???'): one error naming what is missing and the way out."""
+    spec = {"name": "RTX-4090", "fp32_tflops": 82.6, "bf16_tflops": 165.2, "mem_gbps": 1008,
+            "l2_mb": 72, "sms": "???", "boost_mhz": 2520, "tdp_w": 0}
+    with pytest.raises(ConfigError, match=r"lacks sms, tdp_w, .*profile.backend=roofline"):
+        ops.gpu_of(spec)
+    assert ops.gpu_of({**spec, "sms": 128, "tdp_w": 450}).lanes == pytest.approx(
+        82.6e6 / (2 * 128 * 2520))

@@ -138,10 +138,17 @@ class Gpu:
 def gpu_of(spec: Any) -> Gpu:
     """A Gpu from a catalogue device (``conf/device/*.yaml``) or a row of ``devices.csv``."""
     get = spec.get if isinstance(spec, dict) else lambda k, d=None: getattr(spec, k, d)
-    missing = [k for k in ("sms", "boost_mhz", "tdp_w") if get(k) in (None, "", 0, "0")]
+    def given(k: str) -> bool:  # a positive number (not None, "", 0, nor "???": unset)
+        try:
+            return float(get(k)) > 0
+        except (TypeError, ValueError):
+            return False
+
+    missing = [k for k in ("sms", "boost_mhz", "tdp_w") if not given(k)]
     if missing:
         raise ConfigError(f"device '{get('name')}' lacks {', '.join(missing)}, which the "
-                          f"fitted kernel-time model needs (spec-sheet numbers)")
+                          f"fitted kernel-time model needs (spec-sheet numbers; or "
+                          f"profile.backend=roofline)")
     tensor = get("tensor_tflops") or get("bf16_tflops") or get("fp32_tflops")
     return Gpu(name=str(get("name")), sms=int(get("sms")), boost_mhz=float(get("boost_mhz")),
                fp32_tflops=float(get("fp32_tflops")), tensor_tflops=float(tensor),
