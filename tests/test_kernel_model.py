@@ -378,3 +378,15 @@ def test_a_device_without_the_models_spec_numbers_is_one_error() -> None:
         ops.gpu_of(spec)
     assert ops.gpu_of({**spec, "sms": 128, "tdp_w": 450}).lanes == pytest.approx(
         82.6e6 / (2 * 128 * 2520))
+
+
+def test_a_saved_fit_loads_back_with_the_same_predictions(tmp_path: Path) -> None:
+    gpus = {"A": GPU_A, "B": ops.Gpu("B", 60, 2000, 30, 120, 300, 48, 72)}
+    rows = synthetic(random.Random(1), gpus)
+    model = kernelmodel.fit(rows, gpus, rounds=20)
+    path = tmp_path / "fit.json"
+    kernelmodel.save(model, path, {"note": "test"})
+    back = kernelmodel.load(path)
+    assert back.physics == model.physics and back.provenance["note"] == "test"
+    found = [r["o"] for r in rows[:50]]
+    assert np.allclose(back.predict(found, [GPU_A] * 50), model.predict(found, [GPU_A] * 50))

@@ -7,10 +7,12 @@ Three predictors, each a function of an ``ops.Op`` and an ``ops.Gpu``:
   ``launch + max(flops / (peak * eff_engine), bytes / (bw * eff_mem))`` at the config's
   efficiencies (0.7 tensor, 0.5 CUDA cores, 0.8 memory, 2 us launch);
 - ``physics``: the same shape with fitted terms: a sustained efficiency per engine (tensor
-  cores, CUDA cores) and per memory access family (GEMM, elementwise, row reduction), a GEMM's
-  wave quantisation over the SMs (128x128 tiles), and a fixed per-kernel floor in SM cycles
-  (so it scales with the clock): ``floor_cycles / f + max(waves * t_c / e_c, t_m / e_m)``;
-  plus the measurement's own harness (NeuSight's times include eager dispatch; ``harness_us``);
+  cores, CUDA cores) and per memory access family (GEMM, elementwise, row reduction), a
+  sustained rate per watt of the board's power limit per engine (a power-capped card, the
+  72 W L4, cannot hold its spec peak), a GEMM's wave quantisation over the SMs (128x128
+  tiles), and a fixed per-kernel floor in SM cycles (so it scales with the clock):
+  ``floor_cycles / f + max(waves * flops / min(e_c * peak, k_c * TDP), t_m / e_m)``; plus the
+  measurement's own harness (NeuSight's times include eager dispatch; ``harness_us``);
 - ``fitted`` (the default): ``physics`` times a learned correction, ``exp(g(x))``, where ``g``
   is a LightGBM regressor on log time ratios over features of the op and where it sits on the
   device (work, shapes, bound times, waves, working set over L2, the ridge point; no absolute
@@ -27,7 +29,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -76,12 +78,17 @@ class Physics:
     eff_memory: dict[str, float] = field(default_factory=lambda: dict.fromkeys(FAMILIES, 0.8))
     floor_cycles: float = 4000.0
     harness_us: dict[str, float] = field(default_factory=dict)
+    # sustained TFLOP/s per watt of the power limit (k_c): no cap where the fit finds none
+    tflops_per_w: dict[str, float] = field(default_factory=lambda: {"tensor": 1e9,
+                                                                    "cuda": 1e9})
 
     def seconds(self, o: ops.Op, gpu: ops.Gpu, source: str = "") -> float:
         t_c, t_m = bound(o, gpu)
-        e_c = self.eff_compute["tensor" if o.tensor else "cuda"]
+        engine = "tensor" if o.tensor else "cuda"
+        peak = gpu.tensor_tflops if o.tensor else gpu.fp32_tflops
+        slow = max(1 / self.eff_compute[engine], peak / (self.tflops_per_w[engine] * gpu.tdp_w))
         kernel = self.floor_cycles / (gpu.boost_mhz * 1e6) + max(
-            ops.waves(o, gpu) * t_c / e_c, t_m / self.eff_memory[o.family])
+            ops.waves(o, gpu) * t_c * slow, t_m / self.eff_memory[o.family])
         return kernel + self.harness_us.get(source, 0.0) * 1e-6
 
 
@@ -142,6 +149,8 @@ def terms(found: list[ops.Op], gpus: list[ops.Gpu]) -> dict[str, np.ndarray]:
     return {"t_c": b[:, 0], "t_m": b[:, 1],
             "waves": np.array([ops.waves(o, g) for o, g in zip(found, gpus, strict=True)]),
             "hz": np.array([g.boost_mhz * 1e6 for g in gpus]),
+            "peak_per_w": np.array([(g.tensor_tflops if o.tensor else g.fp32_tflops) / g.tdp_w
+                                    for o, g in zip(found, gpus, strict=True)]),
             "tensor": np.array([o.tensor for o in found]),
             "family": np.array([FAMILIES.index(o.family) for o in found])}
 
@@ -162,18 +171,21 @@ def fit_physics(rows: list[dict[str, Any]], gpus: dict[str, ops.Gpu]) -> Physics
         return Physics(eff_compute={"tensor": float(e[0]), "cuda": float(e[1])},
                        eff_memory={f: float(v) for f, v in zip(FAMILIES, e[2:5], strict=True)},
                        floor_cycles=float(e[5] * 1000),
-                       harness_us={s: float(v) for s, v in zip(sources, e[6:], strict=True)})
+                       harness_us={s: float(v) for s, v in zip(sources, e[8:], strict=True)},
+                       tflops_per_w={"tensor": float(e[6]), "cuda": float(e[7])})
 
     def residual(p: np.ndarray) -> np.ndarray:
         e = np.exp(p)
         e_c = np.where(t["tensor"], e[0], e[1])
+        kappa = np.where(t["tensor"], e[6], e[7])
+        slow = np.maximum(1 / e_c, t["peak_per_w"] / kappa)
         e_m = e[2:5][t["family"]]
-        harness = np.where(src >= 0, np.append(e[6:], 0.0)[src], 0.0) * 1e-6
-        sec = e[5] * 1000 / t["hz"] + np.maximum(t["waves"] * t["t_c"] / e_c,
+        harness = np.where(src >= 0, np.append(e[8:], 0.0)[src], 0.0) * 1e-6
+        sec = e[5] * 1000 / t["hz"] + np.maximum(t["waves"] * t["t_c"] * slow,
                                                  t["t_m"] / e_m) + harness
         return w * (np.log(sec) - y)
 
-    p0 = np.log([0.7, 0.5, 0.8, 0.8, 0.8, 4.0] + [5.0] * len(sources))
+    p0 = np.log([0.7, 0.5, 0.8, 0.8, 0.8, 4.0, 2.0, 0.2] + [5.0] * len(sources))
     return unpack(least_squares(residual, p0, loss="soft_l1", f_scale=0.1).x)
 
 
@@ -202,10 +214,8 @@ def fit(rows: list[dict[str, Any]], gpus: dict[str, ops.Gpu], learned: bool = Tr
 
 def save(model: KernelModel, path: Path, extra: dict[str, Any] | None = None) -> None:
     """The model as JSON (written whole, then renamed into place)."""
-    p = model.physics
     data = {"provenance": {**model.provenance, **(extra or {})},
-            "physics": {"eff_compute": p.eff_compute, "eff_memory": p.eff_memory,
-                        "floor_cycles": p.floor_cycles, "harness_us": p.harness_us},
+            "physics": asdict(model.physics),
             "booster": model.booster.model_to_string() if model.booster else None}
     path = Path(path)
     tmp = path.with_name(path.name + ".tmp")
