@@ -62,8 +62,9 @@ def serving(a: dict, b: dict) -> list[str]:
                        ("RD", "request distribution")):
         ratio = [[r["tokens_per_s"]["FluidGPU (throughput)"] / r["tokens_per_s"][key]
                   for r in run["serving"]] for run in (a, b)]
+        mean = [sum(r) / len(r) for r in ratio]
         lines.append(f"\nMean over the pairs, planned over {label}: "
-                     f"{sum(ratio[0]) / len(ratio[0]):.2f}x -> {sum(ratio[1]) / len(ratio[1]):.2f}x")
+                     f"{mean[0]:.2f}x -> {mean[1]:.2f}x")
     return lines
 
 
