@@ -31,6 +31,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from omegaconf import OmegaConf
+
 from pimbuild.errors import ConfigError
 from pimbuild.gpus import kerneldata, kerneleval, kernelmodel, ops, tables
 
@@ -140,8 +142,6 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
 def catalogue_gpu(name: str, config_dir: Path | None) -> ops.Gpu:
     """A device of the catalogue (``conf/device/<name>.yaml``, or the user's
     ``--config-dir``'s ``device/<name>.yaml``) or a measured GPU (``devices.csv``)."""
-    from omegaconf import OmegaConf
-
     catalogue = Path(str(importlib.resources.files("pimbuild.conf").joinpath("device")))
     for folder in ([config_dir / "device"] if config_dir else []) + [catalogue]:
         path = folder / f"{name}.yaml"

@@ -31,7 +31,7 @@ from omegaconf import DictConfig
 
 from pimbuild import targets
 from pimbuild.errors import ConfigError
-from pimbuild.gpus import ops
+from pimbuild.gpus import kernelmodel, ops, tables
 from pimbuild.lower import ModelParams, model_params
 from pimbuild.stage import Inputs
 
@@ -60,8 +60,6 @@ def params(cfg: DictConfig) -> Params:
     if backend in ("fitted", "table"):
         from hydra.utils import to_absolute_path
 
-        from pimbuild.gpus import kernelmodel, tables
-
         path = to_absolute_path(cfg.gpus.kernel_model) if cfg.gpus.kernel_model \
             else str(kernelmodel.SHIPPED)
         kernelmodel.load(path)  # missing or not a fit: one error line, before any stage
@@ -84,8 +82,6 @@ def fitted_times(data: dict[str, Any], p: Params
                  ) -> tuple[list[list[float]], dict[str, Any]]:
     """Seconds per kernel and device from the fitted model (``ops.from_kernel``), and the
     fit's held-out error per family (the band its predictions carry)."""
-    from pimbuild.gpus import kernelmodel
-
     model = kernelmodel.load(p.kernel_model.rpartition("@")[0])
     floating = {b: info.get("float", False) for b, info in data["buffers"].items()}
     found = [ops.from_kernel(k, floating, p.target.precision) for k in data["kernels"]]
@@ -99,8 +95,6 @@ def table_times(data: dict[str, Any], p: Params, t: list[list[float]]
     """``t`` with every kernel a table has measured replaced by its table time; and, per
     device, how many kernels (and what share of the time) were measured or predicted."""
     import torch
-
-    from pimbuild.gpus import tables
 
     loaded = [tables.load(path.rpartition("@")[0]) for path in p.tables]
     out = [list(row) for row in t]

@@ -12,6 +12,7 @@ speedup that does not hold in most draws is inside the model's error.
 
 from __future__ import annotations
 
+import math
 import random
 from dataclasses import replace
 from typing import Any
@@ -27,8 +28,6 @@ def family(kind: str) -> str:
 def factors(kinds: list[str], n_dev: int, band: dict[str, Any], rng: random.Random
             ) -> list[list[float]]:
     """One draw: a factor per kernel and device."""
-    import math
-
     bias = {(f, d): rng.choice(band[f]["log_bias"]) for f in band for d in range(n_dev)}
     return [[math.exp(bias[(family(k), d)] + rng.choice(band[family(k)]["log_residual"]))
              for d in range(n_dev)] for k in kinds]
