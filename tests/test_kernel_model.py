@@ -208,6 +208,9 @@ def test_predict_command(tmp_path: Path, capsys) -> None:
     assert not (tmp_path / "bad_l40s.csv").exists()
     assert kernels_cli.main(["predict", str(src), "--device", "rtx4090"]) == 1
     assert "unknown device 'rtx4090'" in capsys.readouterr().err
+    assert kernels_cli.main(["predict", str(src), "--device", "l40s", "--out",
+                             str(tmp_path / "no" / "such" / "o.csv")]) == 1
+    assert capsys.readouterr().err.startswith("error: ") and not (tmp_path / "no").exists()
 
 
 def test_a_users_own_device_predicts(tmp_path: Path) -> None:

@@ -204,7 +204,10 @@ def cmd_export(args: argparse.Namespace) -> None:
     data = json.loads((extract / "kernels.json").read_text())
     with (profile / "kernel_times.csv").open() as f:
         seconds = [float(r[f"t_{args.device}_s"]) for r in csv.DictReader(f)]
-    device = info["device_names"][args.device]
+    device = info.get("device_names", {}).get(args.device)
+    if device is None:
+        raise ConfigError(f"{profile}/profile.json does not name device '{args.device}' "
+                          f"(built before tables existed: rebuild the profile)")
     table = tables.make({**info, "device": device}, data["kernels"], seconds,
                         info.get("precision", ""))
     tables.write(table, args.out)
@@ -264,6 +267,9 @@ def main(argv: list[str] | None = None) -> int:
          "predict": cmd_predict, "export": cmd_export, "merge": cmd_merge}[args.cmd](args)
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
+        return 1
+    except OSError as e:  # an output folder that does not exist, a full disk, ...
+        print(f"error: {e.filename or ''}: {e.strerror}", file=sys.stderr)
         return 1
     return 0
 
