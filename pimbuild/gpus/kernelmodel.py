@@ -82,14 +82,26 @@ class Physics:
     tflops_per_w: dict[str, float] = field(default_factory=lambda: {"tensor": 1e9,
                                                                     "cuda": 1e9})
 
-    def seconds(self, o: ops.Op, gpu: ops.Gpu, source: str = "") -> float:
-        t_c, t_m = bound(o, gpu)
-        engine = "tensor" if o.tensor else "cuda"
-        peak = gpu.tensor_tflops if o.tensor else gpu.fp32_tflops
-        slow = max(1 / self.eff_compute[engine], peak / (self.tflops_per_w[engine] * gpu.tdp_w))
-        kernel = self.floor_cycles / (gpu.boost_mhz * 1e6) + max(
-            ops.waves(o, gpu) * t_c * slow, t_m / self.eff_memory[o.family])
-        return kernel + self.harness_us.get(source, 0.0) * 1e-6
+    def seconds(self, found: list[ops.Op], gpus: list[ops.Gpu],
+                sources: list[str]) -> np.ndarray:
+        """Seconds per op: ``combine`` at these parameters."""
+        harness = np.array([self.harness_us.get(s, 0.0) for s in sources]) * 1e-6
+        return combine(terms(found, gpus), self.eff_compute, self.tflops_per_w,
+                       np.array([self.eff_memory[f] for f in FAMILIES]), self.floor_cycles,
+                       harness)
+
+
+def combine(t: dict[str, np.ndarray], eff_compute: dict[str, Any],
+            tflops_per_w: dict[str, Any], eff_memory: np.ndarray, floor_cycles: Any,
+            harness: np.ndarray) -> np.ndarray:
+    """The physical model over ``terms``: ``floor_cycles / f + max(waves * t_c * slow,
+    t_m / e_m) + harness``, ``slow`` the larger of ``1 / e_c`` and the peak over what the
+    power limit sustains. One formula for the fit's residuals and for predictions."""
+    e_c = np.where(t["tensor"], eff_compute["tensor"], eff_compute["cuda"])
+    kappa = np.where(t["tensor"], tflops_per_w["tensor"], tflops_per_w["cuda"])
+    slow = np.maximum(1 / e_c, t["peak_per_w"] / kappa)
+    return floor_cycles / t["hz"] + np.maximum(t["waves"] * t["t_c"] * slow,
+                                               t["t_m"] / eff_memory[t["family"]]) + harness
 
 
 def features(o: ops.Op, gpu: ops.Gpu, source: str = "") -> list[float]:
@@ -125,10 +137,12 @@ class KernelModel:
                 sources: list[str] | None = None) -> np.ndarray:
         """Seconds per op (vectorised over the learned part)."""
         sources = sources or [""] * len(found)
-        base = np.array([self.physics.seconds(o, g, s)
-                         for o, g, s in zip(found, gpus, sources, strict=True)])
-        floor = np.array([max(bound(o, g)) for o, g in zip(found, gpus, strict=True)])
-        if self.booster is None or not found:
+        if not found:
+            return np.array([])
+        base = self.physics.seconds(found, gpus, sources)
+        t = terms(found, gpus)
+        floor = np.maximum(t["t_c"], t["t_m"])
+        if self.booster is None:
             return np.maximum(base, floor)
         x = np.array([features(o, g, s) for o, g, s in zip(found, gpus, sources, strict=True)])
         return np.maximum(base * np.exp(self.booster.predict(x)), floor)
@@ -176,13 +190,9 @@ def fit_physics(rows: list[dict[str, Any]], gpus: dict[str, ops.Gpu]) -> Physics
 
     def residual(p: np.ndarray) -> np.ndarray:
         e = np.exp(p)
-        e_c = np.where(t["tensor"], e[0], e[1])
-        kappa = np.where(t["tensor"], e[6], e[7])
-        slow = np.maximum(1 / e_c, t["peak_per_w"] / kappa)
-        e_m = e[2:5][t["family"]]
         harness = np.where(src >= 0, np.append(e[8:], 0.0)[src], 0.0) * 1e-6
-        sec = e[5] * 1000 / t["hz"] + np.maximum(t["waves"] * t["t_c"] * slow,
-                                                 t["t_m"] / e_m) + harness
+        sec = combine(t, {"tensor": e[0], "cuda": e[1]}, {"tensor": e[6], "cuda": e[7]},
+                      e[2:5], e[5] * 1000, harness)
         return w * (np.log(sec) - y)
 
     p0 = np.log([0.7, 0.5, 0.8, 0.8, 0.8, 4.0, 2.0, 0.2] + [5.0] * len(sources))
@@ -201,8 +211,7 @@ def fit(rows: list[dict[str, Any]], gpus: dict[str, ops.Gpu], learned: bool = Tr
         found = [r["o"] for r in rows]
         devs = [gpus[r["device"]] for r in rows]
         srcs = [r["source"] for r in rows]
-        base = np.array([physics.seconds(o, g, s) for o, g, s in zip(found, devs, srcs,
-                                                                      strict=True)])
+        base = physics.seconds(found, devs, srcs)
         y = np.log(np.array([r["time_us"] * 1e-6 for r in rows]) / base)
         x = np.array([features(o, g, s) for o, g, s in zip(found, devs, srcs, strict=True)])
         data = lightgbm.Dataset(x, y, weight=_weights(rows) * len(rows), free_raw_data=True)
