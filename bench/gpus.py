@@ -33,7 +33,7 @@ from pimbuild.config import register_configs  # noqa: E402
 from pimbuild.console import console  # noqa: E402
 from pimbuild.gpus import cost, ddg, simulate, workload  # noqa: E402
 from pimbuild.gpus.planners import PlanContext, place, throughput, unrolled  # noqa: E402
-from pimbuild.targets.gpus import GpuTarget  # noqa: E402
+from pimbuild.gpus.target import GpuTarget  # noqa: E402
 
 MODELS = ["llama3_8b", "llama3_8b_prefill", "llama7b", "gptj6b", "mamba", "mmdit"]
 PAIRS = [("a100", "l40s"), ("h100", "rtxpro6000"), ("b200", "h100")]

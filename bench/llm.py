@@ -71,7 +71,7 @@ def forward_ratio(model: str, calibrate_dir: Path | None, rounds: int = 10,
     ``overrides``: more config overrides (``model.recipe=...``)."""
     from hydra import compose, initialize_config_module
 
-    from pimbuild import instrument, jit, lower
+    from pimbuild import hostfacts, jit, lower
     from pimbuild.cli import CONFIG_MODULE
     from pimbuild.eager import against_eager
     from pimbuild.profile import reuse_freed_memory
@@ -79,7 +79,7 @@ def forward_ratio(model: str, calibrate_dir: Path | None, rounds: int = 10,
     with initialize_config_module(config_module=CONFIG_MODULE, version_base="1.3"):
         cfg = compose("config", overrides=[f"model={model}", *overrides])
     p = lower.params(cfg)
-    block = block or instrument.resolved_block(instrument.register_block(cfg), calibrate_dir)
+    block = block or hostfacts.resolved_block(cfg.lowering.register_block, calibrate_dir)
     reuse_freed_memory()  # both programs in the steady state the profile stage times
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp)

@@ -41,9 +41,10 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
-from pimbuild import instrument, lower
+from pimbuild import instrument, lower, profile
 from pimbuild.errors import StageError
 from pimbuild.profile import host_cpu
+from pimbuild.runtime import LIBRARY, Markers
 from pimbuild.stage import Inputs
 
 NAME = "calibrate"
@@ -74,7 +75,7 @@ def params(cfg: DictConfig) -> Params:
     return Params(b_cpu_gbps=pf.b_cpu_gbps, buffer_mib=pf.calibration_mib,
                   repetitions=pf.calibration_repetitions, warmup=pf.calibration_warmup,
                   rounds=pf.calibration_rounds, max_spread=pf.calibration_max_spread,
-                  tag=pf.calibration_tag, register_block=instrument.register_block(cfg),
+                  tag=pf.calibration_tag, register_block=cfg.lowering.register_block,
                   candidates=tuple(cfg.lowering.register_block_candidates), host=host_cpu())
 
 
@@ -119,16 +120,9 @@ def search_register_block(candidates: tuple[int, ...], buffer_mib: int, work: Pa
             "best_s": {str(b): t for b, t in best.items()}}
 
 
-def register_block(calibrate_dir: Path) -> int:
-    """The register-blocking factor calibrate settled for this host."""
-    return int(json.loads((calibrate_dir / "calibrate.json").read_text())
-               ["register_block"]["value"])
-
-
 def measure(p: Params, block: int, runtime_dir: Path, work: Path) -> dict:
     """Lower, instrument and time the streaming kernel; B_cpu from its reduction nest."""
-    from pimbuild import frontend, loops, profile
-    from pimbuild.runtime import LIBRARY, Markers
+    from pimbuild import frontend, loops
 
     lp = _kernel(p)
     lower.lower(lp, work, work / "failure")
@@ -187,7 +181,3 @@ def run(inputs: Inputs, p: Params, out: Path) -> None:
             (work / big).unlink(missing_ok=True)
     result["register_block"] = block
     (out / "calibrate.json").write_text(json.dumps(result, indent=2) + "\n")
-
-
-def b_cpu(calibrate_dir: Path) -> float:
-    return float(json.loads((calibrate_dir / "calibrate.json").read_text())["b_cpu_gbps"])

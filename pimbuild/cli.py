@@ -21,6 +21,8 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 from rich.markup import escape
 
+from pimbuild import experiments
+from pimbuild.build import build  # after Hydra parsed the overrides
 from pimbuild.config import register_configs
 from pimbuild.console import error
 from pimbuild.errors import PimbuildError
@@ -32,13 +34,9 @@ register_configs()
 
 @hydra.main(version_base="1.3", config_path=f"pkg://{CONFIG_MODULE}", config_name="config")
 def app(cfg: DictConfig) -> None:
-    from pimbuild.build import build  # after Hydra parsed the overrides
-
     out_dir = Path(HydraConfig.get().runtime.output_dir)
     try:
         if cfg.get("experiment") is not None:
-            from pimbuild import experiments
-
             experiments.run(cfg, list(HydraConfig.get().overrides.task), out_dir)
         else:
             build(cfg, out_dir)

@@ -273,6 +273,64 @@ def _depends(value: ir.Value, iv: ir.Value) -> bool:
     return not isinstance(op, ir.Block) and any(_depends(v, iv) for v in op.operands)
 
 
+def slope(value: ir.Value, iv: ir.Value) -> int | None:
+    """How far ``value`` (an index) moves when ``iv`` moves by one: 0 when it does not
+    depend on ``iv``, None when it is not affine in it (or not computed by ops this knows)."""
+    if not _depends(value, iv):
+        return 0
+    if value == iv:
+        return 1
+    op = owner(value)
+    if op.name in ("arith.addi", "arith.subi"):
+        a, b = (slope(v, iv) for v in op.operands)
+        if a is None or b is None:
+            return None
+        return a + b if op.name == "arith.addi" else a - b
+    if op.name == "arith.muli":
+        for k, other in ((0, 1), (1, 0)):
+            c = _constant(op.operands[k])
+            if c is not None:
+                s = slope(op.operands[other], iv)
+                return None if s is None else c * s
+        return None
+    if op.name == "affine.apply":
+        amap = ir.AffineMapAttr(op.attributes["map"]).value
+        if len(amap.results) != 1:
+            return None
+        slopes = [slope(v, iv) for v in op.operands]
+        if any(s is None for s in slopes):
+            return None
+        total = 0
+        for position, s in enumerate(slopes):
+            if s:
+                c = _coefficient(amap.results[0], position, amap.n_dims)
+                if c is None:
+                    return None
+                total += c * s
+        return total
+    return None
+
+
+def _coefficient(e: ir.AffineExpr, position: int, n_dims: int) -> int | None:
+    """The coefficient of operand ``position`` (a dim, then the symbols) in ``e``; None
+    when ``e`` is not linear in it."""
+    if isinstance(e, ir.AffineDimExpr):
+        return int(e.position == position)
+    if isinstance(e, ir.AffineSymbolExpr):
+        return int(e.position + n_dims == position)
+    if isinstance(e, ir.AffineConstantExpr):
+        return 0
+    if isinstance(e, ir.AffineAddExpr):
+        a, b = (_coefficient(x, position, n_dims) for x in (e.lhs, e.rhs))
+        return None if a is None or b is None else a + b
+    if isinstance(e, ir.AffineMulExpr):
+        for c, x in ((e.lhs, e.rhs), (e.rhs, e.lhs)):
+            if isinstance(c, ir.AffineConstantExpr):
+                k = _coefficient(x, position, n_dims)
+                return None if k is None else c.value * k
+    return None
+
+
 def _weight_moves(loops: list[ir.Operation], accs: list[Accumulator], column: ir.Value,
                   row: ir.Value) -> bool:
     """Whether a buffer the rows share is read at an address that moves with the column:

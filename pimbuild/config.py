@@ -16,6 +16,8 @@ from typing import Any
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
+from pimbuild.errors import ConfigError
+
 
 @dataclass
 class ModelConfig:
@@ -333,8 +335,6 @@ def validate(cfg: Any) -> None:
     import math
 
     from omegaconf import OmegaConf
-
-    from pimbuild.errors import ConfigError
 
     for path in NONEMPTY:
         value = OmegaConf.select(cfg, path, throw_on_missing=False)

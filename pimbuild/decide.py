@@ -16,11 +16,12 @@ from typing import Any
 from omegaconf import DictConfig
 
 from pimbuild import nests, policies, targets
-from pimbuild.calibrate import b_cpu
 from pimbuild.config import plain
 from pimbuild.copymodels import COPY_MODELS
 from pimbuild.errors import ConfigError
+from pimbuild.hostfacts import b_cpu
 from pimbuild.policies import POLICIES, PolicyContext, PolicyParams
+from pimbuild.policies.torchpim import C1_MODES, C4_MODES
 from pimbuild.stage import Inputs
 
 NAME = "decide"
@@ -37,8 +38,6 @@ class Params:
 
 
 def policy_params(cfg: DictConfig) -> PolicyParams:
-    from pimbuild.policies.torchpim import C1_MODES, C4_MODES
-
     POLICIES.check(cfg.policy.name)
     if cfg.policy.c1 not in C1_MODES:
         raise ConfigError(f"policy.c1={cfg.policy.c1}: choose one of {', '.join(C1_MODES)}")

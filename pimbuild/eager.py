@@ -26,6 +26,7 @@ from omegaconf import DictConfig
 from pimbuild.errors import ConfigError
 from pimbuild.lower import ModelParams, model_params
 from pimbuild.profile import MAX_REPETITIONS, Program, host_cpu, load_program, memory_state
+from pimbuild.runtime import LIBRARY, Markers
 from pimbuild.stage import Inputs
 
 if TYPE_CHECKING:
@@ -70,8 +71,6 @@ def run(inputs: Inputs, p: Params, out: Path) -> None:
 def compare(program: Program, p: Params) -> dict[str, Any]:
     """``eager_comparison`` of the instrumented forward with the model's eager forward, on
     the tensors the forward's arguments were made from."""
-    from pimbuild.runtime import LIBRARY, Markers
-
     memory = memory_state(p.reuse_memory)
     markers = Markers(program.runtime_dir / LIBRARY)
     engine, loaded = load_program(program, markers)

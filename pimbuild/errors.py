@@ -35,3 +35,10 @@ class StageError(PimbuildError):
         if repro is not None:
             lines.append(f"reproduce with: {repro}")
         super().__init__("\n".join(lines))
+
+
+def first_line(e: BaseException) -> str:
+    """An exception as one line: its type and the first line of its message (torch's
+    messages can carry pages of C++ frames)."""
+    text = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {text[0]}" if text else type(e).__name__

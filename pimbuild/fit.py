@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from pimbuild import paper, simulate
-from pimbuild.calibrate import b_cpu
+from pimbuild.hostfacts import b_cpu
 from pimbuild.nests import Nest, load_nests, outputs
 from pimbuild.policies import PolicyContext, PolicyParams
 from pimbuild.targets.pim import PimTarget

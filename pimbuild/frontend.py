@@ -27,7 +27,7 @@ import torch
 from torch.export import ExportedProgram
 
 from pimbuild import recipes
-from pimbuild.errors import ConfigError, RecipeError
+from pimbuild.errors import ConfigError, RecipeError, first_line
 
 if TYPE_CHECKING:
     from pimbuild.lower import ModelParams
@@ -35,13 +35,6 @@ if TYPE_CHECKING:
 FUNC_NAME = "forward"
 DTYPES = {"float32": torch.float32}
 COMPLEX = {torch.float32: torch.complex64, torch.float64: torch.complex128}
-
-
-def first_line(e: BaseException) -> str:
-    """An exception as one line: its type and the first line of its message (torch's
-    messages can carry pages of C++ frames)."""
-    text = str(e).strip().splitlines()
-    return f"{type(e).__name__}: {text[0]}" if text else type(e).__name__
 
 
 def dtype_name(dtype: torch.dtype) -> str:

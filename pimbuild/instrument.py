@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING
 from omegaconf import DictConfig
 
 from pimbuild.errors import StageError
+from pimbuild.hostfacts import resolved_block
+from pimbuild.runtime import LIBRARY, Markers
 from pimbuild.stage import Inputs
 
 if TYPE_CHECKING:
@@ -37,19 +39,8 @@ class Params:
     # None: the one calibrate chose on this host)
 
 
-def register_block(cfg: DictConfig) -> int | None:
-    return cfg.lowering.register_block
-
-
-def resolved_block(configured: int | None, calibrate_dir: Path) -> int:
-    """The configured factor, or (None) the one calibrate chose on this host."""
-    from pimbuild import calibrate
-
-    return configured or calibrate.register_block(calibrate_dir)
-
-
 def params(cfg: DictConfig) -> Params:
-    return Params(register_block=register_block(cfg))
+    return Params(register_block=cfg.lowering.register_block)
 
 
 def insert_markers(module: ir.Module, function: str, n_candidates: int) -> int:
@@ -137,7 +128,6 @@ def generate(module, block: int, stage: str, failure_dir: Path
 def instrument(scf_path: Path, candidates_path: Path, runtime_lib: Path, block: int,
                out: Path, failure_dir: Path) -> None:
     from pimbuild import jit, mlir
-    from pimbuild.runtime import Markers
 
     candidates = json.loads(candidates_path.read_text())
     module = mlir.parse_file(scf_path)
@@ -153,8 +143,6 @@ def instrument(scf_path: Path, candidates_path: Path, runtime_lib: Path, block: 
 
 
 def run(inputs: Inputs, p: Params, out: Path) -> None:
-    from pimbuild.runtime import LIBRARY
-
     instrument(inputs["lower"] / "scf.mlir", inputs["extract"] / "candidates.json",
                inputs["runtime"] / LIBRARY,
                resolved_block(p.register_block, inputs["calibrate"]), out, inputs.failure_dir)

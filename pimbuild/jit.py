@@ -19,7 +19,8 @@ from torch_mlir.execution_engine import ExecutionEngine
 from torch_mlir.runtime import as_ctype, make_nd_memref_descriptor, make_zero_d_memref_descriptor
 
 from pimbuild import codegen, mlir, panels, relayout, vecmath, vectile
-from pimbuild.errors import StageError
+from pimbuild.errors import StageError, first_line
+from pimbuild.runtime import compiler
 
 # scf + memref -> LLVM dialect. Deallocation runs here, after extract has counted the nests.
 SCF_TO_LLVM = (
@@ -159,9 +160,6 @@ def try_load_object(object_path: Path, libraries: list[Path]
     """``load_object`` with the system C compiler, or None and why (one line) where there is
     no compiler or the link or the load is refused: the caller then compiles the LLVM
     dialect instead."""
-    from pimbuild.frontend import first_line
-    from pimbuild.runtime import compiler
-
     try:
         return load_object(object_path, libraries, compiler()), ""
     except (OSError, StageError) as e:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
-from pimbuild import recipes
+from pimbuild import check, recipes
 from pimbuild.config import plain
 from pimbuild.errors import ConfigError
 from pimbuild.registry import Registry
@@ -110,7 +110,7 @@ def run(inputs: Inputs, p: Params, out: Path) -> None:
 
 
 def lower(p: Params, out: Path, failure_dir: Path) -> None:
-    from pimbuild import check, frontend, mlir, transforms
+    from pimbuild import frontend, mlir, transforms
 
     recipe = frontend.build_recipe(p.model)
     outputs = frontend.eager(p.model, recipe)

@@ -38,7 +38,7 @@ from torch_mlir import ir
 from torch_mlir.dialects import memref, scf, vector
 
 from pimbuild import mlir
-from pimbuild.codegen import _add, _clone, _constant, _depends, _index_constant, _swap
+from pimbuild.codegen import _add, _clone, _constant, _depends, _index_constant, _swap, slope
 from pimbuild.loops import owner, trip_counts
 
 ROW_BLOCKS = 8  # blocks of rows that read each panel, at least (the copy is one more read)
@@ -292,11 +292,9 @@ def _offset(index: ir.Value, col: ir.Value) -> int | None:
 def _contiguous_panel(load: ir.Operation, loop: ir.Operation, width: int) -> bool:
     """Whether consecutive iterations of ``loop`` load the panel's rows ``width`` elements
     apart already (attention's V with 16 columns a row, say): packing would gain nothing."""
-    from pimbuild.vectile import _slope
-
     strides, _ = ir.MemRefType(load.operands[0].type).get_strides_and_offset()
     iv = loop.regions[0].blocks[0].arguments[0]
-    slopes = [_slope(i, iv) for i in list(load.operands)[1:]]
+    slopes = [slope(i, iv) for i in list(load.operands)[1:]]
     return None not in slopes and sum(s * t for s, t in zip(slopes, strides, strict=True)) == width
 
 

@@ -33,8 +33,10 @@ from omegaconf import DictConfig
 from pimbuild.config import plain
 from pimbuild.counters import BACKENDS, CounterRun
 from pimbuild.errors import ConfigError
-from pimbuild.instrument import FORWARD_REGION
+from pimbuild.hostfacts import b_cpu
+from pimbuild.instrument import ENTER, EXIT, FORWARD_REGION
 from pimbuild.lower import ModelParams, model_params
+from pimbuild.runtime import LIBRARY, MALLOPT, Markers
 from pimbuild.stage import Inputs
 
 log = logging.getLogger(__name__)
@@ -57,9 +59,6 @@ ESTIMATORS = {
 N_RD, C_STORE = "offcore_data_rd", "store_bound"
 BACKEND_TERMS = ("backend_stalls", "backend_1port", "backend_2port")
 LL_WRITE_MISSES = "ll_write_misses"  # valgrind: last-level data write misses (DLmw)
-# reuse_freed_memory's glibc mallopt settings: name (malloc.h), its parameter number, value
-# (the valgrind driver sets the same ones in C)
-MALLOPT = (("M_MMAP_MAX", -4, 0), ("M_TRIM_THRESHOLD", -1, -1), ("M_ARENA_MAX", -8, 1))
 _reused: list[str] = []  # what reuse_freed_memory did in this process, once it has run
 
 
@@ -213,7 +212,6 @@ def load_program(program: Program, markers) -> tuple[Any, str]:
     instrument compiled, linked into a shared library against ``markers``' runtime; or, where
     the host's linker or loader refuses that, ``llvm.mlir`` compiled again."""
     from pimbuild import jit
-    from pimbuild.instrument import ENTER, EXIT
 
     linked, why = jit.try_load_object(program.object_path, [markers.path])
     if linked is not None:
@@ -335,8 +333,6 @@ def counters_table(rows: list[dict], timing: list[dict], cache_line: int,
 
 
 def run(inputs: Inputs, p: Params, out: Path) -> None:
-    from pimbuild.calibrate import b_cpu
-
     program = Program.from_artifacts(p.model, inputs["lower"], inputs["extract"],
                                      inputs["instrument"], inputs["runtime"])
     profile(program, p, b_cpu(inputs["calibrate"]), out)
@@ -345,7 +341,6 @@ def run(inputs: Inputs, p: Params, out: Path) -> None:
 def profile(program: Program, p: Params, b_cpu_gbps: float, out: Path) -> None:
     """Write ``timing.csv``, ``counters.csv`` and ``profile.json``."""
     from pimbuild import frontend
-    from pimbuild.runtime import LIBRARY, Markers
 
     seconds, clock = {}, time.perf_counter()
 

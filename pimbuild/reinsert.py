@@ -26,7 +26,9 @@ from pimbuild import instrument, targets
 from pimbuild.artifacts import run_cache
 from pimbuild.check import judge, referee_note
 from pimbuild.errors import StageError
+from pimbuild.hostfacts import resolved_block
 from pimbuild.lower import ModelParams, model_params
+from pimbuild.runtime import LIBRARY, Markers
 from pimbuild.stage import Inputs
 from pimbuild.targets import Boundary
 
@@ -43,7 +45,7 @@ class Params:
 
 
 def params(cfg: DictConfig) -> Params:
-    return Params(model=model_params(cfg), register_block=instrument.register_block(cfg),
+    return Params(model=model_params(cfg), register_block=cfg.lowering.register_block,
                   boundary=targets.from_config(cfg).boundary)
 
 
@@ -71,7 +73,6 @@ def unpartitioned(lower_dir: Path, signature: dict, block: int, markers,
 def build(lower_dir: Path, offloaded: set[int], runtime_lib: Path, p: Params, block: int,
           out: Path, failure_dir: Path) -> None:
     from pimbuild import frontend, jit, mlir, outline
-    from pimbuild.runtime import Markers
 
     signature = json.loads((lower_dir / "signature.json").read_text())
     module = mlir.parse_file(lower_dir / "scf.mlir")
@@ -109,10 +110,8 @@ def build(lower_dir: Path, offloaded: set[int], runtime_lib: Path, p: Params, bl
 
 
 def run(inputs: Inputs, p: Params, out: Path) -> None:
-    from pimbuild.runtime import LIBRARY
-
     offloaded = json.loads((inputs["decide"] / "decisions.json").read_text())["offloaded"]
-    block = instrument.resolved_block(p.register_block, inputs["calibrate"])
+    block = resolved_block(p.register_block, inputs["calibrate"])
     content = {"lower": inputs.keys["lower"], "runtime": inputs.keys["runtime"],
                "register_block": block, "boundary": asdict(p.boundary),
                "offloaded": sorted(offloaded)}

@@ -35,8 +35,7 @@ from torch_mlir import ir
 from torch_mlir.dialects import arith, vector
 
 from pimbuild import codegen, panels
-from pimbuild.codegen import Accumulator, _add, _blocked_dim, _constant, _depends, _factor
-from pimbuild.loops import owner
+from pimbuild.codegen import Accumulator, _add, _blocked_dim, _constant, _depends, _factor, slope
 
 LANES = 8  # f32 lanes of a 256-bit register (AVX2)
 VECTORS = 2  # vectors of columns per row of the tile, where the columns divide by them
@@ -67,64 +66,6 @@ def tile(module: ir.Module) -> int:
         return sum(_tile(op) for op in nests)
 
 
-def _slope(value: ir.Value, iv: ir.Value) -> int | None:
-    """How far ``value`` (an index) moves when ``iv`` moves by one: 0 when it does not
-    depend on ``iv``, None when it is not affine in it (or not computed by ops this knows)."""
-    if not _depends(value, iv):
-        return 0
-    if value == iv:
-        return 1
-    op = owner(value)
-    if op.name in ("arith.addi", "arith.subi"):
-        a, b = (_slope(v, iv) for v in op.operands)
-        if a is None or b is None:
-            return None
-        return a + b if op.name == "arith.addi" else a - b
-    if op.name == "arith.muli":
-        for k, other in ((0, 1), (1, 0)):
-            c = _constant(op.operands[k])
-            if c is not None:
-                s = _slope(op.operands[other], iv)
-                return None if s is None else c * s
-        return None
-    if op.name == "affine.apply":
-        amap = ir.AffineMapAttr(op.attributes["map"]).value
-        if len(amap.results) != 1:
-            return None
-        slopes = [_slope(v, iv) for v in op.operands]
-        if any(s is None for s in slopes):
-            return None
-        total = 0
-        for position, s in enumerate(slopes):
-            if s:
-                c = _coefficient(amap.results[0], position, amap.n_dims)
-                if c is None:
-                    return None
-                total += c * s
-        return total
-    return None
-
-
-def _coefficient(e: ir.AffineExpr, position: int, n_dims: int) -> int | None:
-    """The coefficient of operand ``position`` (a dim, then the symbols) in ``e``; None
-    when ``e`` is not linear in it."""
-    if isinstance(e, ir.AffineDimExpr):
-        return int(e.position == position)
-    if isinstance(e, ir.AffineSymbolExpr):
-        return int(e.position + n_dims == position)
-    if isinstance(e, ir.AffineConstantExpr):
-        return 0
-    if isinstance(e, ir.AffineAddExpr):
-        a, b = (_coefficient(x, position, n_dims) for x in (e.lhs, e.rhs))
-        return None if a is None or b is None else a + b
-    if isinstance(e, ir.AffineMulExpr):
-        for c, x in ((e.lhs, e.rhs), (e.rhs, e.lhs)):
-            if isinstance(c, ir.AffineConstantExpr):
-                k = _coefficient(x, position, n_dims)
-                return None if k is None else c.value * k
-    return None
-
-
 def _contiguous(memref: ir.Value) -> bool:
     strides, _ = ir.MemRefType(memref.type).get_strides_and_offset()
     return bool(strides) and strides[-1] == 1
@@ -151,9 +92,9 @@ def _plan(loops: list[ir.Operation], accs: list[Accumulator],
             return None  # a call, a store to something else: copies may not be merged
         if op.name == "memref.load":
             *outer, inner = operands[1:] or [None]
-            s = _slope(inner, col) if inner is not None else 0
+            s = slope(inner, col) if inner is not None else 0
             moving = [i for i in outer if _depends(i, col)]
-            if s == 0 and len(moving) == 1 and _slope(moving[0], col) == 1 and PACK:
+            if s == 0 and len(moving) == 1 and slope(moving[0], col) == 1 and PACK:
                 s = TRANSPOSED  # nn.Linear's W[j, k]: only from a panel (``_tile``)
             elif moving or s not in (0, 1, 2):
                 return None

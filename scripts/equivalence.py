@@ -1,5 +1,5 @@
 """Check that a code change keeps pimbuild's artifacts and conclusions (not a test: it builds
-19 models, about six minutes cold).
+19 PIM models and 3 GPU workloads, about eight minutes cold).
 
     python scripts/equivalence.py record REF_DIR [model ...]   # with the code before the change
     python scripts/equivalence.py check REF_DIR [model ...]    # with the code after it
@@ -14,6 +14,11 @@ so decide, reinsert and simulate are fed the same measurements; it then asserts 
 and extract are byte-identical and that decisions, the hybrid check and the report are equal.
 ``--lowering`` compares lower and extract only (for a change that alters what profile
 writes, so that recorded profiles can no longer be fed to the new code).
+
+The GPU workloads (``GPUS``, named ``gpus:<name>``) need no seeding: their kernel times come
+from the fitted model, not from timing. Both modes run them through the command line, keep
+every stage's files, and ``check`` asserts every file byte-identical except the JSON files
+that record wall-clock times (``WALL``), which are compared without those keys.
 """
 
 from __future__ import annotations
@@ -34,8 +39,73 @@ BYTE_IDENTICAL = {"lower": ("torch.mlir", "linalg.mlir", "scf.mlir", "signature.
 SEEDED = ("profile", "calibrate")
 EQUAL_JSON = {"decide": "decisions.json", "reinsert": "reinsert.json",
               "simulate": "report.json"}
+# system=gpus workloads: name -> overrides
+GPUS = {"llama3_8b_a100_l40s": ["model=llama3_8b", "devices=[a100,l40s]"],
+        "mmdit_h100_l40s_latency": ["model=mmdit", "devices=[h100,l40s]", "policy=latency"],
+        "gptj6b_h100_a100": ["model=gptj6b", "devices=[h100,a100]"]}
+WALL = {"solve_s", "wall_s", "simulated_per_wall", "solve s"}
 FAST = ["show_candidates=false", "profile.repetitions=3", "profile.warmup=1",
         "platform.calibration_mib=64"]
+
+
+def _run_gpus(name: str, ref: Path, out: Path) -> dict[str, Path]:
+    """Build GPU workload ``name`` through the command line; its stage folders."""
+    exe = Path(sys.executable).parent / "pimbuild"
+    run_dir = out / "runs" / name
+    proc = subprocess.run([str(exe), "system=gpus", *GPUS[name], f"store={out / 'store'}",
+                           f"hydra.run.dir={run_dir}", "show_candidates=false"],
+                          capture_output=True, text=True)
+    if proc.returncode != 0:
+        sys.exit(f"gpus:{name}: pimbuild failed\n{proc.stdout}\n{proc.stderr}")
+    stages = json.loads((run_dir / "manifest.json").read_text())["stages"]
+    return {s: Path(v["dir"]) for s, v in stages.items()}
+
+
+def _unwalled(x: object) -> object:
+    if isinstance(x, dict):
+        return {k: _unwalled(v) for k, v in x.items() if k not in WALL}
+    if isinstance(x, list):
+        return [_unwalled(v) for v in x]
+    return x
+
+
+def _same_file(new: Path, old: Path) -> bool:
+    if new.suffix == ".json":
+        return _unwalled(json.loads(new.read_text())) == _unwalled(json.loads(old.read_text()))
+    if new.suffix == ".md":  # the report's wall-clock lines
+        keep = [ln for ln in new.read_text().splitlines() if "wall" not in ln
+                and "solve" not in ln]
+        return keep == [ln for ln in old.read_text().splitlines() if "wall" not in ln
+                        and "solve" not in ln]
+    return new.read_bytes() == old.read_bytes()
+
+
+def record_gpus(ref: Path, names: list[str]) -> None:
+    for name in names:
+        for stage, folder in _run_gpus(name, ref, ref).items():
+            shutil.copytree(folder, ref / f"gpus:{name}" / stage, dirs_exist_ok=True)
+        print(f"gpus:{name}: recorded", flush=True)
+
+
+def check_gpus(ref: Path, names: list[str]) -> int:
+    failures = 0
+    work = Path(tempfile.mkdtemp(prefix="pimbuild-equivalence-"))
+    for name in names:
+        stages = _run_gpus(name, ref, work)
+        old_dir = ref / f"gpus:{name}"
+        problems = [f"stage {s} missing" for s in sorted({p.name for p in old_dir.iterdir()}
+                                                          - set(stages))]
+        for stage, folder in stages.items():
+            old = {p.name for p in (old_dir / stage).iterdir()} if (old_dir / stage).is_dir() \
+                else set()
+            new = {p.name for p in folder.iterdir()}
+            problems += [f"{stage}/{n} added or removed" for n in sorted(old ^ new)]
+            problems += [f"{stage}/{n} differs" for n in sorted(old & new)
+                         if not _same_file(folder / n, old_dir / stage / n)]
+        failures += bool(problems)
+        print(f"gpus:{name}: {'; '.join(problems) or 'identical'}", flush=True)
+    shutil.rmtree(work, ignore_errors=True)
+    return 1 if failures else 0
 
 
 def record(ref: Path, models: list[str]) -> None:
@@ -102,14 +172,25 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("mode", choices=["record", "check"])
     parser.add_argument("ref", type=Path)
-    parser.add_argument("models", nargs="*", default=MODELS)
+    parser.add_argument("models", nargs="*",
+                        default=[*MODELS, *(f"gpus:{n}" for n in GPUS)],
+                        help="PIM model names and gpus:<workload> names (default: all)")
     parser.add_argument("--lowering", action="store_true",
-                        help="check: compare lower and extract only")
+                        help="check: compare lower and extract only (PIM models)")
     args = parser.parse_args()
+    ref = args.ref.resolve()
+    pim = [m for m in args.models if not m.startswith("gpus:")]
+    gpus = [m.removeprefix("gpus:") for m in args.models if m.startswith("gpus:")]
+    unknown = [g for g in gpus if g not in GPUS]
+    if unknown:
+        sys.exit(f"error: unknown GPU workload(s) {unknown}; known: {sorted(GPUS)}")
     if args.mode == "record":
-        record(args.ref.resolve(), args.models)
+        record(ref, pim)
+        record_gpus(ref, gpus)
     else:
-        sys.exit(check(args.ref.resolve(), args.models, args.lowering))
+        failed = check(ref, pim, args.lowering) if pim else 0
+        failed |= check_gpus(ref, [] if args.lowering else gpus)
+        sys.exit(failed)
 
 
 if __name__ == "__main__":

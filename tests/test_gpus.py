@@ -15,8 +15,8 @@ from pimbuild.gpus import cost, ddg, roofline
 from pimbuild.gpus.cost import Link
 from pimbuild.gpus.ddg import Graph, Kernel
 from pimbuild.gpus.planners import PlanContext, place
+from pimbuild.gpus.target import GpuTarget
 from pimbuild.runtime import compiler
-from pimbuild.targets.gpus import GpuTarget
 from tests.conftest import REPO, artifact_dir, make_cfg
 
 GPUS = ["system=gpus", "devices=[a100,l40s]"]
@@ -953,7 +953,7 @@ def test_af_on_three_devices_takes_requests_in_turn() -> None:
     9 on the L40S, the rest 5 and 3; attention on both A100s and the rest on the L40S
     gives a cycle of max(4 / 2, 4 / 2, 3) = 3 us, the best of the six splits. On two devices
     the baseline is the better of attention on either, as a single placement."""
-    from pimbuild.gpus import simulate
+    from pimbuild.gpus import simulate, workload
 
     k = (Kernel(0, "attn", "contraction", 0, {"in": 4096}, {"a": 4096}, "self_attn"),
          Kernel(1, "ffn", "contraction", 0, {"a": 4096}, {"out": 4096}, "mlp"))
@@ -964,7 +964,7 @@ def test_af_on_three_devices_takes_requests_in_turn() -> None:
                for key in ("a100#1", "a100#2", "l40s")]
     unit = simulate.Unit(1, 1, "tokens", 1)
     free = PlanContext(g, times, Link(1e12, 0.0), 3, 1.0)
-    ways = dict(simulate.af_ways(free, devices))
+    ways = dict(workload.af_ways(free, devices))
     assert len(ways) == 6 and ways["a100#1+a100#2"] == [[0, 2], [1, 2]]
     af = simulate.baselines(free, devices, unit)["AF disaggregation"]
     assert af["attention_on"] == "a100#1+a100#2"
@@ -993,7 +993,7 @@ def test_af_with_tp_attention_runs_the_group_as_one_device() -> None:
     from dataclasses import replace
 
     from pimbuild.gpus import simulate, tp
-    from pimbuild.targets.gpus import Device
+    from pimbuild.gpus.target import Device
 
     k = (Kernel(0, "attn", "contraction", 0, {"in": 4096}, {"a": 4096}, "self_attn"),
          Kernel(1, "ffn", "contraction", 0, {"a": 4096}, {"out": 4096}, "mlp"))
@@ -1020,7 +1020,7 @@ def test_af_with_tp_attention_runs_the_group_as_one_device() -> None:
     from pimbuild.gpus import workload
 
     w = workload.Workload(output_len=10, batch=4)
-    ph = workload.phase(free, [0, 0], 4, simulate.af_ways(free, devices), [way])
+    ph = workload.phase(free, [0, 0], 4, workload.af_ways(free, devices), [way])
     assert ph.af_tp == {way.name: pytest.approx(4 * group)}
     row = workload.compare(w, ph, ph, [d.key for d in devices], [1.5, 1.5, 1.0], LINK)[
         "AF disaggregation (TP)"]

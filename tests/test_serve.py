@@ -322,8 +322,8 @@ def test_twin_devices_are_simulated_once() -> None:
     """Twins (equal but for their label) serve alike, except home, the first device, where
     requests enter and results leave: it has no twin, but alone a device is its own home."""
     from pimbuild.gpus import workload
+    from pimbuild.gpus.target import Device
     from pimbuild.gpus.workload import two_sets
-    from pimbuild.targets.gpus import Device
 
     def device(key: str, price: float) -> Device:
         return Device(key, key.split("#")[0], 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, price)

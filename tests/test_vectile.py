@@ -262,7 +262,7 @@ def test_slope_of_index_arithmetic() -> None:
     ops = [op for op in mlir.walk(func) if op.name in ("affine.apply", "arith.muli",
                                                        "arith.addi", "arith.subi")]
     with module.context:
-        assert [vectile._slope(op.results[0], j) for op in ops] == [3, 2, 2, -1, None, None]
+        assert [codegen.slope(op.results[0], j) for op in ops] == [3, 2, 2, -1, None, None]
 
 
 def test_tiles_only_with_blocking_on(tmp_path: Path) -> None:

@@ -44,7 +44,7 @@ from pimbuild import jit, mlir
 from pimbuild.counters import CounterRun
 from pimbuild.errors import StageError
 from pimbuild.instrument import ENTER, EXIT
-from pimbuild.runtime import CALLGRIND_LIBRARY, LIBRARY, Markers
+from pimbuild.runtime import CALLGRIND_LIBRARY, LIBRARY, MALLOPT, Markers
 
 if TYPE_CHECKING:
     from pimbuild.profile import Params, Program
@@ -101,8 +101,6 @@ def driver_source(signature: dict, warm: bool = False, reuse: bool = False) -> s
     state one forward leaves; with ``reuse`` (``profile.reuse_memory``) glibc keeps the
     blocks the first frees for the second, at the addresses the simulated caches hold, as
     in the steady state the timing run measures (``profile.reuse_freed_memory``)."""
-    from pimbuild.profile import MALLOPT
-
     outputs = [(o["shape"], np.dtype(o["dtype"]).itemsize) for o in signature["outputs"]]
     shapes = [a["shape"] for a in signature["args"]] + [s for s, _ in outputs]
     ranks = sorted({len(shape) for shape in shapes})

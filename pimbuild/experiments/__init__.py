@@ -21,6 +21,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 
+from pimbuild.build import build
 from pimbuild.console import console
 from pimbuild.errors import ConfigError
 from pimbuild.registry import Registry
@@ -43,8 +44,6 @@ def point_overrides(run_overrides: list[str], point: list[str]) -> list[str]:
 def run(cfg: DictConfig, run_overrides: list[str], out_dir: Path) -> list[dict[str, Any]]:
     """Build every point (``hydra.compose`` with the point's overrides) and write the table."""
     from hydra import compose
-
-    from pimbuild.build import build
 
     spec = cfg.experiment
     module = EXPERIMENTS.get(spec.name)

@@ -31,6 +31,9 @@ from typing import Any
 import numpy as np
 from omegaconf import DictConfig
 
+from pimbuild import decide, fit, hybrid, policies
+from pimbuild.policies import torchpim
+
 THETA_RATIOS = tuple(float(x) for x in np.round(np.geomspace(0.001, 2.0, 24), 5))
 SIGMAS = (0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.6, 0.8, 1.01)  # 1.01: C4 never fires
 # Instructions per element in C1's compute bound: the original doubling grid, widened past 4,
@@ -54,8 +57,6 @@ def _confusion(ctx, offloaded: set[int], truth: set[int]) -> np.ndarray:
 
 def c5_offloaded(ctx) -> set[int]:
     """The nests C2 and C5 accept under ``ctx.policy`` (none where i_compute is None)."""
-    from pimbuild.policies import torchpim
-
     p = torchpim.rule_params(ctx)
     return {n.id for n in ctx.nests if n.n_iter >= p.n_core and (c5 := torchpim.c5_threshold_s(
         n.n_total, n.invocations, n.n_iter, p)) is not None and n.t_cpu_s >= c5}
@@ -72,8 +73,6 @@ def confusions(results: dict[str, dict[str, Any]], cfg: DictConfig
     """Per model: the configured thresholds' confusion summed over core counts, and the
     grid's confusions (shape: thetas x sigmas x I_mins x I_computes x 4) summed over core
     counts."""
-    from pimbuild import decide, fit, hybrid, policies
-
     p = decide.params(cfg)
     paper, grid = {}, {}
     shape = (len(THETA_RATIOS), len(SIGMAS), len(I_MINS), len(I_COMPUTES), 4)

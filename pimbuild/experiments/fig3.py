@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 from omegaconf import DictConfig
 
-from pimbuild import paper
+from pimbuild import decide, fit, paper
 
 
 def half(model: str) -> str:
@@ -31,8 +31,6 @@ def _row(model: str, quantity: str, ours: float, theirs: float | None, **extra: 
 
 
 def rows(results: dict[str, dict[str, Any]], cfg: DictConfig) -> list[dict[str, Any]]:
-    from pimbuild import decide, fit
-
     p = decide.params(cfg)
     speedups, pim_side = [], []
     for model, result in results.items():

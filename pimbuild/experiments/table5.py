@@ -22,15 +22,14 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from pimbuild import paper
+from pimbuild import decide, fit, paper
+from pimbuild.simulate import evaluate, placement
 
 TERMS = ("t_host_s", "t_pim_s", "t_copy_s", "t_switch_s")
 
 
 def unmerged(ctx, offloaded: set[int]) -> dict[str, float]:
     """Eq. 9 with every offloaded nest its own region (upper-bound copies per region)."""
-    from pimbuild.simulate import evaluate
-
     merged = evaluate(ctx, offloaded)
     t = ctx.target
     fetch = flush = 0
@@ -46,9 +45,6 @@ def unmerged(ctx, offloaded: set[int]) -> dict[str, float]:
 
 
 def rows(results: dict[str, dict[str, Any]], cfg: DictConfig) -> list[dict[str, Any]]:
-    from pimbuild import decide, fit
-    from pimbuild.simulate import evaluate, placement
-
     p = decide.params(cfg)
     out = []
     for model, result in results.items():

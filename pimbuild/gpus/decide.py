@@ -16,7 +16,8 @@ from typing import Any
 from omegaconf import DictConfig
 
 from pimbuild.errors import ConfigError, StageError
-from pimbuild.gpus import profile
+from pimbuild.gpus import cost, pipeline, planners, profile
+from pimbuild.gpus.planners import PLANNERS, PlanContext
 from pimbuild.stage import Inputs
 
 NAME = "decide"
@@ -36,8 +37,6 @@ class Params:
 
 
 def params(cfg: DictConfig) -> Params:
-    from pimbuild.gpus.planners import PLANNERS
-
     PLANNERS.check(cfg.policy.name)
     if cfg.gpus.on_time_limit not in ON_TIME_LIMIT:
         raise ConfigError(f"gpus.on_time_limit={cfg.gpus.on_time_limit}: choose one of "
@@ -54,8 +53,6 @@ def layers(inputs: Inputs) -> int:
 
 def layer_context(inputs: Inputs, p: Params) -> Any:
     """The planner context of one layer (what the baselines place)."""
-    from pimbuild.gpus.planners import PlanContext
-
     graph, t = profile.times(inputs, p.profile)
     target = p.profile.target
     return PlanContext(graph, t, target.link, len(target.devices), target.comm_on_device,
@@ -72,7 +69,6 @@ def context(inputs: Inputs, p: Params, one: Any = None) -> Any:
         raise StageError(NAME, f"gpus.period={p.period} does not divide the model's {n} "
                                f"layer(s): choose one of "
                                f"{', '.join(str(d) for d in range(1, n + 1) if n % d == 0)}")
-    from pimbuild.gpus import planners
 
     return planners.unrolled(one, p.period)
 
@@ -80,8 +76,6 @@ def context(inputs: Inputs, p: Params, one: Any = None) -> Any:
 def objective(policy: str, ctx: Any):
     """What planner ``policy`` minimises, as a function of a placement of ``ctx``'s graph
     (None for a planner other than the built-in two)."""
-    from pimbuild.gpus import cost
-
     if policy == "throughput":
         return lambda place: cost.cycle_time(ctx.graph, place, ctx.times, ctx.link, ctx.n_dev,
                                              ctx.comm_on_device)
@@ -96,8 +90,6 @@ def period_start(p: Params, one: Any, ctx: Any) -> tuple[tuple[int, ...], dict[s
     one layer's planned placement repeated, each device alone, every split of the period's
     whole layers between two devices (the first ``m`` on one, the rest on the other) and the
     split with the least cycle time over any of them (``pipeline.best``); with what it is."""
-    from pimbuild.gpus import pipeline
-
     reused = tuple(solve(p, one).place * p.period)
     n, score = len(one.graph.kernels), objective(p.policy, ctx)
     if score is None:
@@ -125,8 +117,6 @@ def period_start(p: Params, one: Any, ctx: Any) -> tuple[tuple[int, ...], dict[s
 
 
 def solve(p: Params, ctx: Any) -> Any:
-    from pimbuild.gpus import planners
-
     try:
         return planners.place(p.policy, ctx)
     except RuntimeError as e:  # HiGHS stopped without a placement it can stand behind

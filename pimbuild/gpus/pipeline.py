@@ -23,6 +23,9 @@ from dataclasses import dataclass
 from itertools import combinations, pairwise, permutations
 from typing import Any
 
+from pimbuild.gpus.cost import load_vector
+from pimbuild.gpus.planners import unrolled
+
 SEGMENTS = 3  # devices a split uses at most: every split of 2 or 3 devices; past 3 devices
 # the splits grow as n!/(n-s)! orders x C(layers - 1, s - 1)
 
@@ -50,16 +53,12 @@ def splits(n_dev: int, layers: int) -> Iterator[tuple[tuple[int, ...], tuple[int
 
 
 def _loads(ctx: Any, place: list[int]) -> list[float]:
-    from pimbuild.gpus.cost import load_vector
-
     return load_vector(ctx.graph, place, ctx.times, ctx.link, ctx.n_dev, ctx.comm_on_device)
 
 
 def cycles(one: Any, layers: int) -> Iterator[Split]:
     """Every split of ``layers`` copies of ``one``'s layer (a ``PlanContext`` of one layer)
     with its cycle time, in ``splits``' order, from the sums above."""
-    from pimbuild.gpus.planners import unrolled
-
     n = len(one.graph.kernels)
     two = unrolled(one, 2)
     delta = [[b - a for a, b in zip(_loads(one, [d] * n), _loads(two, [d] * 2 * n),

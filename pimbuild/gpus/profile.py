@@ -29,9 +29,9 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from pimbuild import targets
 from pimbuild.errors import ConfigError
-from pimbuild.gpus import kernelmodel, ops, tables
+from pimbuild.gpus import cuda, ddg, kernelmodel, ops, roofline, tables
+from pimbuild.gpus.target import GpuTarget
 from pimbuild.lower import ModelParams, model_params
 from pimbuild.stage import Inputs
 
@@ -55,7 +55,7 @@ def params(cfg: DictConfig) -> Params:
     if backend not in BACKENDS:
         raise ConfigError(f"profile.backend '{backend}' is not a kernel-time backend of "
                           f"system=gpus (choices: auto, {', '.join(BACKENDS)})")
-    target = targets.from_config(cfg)
+    target = GpuTarget.from_config(cfg)
     fit, found = "", ()
     if backend in ("fitted", "table"):
         from hydra.utils import to_absolute_path
@@ -120,8 +120,6 @@ def table_times(data: dict[str, Any], p: Params, t: list[list[float]]
 
 def times(inputs: Inputs, p: Params) -> tuple[Any, list[list[float]]]:
     """The graph (at the served precision) and ``times[k][d]``, from the stored CSV."""
-    from pimbuild.gpus import ddg
-
     data = json.loads((inputs["extract"] / "kernels.json").read_text())
     graph = ddg.build(data, data.get("layers", 1), p.target.float_scale)
     with (inputs["profile"] / "kernel_times.csv").open() as f:
@@ -147,8 +145,6 @@ def fig2(graph: Any, t: list[list[float]], names: list[str] | None = None) -> di
 
 
 def run(inputs: Inputs, p: Params, out: Path) -> None:
-    from pimbuild.gpus import ddg, roofline
-
     data = json.loads((inputs["extract"] / "kernels.json").read_text())
     graph = ddg.build(data, data.get("layers", 1), p.target.float_scale)
     measured: dict[str, Any] = {"measured": []}
@@ -162,8 +158,6 @@ def run(inputs: Inputs, p: Params, out: Path) -> None:
         measured.update(info, measured=[k for k, v in info["sources"].items()
                                         if v["measured"]])
     if p.backend == "cuda":
-        from pimbuild.gpus import cuda
-
         t, measured = cuda.kernel_times(graph, p.target, p.model, t)
     keys = [d.key for d in p.target.devices]
     with (out / "kernel_times.csv").open("w", newline="") as f:

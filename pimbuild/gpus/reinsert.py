@@ -27,7 +27,9 @@ from omegaconf import DictConfig
 
 from pimbuild.check import judge, referee_note
 from pimbuild.errors import StageError
+from pimbuild.gpus import ddg, workers
 from pimbuild.lower import ModelParams, model_params
+from pimbuild.runtime import compiler
 from pimbuild.stage import Inputs
 
 NAME = "reinsert"
@@ -66,7 +68,6 @@ def linkable(obj: Path) -> tuple[tuple[Path, str] | None, str]:
     system C compiler (tried here first), or, where the link or load is refused, the LLVM
     dialect compiled by each worker."""
     from pimbuild import jit
-    from pimbuild.runtime import compiler
 
     linked, why = jit.try_load_object(obj, [])
     if linked is None:
@@ -94,7 +95,6 @@ def layer_placements(place: list[int], n: int) -> dict[tuple[int, ...], list[int
 
 def run(inputs: Inputs, p: Params, out: Path) -> None:
     from pimbuild import frontend
-    from pimbuild.gpus import ddg, workers
 
     lower, extract = inputs["lower"], inputs["extract"]
     signature = json.loads((lower / "signature.json").read_text())

@@ -40,12 +40,13 @@ from typing import Any
 
 import simpy
 
-from pimbuild.gpus import cost
-from pimbuild.gpus.arrivals import Request
+from pimbuild.errors import RecipeError
+from pimbuild.gpus import arrivals, cost, planners
+from pimbuild.gpus.arrivals import Request, offline, poisson
 from pimbuild.gpus.cost import Link
-from pimbuild.gpus.ddg import Graph
+from pimbuild.gpus.ddg import Graph, rename
 from pimbuild.gpus.serve import Forward, Server, percentile, segments
-from pimbuild.gpus.workload import first_of_kind, two_sets
+from pimbuild.gpus.workload import af_ways, first_of_kind, two_sets
 
 
 @dataclass(frozen=True)
@@ -381,9 +382,6 @@ def kv_map(pre_data: dict[str, Any], dec_data: dict[str, Any]) -> dict[str, str]
     ``state`` says which of its results feeds which input; the prefill returns the same
     results in the same positions. Where the placed graphs are ``period`` layers (the
     data's ``period``, ``simulate.per_period``), every layer's copy maps to its own."""
-    from pimbuild.errors import RecipeError
-    from pimbuild.gpus.ddg import rename
-
     outs, pre_outs = dec_data["outputs"], pre_data["outputs"]
     kv = {}
     for cache, out in dec_data.get("state", {}).items():
@@ -463,8 +461,6 @@ def requests(s: Any, prompt: int) -> list[Request]:
     """The requests of ``serve`` params ``s``; ``prompt``: the prefill recipe's prompt."""
     from pathlib import Path
 
-    from pimbuild.gpus import arrivals
-
     if s.arrivals == "trace":
         return arrivals.trace(Path(s.trace))
     if s.arrivals == "offline":
@@ -485,8 +481,6 @@ def alternative(policy: str, ctx: Any, planned: list[int]) -> list[int]:
     """The monitor's other placement: planner ``policy`` started from the planned placement.
     Over a period of layers, one layer's placement repeated (FluidGPU's reuse): the
     latency MILP over a whole model's layers does not finish (Llama-3-8B's 32: past 60 s)."""
-    from pimbuild.gpus import planners
-
     one = planners.one_layer(ctx)
     n = len(one.graph.kernels)
     plan = planners.place(policy, replace(one, start=tuple(planned[:n])))
@@ -585,12 +579,10 @@ def pd_systems(pre: tuple, dec: tuple, devices: list[Any], kept: set[str],
 def af_systems(pre: tuple, dec: tuple, devices: list[Any], kept: set[str],
                order: list[int] | None = None, limit: int | None = None
                ) -> dict[str, System]:
-    """AF disaggregation on the splits of the devices in two (``simulate.af_ways``: a set
+    """AF disaggregation on the splits of the devices in two (``workload.af_ways``: a set
     of several devices takes the requests in turn, a request's prefill and decode on the
     same turn, so its KV cache stays where its attention runs; ``order`` and ``limit`` as in
     ``pd_systems``); none without that structure; of twin splits only the first."""
-    from pimbuild.gpus.simulate import af_ways
-
     (pc, _, pd_), (dc, _, dd) = pre, dec
     price = sum(d.price_per_hour for d in devices)
     pre_ways, dec_ways = af_ways(pc, devices), af_ways(dc, devices)
@@ -624,8 +616,6 @@ def max_rate(system: System, prompt: int, output_len: int, slo_s_per_token: floa
     """The highest Poisson rate (requests/s) at which ``n`` requests' mean normalized latency
     stays within ``slo_s_per_token``: bisection between 0 and 1.2x the offline throughput
     (0 when even an idle system misses the SLO)."""
-    from pimbuild.gpus.arrivals import offline, poisson
-
     full = run(system, offline(n, prompt, output_len), kv, link, batch, depth, monitor)
     lo, hi = 0.0, 1.2 * full["tokens_per_s"] / output_len
     for _ in range(steps):

@@ -26,7 +26,9 @@ from omegaconf import DictConfig
 
 from pimbuild.check import outcome
 from pimbuild.errors import ConfigError, StageError
-from pimbuild.gpus import decide, robust
+from pimbuild.gpus import cost, ddg, decide, pipeline, planners, robust, tp, workload
+from pimbuild.gpus import serving as des  # the discrete-event simulation (``serving`` is a step)
+from pimbuild.gpus.arrivals import ARRIVALS
 from pimbuild.gpus.cost import Link
 from pimbuild.stage import Inputs
 
@@ -35,7 +37,6 @@ READS = ("extract", "profile", "decide", "reinsert")
 # A model with a prefill phase (model.phases.prefill) is also served: prefill + decode.
 PHASE_READS = {"prefill": ("extract", "profile", "decide")}
 WRITES = ("report.json", "report.md")
-ATTENTION = ("attn", "attention")
 
 
 @dataclass(frozen=True)
@@ -74,8 +75,6 @@ def serve_params(cfg: DictConfig) -> Serve:
     import hashlib
 
     from hydra.utils import to_absolute_path
-
-    from pimbuild.gpus.arrivals import ARRIVALS
 
     s = cfg.serve
     if s.arrivals not in ARRIVALS:
@@ -130,8 +129,6 @@ def evaluate_turns(ctx: Any, places: list[list[int]], unit: Unit, price: float
     request's."""
     from statistics import fmean
 
-    from pimbuild.gpus import cost, ddg
-
     def cycle(kappa: float) -> float:
         return cost.turns_cycle_time(ctx.graph, places, ctx.times, ctx.link, ctx.n_dev,
                                      kappa) / unit.period
@@ -150,35 +147,6 @@ def evaluate_turns(ctx: Any, places: list[list[int]], unit: Unit, price: float
             "on_device": [int(c) if c == int(c) else round(c, 2) for c in on_device]}
 
 
-def af_split(ctx: Any) -> list[int] | None:
-    """Attention kernels on one side, the rest on the other; None without that structure."""
-    attn = [any(a in k.source_module.lower() for a in ATTENTION) for k in ctx.graph.kernels]
-    if all(attn) or not any(attn):
-        return None
-    return [0 if a else 1 for a in attn]
-
-
-def af_ways(ctx: Any, devices: list[Any]) -> list[tuple[str, list[list[int]]]]:
-    """AF disaggregation on every split of the devices in two: attention kernels on one set,
-    the rest on the other, a set of several taking the requests in turn (``lcm`` of the two
-    sizes turns; the paper runs attention on its 2 A100s with TP=2 instead, which without its
-    all-reduce loads each the same); (the attention devices' names, the turns). Empty
-    without that structure; on two devices attention on the first, then on the second."""
-    from math import lcm
-
-    from pimbuild.gpus.workload import two_sets
-
-    split = af_split(ctx)
-    if split is None:
-        return []
-    ways = []
-    for attn, rest in two_sets(len(devices)):
-        turns = [[attn[i % len(attn)] if s == 0 else rest[i % len(rest)] for s in split]
-                 for i in range(lcm(len(attn), len(rest)))]
-        ways.append(("+".join(devices[d].key for d in attn), turns))
-    return ways
-
-
 def layer_pipeline(ctx: Any, devices: list[Any], unit: Unit, price: float
                    ) -> dict[str, Any] | None:
     """Pipeline parallelism over the model's identical layers: contiguous segments of whole
@@ -187,8 +155,6 @@ def layer_pipeline(ctx: Any, devices: list[Any], unit: Unit, price: float
     model in the same cost model. Its cycle time and bytes moved are per layer (the model's
     over ``layers``), as the planned placement's are; its latency is the whole forward's and
     ``on_device`` counts the model's kernels. None for one layer or one device."""
-
-    from pimbuild.gpus import pipeline, planners
 
     split = pipeline.best(ctx, unit.layers)
     if split is None:
@@ -206,8 +172,6 @@ def baselines(ctx: Any, devices: list[Any], unit: Unit, tp_link: Link | None = N
     """Each device alone, request distribution, AF disaggregation, AF with tensor-parallel
     attention on twin devices joined by ``tp_link`` (``pimbuild.gpus.tp``; None: not
     evaluated) and the layer pipeline, in the cost model."""
-    from pimbuild.gpus import tp
-
     n = len(ctx.graph.kernels)
     out: dict[str, Any] = {}
     for d, dev in enumerate(devices):
@@ -219,7 +183,7 @@ def baselines(ctx: Any, devices: list[Any], unit: Unit, tp_link: Link | None = N
     out["request distribution"] = {"throughput": rd, "perf_per_dollar": rd / total,
                                    "price_per_hour": total}
     ways = [evaluate_turns(ctx, turns, unit, total) | {"attention_on": name}
-            for name, turns in af_ways(ctx, devices)]
+            for name, turns in workload.af_ways(ctx, devices)]
     if ways:
         out["AF disaggregation"] = max(ways, key=lambda r: r["throughput"])
     grouped = [evaluate_turns(way.ctx, way.turns, unit, total) | {"attention_on": way.name}
@@ -289,8 +253,6 @@ def serving(inputs: Inputs, p: Params, ctx: Any, placement: dict[str, Any],
     AF with TP attention on twins, ``pimbuild.gpus.tp``), in the cost model's closed forms
     (``pimbuild.gpus.workload``) and in the discrete-event serving simulation
     (``pimbuild.gpus.serving``)."""
-    from pimbuild.gpus import tp, workload
-
     pre_inputs = inputs.phase("prefill")
     pre_ctx = decide.context(pre_inputs, p.decide)
     pre_data = per_period(json.loads((pre_inputs["extract"] / "kernels.json").read_text()),
@@ -302,9 +264,9 @@ def serving(inputs: Inputs, p: Params, ctx: Any, placement: dict[str, Any],
     w = workload.Workload(output_len=p.serve.output_len, batch=unit.tokens)
     pre_tp, dec_tp = tp.ways(pre_ctx, devices, p.tp_link), tp.ways(ctx, devices, p.tp_link)
     pre = workload.phase(pre_ctx, pre_place, pre_data.get("layers", 1),
-                         af_ways(pre_ctx, devices), pre_tp)
-    dec = workload.phase(ctx, placement["place"], dec_data["layers"], af_ways(ctx, devices),
-                         dec_tp)
+                         workload.af_ways(pre_ctx, devices), pre_tp)
+    dec = workload.phase(ctx, placement["place"], dec_data["layers"],
+                         workload.af_ways(ctx, devices), dec_tp)
     rows = workload.compare(w, pre, dec, [d.key for d in devices],
                             [d.price_per_hour for d in devices], ctx.link)
     planned = rows["planned"]["tokens_per_s"]
@@ -332,25 +294,23 @@ def simulated(p: Params, pre: tuple, dec: tuple, devices: list[Any],
     attention on each group of twins (``tp_ways``: ``tp.ways``' prefill and decode ways)."""
     import time
 
-    from pimbuild.gpus import serving
-
     s = p.serve
     try:
-        systems = serving.systems(pre, dec, devices, p.decide.policy, monitor=s.monitor,
+        systems = des.systems(pre, dec, devices, p.decide.policy, monitor=s.monitor,
                                   order=order, limit=s.splits, tp_ways=tp_ways)
     except RuntimeError as e:  # HiGHS stopped on the monitor's other placement
         raise StageError(NAME, f"the online monitor's alternative placement: {e} "
                                f"(gpus.time_limit_s={p.decide.time_limit_s}; raise it, keep "
                                f"the best placement found: gpus.on_time_limit=best, or "
                                f"serve.monitor=false)") from None
-    kv = serving.kv_map(pre[2], dec[2])
-    requests = serving.requests(s, pre[2].get("prompt", 0))
+    kv = des.kv_map(pre[2], dec[2])
+    requests = des.requests(s, pre[2].get("prompt", 0))
     link = pre[0].link
-    monitor = serving.Monitor(s.window_s, s.beta, s.stall_s) if s.monitor else None
+    monitor = des.Monitor(s.window_s, s.beta, s.stall_s) if s.monitor else None
     out = {}
     for name, system in systems.items():
         began = time.perf_counter()
-        summary = serving.run(system, requests, kv, link, dec[2].get("tokens", 1), s.depth,
+        summary = des.run(system, requests, kv, link, dec[2].get("tokens", 1), s.depth,
                               monitor)
         wall = time.perf_counter() - began
         out[name] = summary | {"wall_s": wall, "perf_per_dollar": summary["tokens_per_s"]
@@ -362,7 +322,7 @@ def simulated(p: Params, pre: tuple, dec: tuple, devices: list[Any],
         ways = [k for k in out if k.startswith(kind)]
         if ways:
             best[kind] = max(ways, key=lambda k: out[k]["tokens_per_s"])
-    slo = {kind: {"system": name, "max_rate_per_s": serving.max_rate(
+    slo = {kind: {"system": name, "max_rate_per_s": des.max_rate(
         systems[name], pre[2].get("prompt", 0), s.output_len, s.slo_s_per_token, kv, link,
         dec[2].get("tokens", 1), s.depth, monitor, n=min(s.requests, 50), steps=6,
         seed=s.seed)}

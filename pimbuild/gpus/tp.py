@@ -18,7 +18,7 @@ device:
 
 The KV cache stays with the heads each member owns: nothing of it moves. The group's price
 is its members'. The rest of the devices take the FFN side in turn, as in
-``simulate.af_ways``.
+``workload.af_ways``.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from typing import Any, NamedTuple
 
 from pimbuild.gpus.cost import Link
 from pimbuild.gpus.ddg import HOME
+from pimbuild.gpus.workload import af_split, first_of_kind, twins, two_sets
 
 
 @dataclass(frozen=True)
@@ -58,8 +59,6 @@ def groups(devices: list[Any]) -> list[Group]:
     """Every split of ``devices`` into a TP group of two or more twins and the rest (one
     device or more), in ``workload.two_sets``' order; of splits that differ only by which
     twins they take, the first (``workload.first_of_kind``)."""
-    from pimbuild.gpus.workload import first_of_kind, twins, two_sets
-
     return [Group(tuple(a), tuple(r)) for a, r in two_sets(len(devices))
             if len(a) >= 2 and all(twins(devices[a[0]], devices[d]) for d in a)
             and first_of_kind(devices, [a, r])]
@@ -130,9 +129,7 @@ class Way(NamedTuple):
 
 def ways(ctx: Any, devices: list[Any], tp_link: Link) -> list[Way]:
     """AF with TP attention on every group (``groups``). Empty without twins or without
-    attention and other kernels (``simulate.af_split``)."""
-    from pimbuild.gpus.simulate import af_split
-
+    attention and other kernels (``workload.af_split``)."""
     split = af_split(ctx)
     if split is None:
         return []

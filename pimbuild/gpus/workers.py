@@ -21,6 +21,8 @@ from typing import Any
 
 import numpy as np
 
+from pimbuild.errors import StageError
+
 HOME = 0
 TIMEOUT = datetime.timedelta(seconds=600)
 
@@ -103,8 +105,6 @@ def run(llvm_path: Path, specs: list[dict], place: list[int],
     ``compiled``: the kernels' object file and the C compiler that links it, so that no
     worker compiles ``llvm_path`` again."""
     import torch.multiprocessing as mp
-
-    from pimbuild.errors import StageError
 
     unsent = unsent_transfers(specs, place, transfers, inputs)
     if unsent:  # a worker would wait for it until TIMEOUT

@@ -22,10 +22,14 @@ rates.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from math import lcm
 from typing import Any
 
-from pimbuild.gpus.cost import Link
+from pimbuild.gpus.cost import Link, turns_cycle_time
 from pimbuild.gpus.ddg import HOME
+
+# a kernel whose source module's name holds one of these is attention's (AF's split)
+ATTENTION = ("attn", "attention")
 
 
 @dataclass(frozen=True)
@@ -117,10 +121,8 @@ class Phase:
 def phase(ctx, place: list[int], layers: int,
           af: list[tuple[str, list[list[int]]]],
           tp: list[Any] = ()) -> Phase:
-    """``ctx``: a planner's PlanContext; ``af``: AF's ways (``simulate.af_ways``); ``tp``:
+    """``ctx``: a planner's PlanContext; ``af``: AF's ways (``af_ways``); ``tp``:
     AF's ways with TP attention, each in its grouped context (``tp.ways``)."""
-    from pimbuild.gpus.cost import turns_cycle_time
-
     def cycle(turns: list[list[int]], c=ctx) -> float:
         return layers * turns_cycle_time(c.graph, turns, c.times, c.link, c.n_dev,
                                          c.comm_on_device)
@@ -168,3 +170,28 @@ def compare(w: Workload, pre: Phase, dec: Phase, keys: list[str], prices: list[f
         out["AF disaggregation (TP)"] = {"tokens_per_s": r, "perf_per_dollar": r / total,
                                          "attention_on": name}
     return out
+
+
+def af_split(ctx: Any) -> list[int] | None:
+    """Attention kernels on one side, the rest on the other; None without that structure."""
+    attn = [any(a in k.source_module.lower() for a in ATTENTION) for k in ctx.graph.kernels]
+    if all(attn) or not any(attn):
+        return None
+    return [0 if a else 1 for a in attn]
+
+
+def af_ways(ctx: Any, devices: list[Any]) -> list[tuple[str, list[list[int]]]]:
+    """AF disaggregation on every split of the devices in two: attention kernels on one set,
+    the rest on the other, a set of several taking the requests in turn (``lcm`` of the two
+    sizes turns; the paper runs attention on its 2 A100s with TP=2 instead, which without its
+    all-reduce loads each the same); (the attention devices' names, the turns). Empty
+    without that structure; on two devices attention on the first, then on the second."""
+    split = af_split(ctx)
+    if split is None:
+        return []
+    ways = []
+    for attn, rest in two_sets(len(devices)):
+        turns = [[attn[i % len(attn)] if s == 0 else rest[i % len(rest)] for s in split]
+                 for i in range(lcm(len(attn), len(rest)))]
+        ways.append(("+".join(devices[d].key for d in attn), turns))
+    return ways

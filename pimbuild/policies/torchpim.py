@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from pimbuild.errors import ConfigError
 from pimbuild.policies import Decision, Placement, PolicyContext
 
 if TYPE_CHECKING:
@@ -50,8 +51,6 @@ class RuleParams:
 
 
 def rule_params(ctx: PolicyContext) -> RuleParams:
-    from pimbuild.errors import ConfigError
-
     t, c1 = ctx.target, ctx.policy.c1
     if c1 not in C1_MODES:
         raise ConfigError(f"policy.c1={c1}: choose one of {', '.join(C1_MODES)}")

@@ -28,6 +28,9 @@ READS: tuple[str, ...] = ()
 SOURCE = Path(__file__).with_name("markers.c")
 LIBRARY = "libpimmarkers.so"
 CALLGRIND_LIBRARY = "libpimmarkers_callgrind.so"
+# profile.reuse_freed_memory's glibc mallopt settings: name (malloc.h), its parameter number,
+# value (the valgrind driver sets the same ones in C)
+MALLOPT = (("M_MMAP_MAX", -4, 0), ("M_TRIM_THRESHOLD", -1, -1), ("M_ARENA_MAX", -8, 1))
 WRITES = (LIBRARY, "runtime.json")
 CFLAGS = ("-O2", "-shared", "-fPIC", "-std=gnu11", "-Wall")
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from pimbuild.gpus import ddg
 from pimbuild.gpus.cost import Link
 from pimbuild.gpus.ddg import Graph
 from pimbuild.milp import US
@@ -70,8 +71,6 @@ def start_values(x: list[list[int]], start: tuple[int, ...] | None) -> dict[int,
 def unrolled(one: PlanContext, period: int) -> PlanContext:
     """One layer's planner context over ``period`` layers (``ddg.unroll``; itself for 1)."""
     from dataclasses import replace
-
-    from pimbuild.gpus import ddg
 
     if period == 1:
         return one

@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import itertools
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from pimbuild.gpus.cost import cycle_time
@@ -73,6 +74,8 @@ OPTIONS = {"mip_allow_restart": False, "mip_pool_soft_limit": 10,
 # cutoff; the per-kernel MILP's start is already the cases' best.
 NO_SUBMIP = {"mip_heuristic_run_rens": False, "mip_heuristic_run_rins": False}
 CUTOFF_OPTIONS = {**OPTIONS, **NO_SUBMIP}
+# the throughput planner's per-kernel MILP (``throughput.per_kernel``: context, HiGHS options)
+PerKernel = Callable[[PlanContext, dict], Plan]
 
 
 @dataclass(frozen=True)
@@ -254,19 +257,19 @@ def floor(ctx: PlanContext, bufs: list[Buffer], deadline: float) -> tuple[float,
 
 
 def both_change(ctx: PlanContext, bufs: list[Buffer], deadline: float,
-                best: tuple[list[int], float] | None) -> tuple[Plan | None, float, float, str]:
-    """The periods where two or more streams change device: the per-kernel MILP from the
-    best placement so far, unless ``floor`` shows nothing beats it. (its plan or None, the
-    bound on every period in microseconds, seconds, HiGHS's status)."""
-    from pimbuild.gpus.planners import throughput
-
+                best: tuple[list[int], float] | None, per_kernel: PerKernel
+                ) -> tuple[Plan | None, float, float, str]:
+    """The periods where two or more streams change device: ``per_kernel`` (the throughput
+    planner's per-kernel MILP) from the best placement so far, unless ``floor`` shows nothing
+    beats it. (its plan or None, the bound on every period in microseconds, seconds, HiGHS's
+    status)."""
     low, took = floor(ctx, bufs, deadline)
     if best is not None and US * best[1] <= low * (1 + ctx.mip_gap + 1e-9):
         return None, low, took, "Optimal"
     left = max(0.0, deadline - time.perf_counter())
     start = tuple(best[0]) if best is not None else ctx.start
     try:
-        plan = throughput.per_kernel(replace(ctx, time_limit_s=left, start=start), NO_SUBMIP)
+        plan = per_kernel(replace(ctx, time_limit_s=left, start=start), NO_SUBMIP)
     except RuntimeError as e:  # out of time before HiGHS took the start: keep the cases' best
         if not ctx.incumbent or best is None:
             raise
@@ -275,7 +278,9 @@ def both_change(ctx: PlanContext, bufs: list[Buffer], deadline: float,
     return plan, max(low, US * plan.info["bound_s"]), took + plan.solve_s, status
 
 
-def place(ctx: PlanContext) -> Plan:
+def place(ctx: PlanContext, per_kernel: PerKernel) -> Plan:
+    """The aggregated MILP over each case of ``cases``; where two or more streams change
+    device, ``per_kernel`` too (``both_change``)."""
     g = ctx.layer
     ws = sorted(writers(g))  # the exit kernels (``applies``: at most STREAMS)
     bufs = buffers(g, ctx)
@@ -295,7 +300,7 @@ def place(ctx: PlanContext) -> Plan:
         if best is None or achieved < best[1]:
             best, cutoff = (chosen, achieved), objective
     if len(ws) > 1:
-        plan, low, took, status = both_change(ctx, bufs, deadline, best)
+        plan, low, took, status = both_change(ctx, bufs, deadline, best, per_kernel)
         bound, seconds = low / US, seconds + took  # it bounds every period
         statuses.append(status)
         if plan is not None:

@@ -47,7 +47,7 @@ def placement(x: list[list[int]], values, start: tuple[int, ...] | None = None) 
 
 def place(ctx: PlanContext) -> Plan:
     if _layers.applies(ctx):
-        return _layers.place(ctx)
+        return _layers.place(ctx, per_kernel)
     return per_kernel(ctx)
 
 
