@@ -33,7 +33,7 @@ MODELS = ["llama3_8b", "llama3_8b_prefill", "gptj6b", "llama7b", "mamba", "mmdit
 def overrides(model: str, devices: str, store: Path, backend: str,
               target: str = "profile", precision: str = "bf16") -> list[str]:
     return ["system=gpus", f"model={model}", f"devices=[{devices}]", f"store={store}",
-            f"targets=[{target}]", f"profile.backend={backend}", f"gpus.precision={precision}"]
+            f"stages=[{target}]", f"profile.backend={backend}", f"gpus.precision={precision}"]
 
 
 def prepare(args: argparse.Namespace) -> None:

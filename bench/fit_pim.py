@@ -45,7 +45,7 @@ CONFIG = Path("conf/pim/fitted_paper.yaml")
 def build_case(model: str, store: Path, run_dir: Path) -> tuple[Case, Any]:
     from common import quiet_build
 
-    result, _ = quiet_build([f"model={model}", f"store={store}", "targets=[decide]"],
+    result, _ = quiet_build([f"model={model}", f"store={store}", "stages=[decide]"],
                             run_dir / model)
     stages = {s: Path(v["dir"]) for s, v in result.manifest["stages"].items()}
     return case_from_stages(model, stages), result

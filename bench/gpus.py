@@ -54,7 +54,7 @@ def overrides(model: str, pair: tuple[str, ...], policy: str = "throughput") -> 
 def loaded(model: str, pair: tuple[str, ...], store: Path, run: Path, target_stage: str,
            policy: str = "throughput", extra: tuple[str, ...] = ()):
     """Build up to ``target_stage``; the target, the graph, kernel times and placement."""
-    over = [*overrides(model, pair, policy), f"store={store}", f"targets=[{target_stage}]",
+    over = [*overrides(model, pair, policy), f"store={store}", f"stages=[{target_stage}]",
             *extra]
     result, _ = quiet_build(over, run)
     with initialize_config_module(config_module=CONFIG_MODULE, version_base="1.3"):
@@ -309,7 +309,7 @@ def check_all(store: Path, tmp: Path) -> list[dict]:
     rows = []
     for model in MODELS:
         result, seconds = quiet_build([*overrides(model, PAIRS[0]), f"store={store}",
-                                       "targets=[reinsert]"], tmp / f"check-{model}")
+                                       "stages=[reinsert]"], tmp / f"check-{model}")
         r = json.loads((Path(result.manifest["stages"]["reinsert"]["dir"]) / "reinsert.json")
                        .read_text())
         rows.append({"model": model, "max_rel_error": r["max_rel_error"],

@@ -44,7 +44,7 @@ def bench(model: str, backend: str) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         try:
             _, total = quiet_build([f"model={model}", f"store={tmp}/store",
-                                    "targets=[profile]", f"profile.backend={backend}"],
+                                    "stages=[profile]", f"profile.backend={backend}"],
                                    Path(tmp) / "run")
         except PimbuildError as e:
             return {"model": model, "backend": backend, "error": str(e).splitlines()[0]}
@@ -61,7 +61,7 @@ def bench(model: str, backend: str) -> dict:
 def footprint_decisions(model: str) -> dict:
     """valgrind's and footprint's counts on one run's timing: the decisions each leads to."""
     with tempfile.TemporaryDirectory() as tmp:
-        over = [f"model={model}", f"store={tmp}/store", "targets=[decide]",
+        over = [f"model={model}", f"store={tmp}/store", "stages=[decide]",
                 "profile.backend=valgrind"]
         result, _ = quiet_build(over, Path(tmp) / "run")
         with initialize_config_module(config_module=CONFIG_MODULE, version_base="1.3"):

@@ -37,7 +37,7 @@ class BuildResult:
 
 
 def build(cfg: DictConfig, run_dir: Path) -> BuildResult:
-    """Build ``cfg.targets``; raise a PimbuildError on bad input or a failed stage."""
+    """Build ``cfg.stages``; raise a PimbuildError on bad input or a failed stage."""
     store = Store(Path(to_absolute_path(cfg.store)))
     run_dir.mkdir(parents=True, exist_ok=True)
     stage_tasks = plan(cfg, store, failure_dir=run_dir / "failure")
@@ -75,7 +75,7 @@ def _summarize(cfg: DictConfig, stage_tasks: list, result: BuildResult, run_dir:
 
     rows = [(t.stage, t.artifact.key, status(t.stage), str(t.artifact.dir)) for t in stage_tasks]
     stages = result.manifest["stages"]
-    def has(stage: str, name: str) -> bool:  # targets write different files per stage
+    def has(stage: str, name: str) -> bool:  # the targets write different files per stage
         return stage in stages and (Path(stages[stage]["dir"]) / name).is_file()
 
     profiled = _profile_rows(Path(stages["profile"]["dir"])) if has("profile", "timing.csv") \

@@ -137,6 +137,21 @@ def hydra_error_line(e: HydraException) -> str:
 RELOCATED = {"tp_link": "link"}  # conf/config.yaml's `- link@tp_link: nvlink3`
 
 
+# Overrides renamed: old key -> new key (the old one gets one line saying the new one)
+RENAMED = {"targets": "stages"}
+
+
+def renamed_override(args: list[str]) -> str | None:
+    """The error line for an override that uses a key's old name (``targets=[lower]``), or
+    None. Checked before Hydra composes, which would only say that the key is unknown."""
+    for arg in args:
+        key = arg.lstrip("+~").partition("=")[0]
+        if key in RENAMED and "=" in arg:
+            return (f"`{key}=` is now `{RENAMED[key]}=` (the stages to build): "
+                    f"{RENAMED[key]}={arg.partition('=')[2]}")
+    return None
+
+
 def report_crashes() -> None:
     """A crash in native code (a pass of torch-mlir or LLVM, a compiled program) prints the
     signal and the Python stack it hit, which names the stage, instead of ending the process
@@ -151,6 +166,10 @@ def main() -> None:
     full_trace = os.environ.get("HYDRA_FULL_ERROR") == "1"
     os.environ["HYDRA_FULL_ERROR"] = "1"
     defer_interrupts_in_imports()
+    old = renamed_override(sys.argv[1:])
+    if old is not None:
+        error(escape(old))
+        sys.exit(1)
     try:
         app()
     except HydraException as e:

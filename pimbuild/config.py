@@ -211,7 +211,7 @@ class Config:
     tp_link: LinkConfig = MISSING  # joins a TP group's twins (AF with TP attention)
     gpus: GpusConfig = MISSING
     serve: ServeConfig = MISSING
-    targets: list[str] = MISSING  # the stages to build, with everything they read
+    stages: list[str] = MISSING  # the stages to build, with everything they read
     store: str = MISSING  # the artifact store, relative to the launch directory
     show_candidates: bool = MISSING  # print the candidates table at the end of a run
     verify: bool = MISSING  # hash every file of an artifact before reusing it
@@ -320,7 +320,7 @@ RANGES: dict[str, tuple[Any, ...]] = {
 # Lists that mean nothing empty: what calibrate's search times, the stages to build, the
 # counter backends ``auto`` tries (``sim.cores_sweep`` may be empty: the build's own
 # ``pim.cores`` is always simulated).
-NONEMPTY = ("lowering.register_block_candidates", "targets", "profile.auto")
+NONEMPTY = ("lowering.register_block_candidates", "stages", "profile.auto")
 # The same ranges for every device of the catalogue (device.<name>.<field>).
 DEVICE_RANGES: dict[str, tuple[str, float]] = {
     "fp32_tflops": (">", 0), "bf16_tflops": (">", 0), "mem_gbps": (">", 0),

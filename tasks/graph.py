@@ -70,15 +70,15 @@ class StageTask:
             raise RuntimeError(f"stage {self.stage} did not write {missing}")
 
 
-def needed(targets: list[str], system: str = "pim") -> list[str]:
-    """The targets and every stage they read, in pipeline order."""
+def needed(stages: list[str], system: str = "pim") -> list[str]:
+    """``stages`` and every stage they read, in pipeline order."""
     modules = pipeline(system)
-    unknown = [t for t in targets if t not in modules]
+    unknown = [t for t in stages if t not in modules]
     if unknown:
-        raise ConfigError(f"unknown target(s) {unknown}; the stages of system={system} are: "
-                          f"{', '.join(s for s in STAGES if s in modules)}")
+        raise ConfigError(f"unknown stage(s) {unknown} in stages=; the stages of "
+                          f"system={system} are: {', '.join(s for s in STAGES if s in modules)}")
     wanted: set[str] = set()
-    todo = list(targets)
+    todo = list(stages)
     while todo:
         stage = todo.pop()
         if stage not in wanted:
@@ -117,7 +117,7 @@ def phase_config(cfg: DictConfig, phase: str) -> DictConfig | None:
 
 
 def plan(cfg: DictConfig, store: Store, failure_dir: Path) -> list[StageTask]:
-    """The stage tasks needed for ``cfg.targets``, in pipeline order (a phase's stages just
+    """The stage tasks needed for ``cfg.stages``, in pipeline order (a phase's stages just
     before the stage reading them). Every stage's params are built (and so checked) before
     anything runs."""
     validate(cfg)
@@ -126,17 +126,18 @@ def plan(cfg: DictConfig, store: Store, failure_dir: Path) -> list[StageTask]:
 
     TARGETS.check(system)
     tasks: dict[str, StageTask] = {}
-    _plan(cfg, list(cfg.targets), "", system, store, failure_dir, tasks)
+    _plan(cfg, list(cfg.stages), "", system, store, failure_dir, tasks)
     return list(tasks.values())
 
 
-def _plan(cfg: DictConfig, targets: list[str], phase: str, system: str, store: Store,
+def _plan(cfg: DictConfig, requested: list[str], phase: str, system: str, store: Store,
           failure_dir: Path, tasks: dict[str, StageTask]) -> None:
-    """Add the tasks of ``targets`` of ``phase`` ('' for the model itself) to ``tasks``."""
+    """Add the tasks of the stages ``requested`` of ``phase`` ('' for the model itself) to
+    ``tasks``."""
     def named(stage: str) -> str:
         return f"{phase}.{stage}" if phase else stage
 
-    stages = needed(targets, system)
+    stages = needed(requested, system)
     params = {stage: stage_module(stage, system).params(cfg) for stage in stages}
     for stage in stages:
         module = stage_module(stage, system)

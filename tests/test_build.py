@@ -9,7 +9,7 @@ from pathlib import Path
 from tests.conftest import store_entries
 
 SMALL = ["model=relu", "model.size.n=256", "profile.backend=timer", "profile.repetitions=3",
-         "targets=[profile]"]
+         "stages=[profile]"]
 ALL = ["lower", "extract", "runtime", "calibrate", "instrument", "profile"]
 
 
@@ -31,7 +31,7 @@ def test_pim_cores_change_reruns_neither_lower_nor_extract(run_build) -> None:
 
 def test_fusion_change_reruns_lower_and_extract(run_build) -> None:
     softmax = ["model=softmax", "model.size.rows=4", "model.size.cols=64",
-               "profile.backend=timer", "profile.repetitions=3", "targets=[profile]"]
+               "profile.backend=timer", "profile.repetitions=3", "stages=[profile]"]
     first = run_build(softmax)
     changed = run_build([*softmax, "lowering.fusion=none"])
     assert changed.executed == ["lower", "extract", "instrument", "profile"]
@@ -49,7 +49,7 @@ def test_register_block_change_reruns_code_generation_only(run_build) -> None:
 
 
 def test_targets_stop_at_lower(run_build) -> None:
-    result = run_build([*SMALL[:-1], "targets=[lower]"])
+    result = run_build([*SMALL[:-1], "stages=[lower]"])
     assert list(result.manifest["stages"]) == ["lower"]
     assert result.executed == ["lower"]
 
@@ -81,8 +81,8 @@ def test_store_holds_only_complete_artifacts(run_build, store: Path) -> None:
 
 
 def test_recipe_size_is_part_of_the_key(run_build) -> None:
-    a = run_build([*SMALL[:-1], "targets=[extract]"])
-    b = run_build([*SMALL[:-1], "model.size.n=512", "targets=[extract]"])
+    a = run_build([*SMALL[:-1], "stages=[extract]"])
+    b = run_build([*SMALL[:-1], "model.size.n=512", "stages=[extract]"])
     assert a.manifest["stages"]["lower"]["key"] != b.manifest["stages"]["lower"]["key"]
     assert b.executed == ["lower", "extract"]
 
@@ -93,7 +93,7 @@ def test_register_block_null_is_chosen_on_this_host_and_used(run_build) -> None:
     so)."""
     result = run_build(["model=gemv", "model.size.m=256", "model.size.n=256",
                         "lowering.register_block=null",
-                        "lowering.register_block_candidates=[1,4]", "targets=[instrument]"])
+                        "lowering.register_block_candidates=[1,4]", "stages=[instrument]"])
     calibrated = json.loads((Path(result.manifest["stages"]["calibrate"]["dir"])
                              / "calibrate.json").read_text())["register_block"]
     assert calibrated["source"] == "search"

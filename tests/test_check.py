@@ -185,7 +185,7 @@ def test_tm_tensor_ir_parses_again(run_build) -> None:
     from pimbuild import mlir
 
     result = run_build(["model=relu", "model.recipe=tests.odd_recipes:running_sum",
-                        "model.size={n:64}", "targets=[lower]"])
+                        "model.size={n:64}", "stages=[lower]"])
     linalg = artifact_dir(result, "lower") / "linalg.mlir"
     assert "tm_tensor.scan" in linalg.read_text()
     assert "tm_tensor.scan" in mlir.asm(mlir.parse_file(linalg))
@@ -228,7 +228,7 @@ def test_a_lowering_that_differs_from_eager_is_told_from_the_partition(
 
 def test_run_time_assertions_are_dropped_and_recorded(run_build) -> None:
     result = run_build(["model=relu", "model.recipe=tests.odd_recipes:reciprocal_of_zero",
-                        "model.size={n:64}", "targets=[lower]"])
+                        "model.size={n:64}", "stages=[lower]"])
     lower = artifact_dir(result, "lower")
     sig = json.loads((lower / "signature.json").read_text())
     assert sig["dropped_asserts"] == {"unimplemented: tensor with zero element": 1}
@@ -240,14 +240,14 @@ def test_training_mode_is_recorded_and_said(run_build, capsys) -> None:
     layers that compute otherwise there is told so, and its check is against eager in
     inference (the run matches, which dropout's draws in training mode could not)."""
     result = run_build(["model=relu", "model.recipe=tests.odd_recipes:training_mode",
-                        "model.size={n:16}", "profile.backend=timer", "targets=[reinsert]"])
+                        "model.size={n:16}", "profile.backend=timer", "stages=[reinsert]"])
     sig = json.loads((artifact_dir(result, "lower") / "signature.json").read_text())
     assert sig["evaluated"] == ["BatchNorm1d", "Dropout"]
     assert "is in training mode with BatchNorm1d, Dropout" in " ".join(
         capsys.readouterr().out.split())
     check = json.loads((artifact_dir(result, "reinsert") / "reinsert.json").read_text())
     assert check["check"]["max_rel_error"] <= RTOL
-    run_build(["model=relu", "model.size={n:16}", "targets=[lower]"])
+    run_build(["model=relu", "model.size={n:16}", "stages=[lower]"])
     assert "training mode" not in capsys.readouterr().out
 
 
@@ -273,11 +273,11 @@ def test_float_types_cast_to_model_dtype_are_recorded_and_said(run_build, capsys
     inputs are cast to it, and the build says so instead of checking a changed model
     silently."""
     result = run_build(["model=relu", "model.recipe=tests.odd_recipes:half_precision_parts",
-                        "model.size={n:16}", "targets=[lower]"])
+                        "model.size={n:16}", "stages=[lower]"])
     sig = json.loads((artifact_dir(result, "lower") / "signature.json").read_text())
     assert sig["cast"] == {"parameters": {"bfloat16": 2}, "inputs": {"x": "float16"}}
     assert sig["args"][0]["dtype"] == "float32"
     out = capsys.readouterr().out
     assert "2 bfloat16 parameter(s)/buffer(s), input 'x' in float16" in " ".join(out.split())
-    run_build(["model=relu", "model.size={n:16}", "targets=[lower]"])
+    run_build(["model=relu", "model.size={n:16}", "stages=[lower]"])
     assert "note: model" not in capsys.readouterr().out

@@ -19,7 +19,7 @@ def test_defaults_compose(tmp_path: Path) -> None:
     assert cfg.pim.cores == 128
     assert cfg.policy.theta_ratio == 0.12
     assert cfg.sim.copy_model == "upper_bound"
-    assert list(cfg.targets) == ["simulate"]
+    assert list(cfg.stages) == ["simulate"]
 
 
 @pytest.mark.parametrize("model", MODELS)

@@ -158,9 +158,9 @@ def test_a_native_crash_elsewhere_prints_its_signal_and_stack() -> None:
     assert "Segmentation fault" in proc.stderr and "in stage" in proc.stderr
 
 
-def test_unknown_target(run_build, store: Path) -> None:
-    with pytest.raises(ConfigError, match="unknown target"):
-        run_build(["model=relu", "targets=[simulate9]"])
+def test_unknown_stage(run_build, store: Path) -> None:
+    with pytest.raises(ConfigError, match=r"unknown stage\(s\) \['simulate9'\] in stages="):
+        run_build(["model=relu", "stages=[simulate9]"])
     assert store_entries(store) == []
 
 
@@ -184,6 +184,24 @@ def test_cli_unknown_model_lists_choices(tmp_path: Path) -> None:
     assert line.startswith("error:") and "model/resnet9000" in line and "softmax" in line
     assert "_schema" not in line  # the schemas Hydra keeps in the group are not choices
     assert not (tmp_path / "outputs" / "artifacts").exists()
+
+
+def test_old_stage_list_name_says_the_new_one() -> None:
+    from pimbuild.cli import renamed_override
+
+    assert renamed_override(["model=relu", "stages=[lower]"]) is None
+    line = renamed_override(["model=relu", "targets=[lower]"])
+    assert line is not None and "`targets=` is now `stages=`" in line and "stages=[lower]" in line
+    assert renamed_override(["+targets=[extract]"]).endswith("stages=[extract]")
+
+
+@pytest.mark.slow
+def test_cli_old_stage_list_name_is_one_line(tmp_path: Path) -> None:
+    proc = run_cli(["model=relu", "targets=[lower]"], cwd=tmp_path)
+    assert proc.returncode == 1
+    [line] = proc.stderr.strip().splitlines()
+    assert line.startswith("error:") and "stages=[lower]" in line
+    assert not (tmp_path / "outputs").exists()
 
 
 @pytest.mark.slow
@@ -267,7 +285,7 @@ def test_recipe_in_a_module_without_source(run_build, store: Path, tmp_path: Pat
     ("sim.cores_sweep=[32,-1]", r"sim.cores_sweep must be >= 1 \(got -1\)"),
     ("lowering.register_block_candidates=[]",
      r"lowering.register_block_candidates is empty: name at least one"),
-    ("targets=[]", r"targets is empty"),
+    ("stages=[]", r"targets is empty"),
     ("profile.auto=[]", r"profile.auto is empty"),
 ])
 def test_out_of_range_value_fails_before_any_stage(run_build, store: Path, override: str,

@@ -12,7 +12,7 @@ from tests.conftest import candidates
 
 
 def test_streaming_nest_counts_and_bytes(run_build) -> None:
-    (nest,) = candidates(run_build(["targets=[extract]", "model=ew_add", "model.size.n=4096"]))
+    (nest,) = candidates(run_build(["stages=[extract]", "model=ew_add", "model.size.n=4096"]))
     assert nest["n_iter"] == nest["n_total"] == 4096
     assert nest["parallel_dims"] == [4096]
     assert nest["source_op"] == "aten.add.Tensor"
@@ -23,7 +23,7 @@ def test_streaming_nest_counts_and_bytes(run_build) -> None:
 
 
 def test_reduction_nest_parallel_vs_total_iterations(run_build) -> None:
-    nests = candidates(run_build(["targets=[extract]", "model=softmax", "model.size.rows=8",
+    nests = candidates(run_build(["stages=[extract]", "model=softmax", "model.size.rows=8",
                                   "model.size.cols=32", "lowering.fusion=none"]))
     reductions = [c for c in nests if c["n_total"] > c["n_iter"]]
     assert len(reductions) == 2  # max and sum
@@ -35,7 +35,7 @@ def test_reduction_nest_parallel_vs_total_iterations(run_build) -> None:
 
 
 def test_buffer_read_and_written_in_place_is_counted_once(run_build) -> None:
-    nests = candidates(run_build(["targets=[extract]", "model=softmax", "model.size.rows=8",
+    nests = candidates(run_build(["stages=[extract]", "model=softmax", "model.size.rows=8",
                                   "model.size.cols=32", "lowering.fusion=none"]))
     in_place = [c for c in nests if set(c["reads"]) & set(c["writes"])]
     assert in_place, "the accumulating reductions read and write their output buffer"
@@ -46,7 +46,7 @@ def test_buffer_read_and_written_in_place_is_counted_once(run_build) -> None:
 
 
 def test_sources_name_module_and_operator(run_build) -> None:
-    nests = candidates(run_build(["targets=[extract]", "model=mlp", "model.size.hidden=16",
+    nests = candidates(run_build(["stages=[extract]", "model=mlp", "model.size.hidden=16",
                                   "model.size.ffn=32", "lowering.fusion=none"]))
     assert [c["source_module"] for c in nests] == ["up"] * 3 + [""] + ["down"] * 3
     assert nests[3]["source_op"] == "aten.relu.default"
@@ -56,7 +56,7 @@ def test_sources_name_module_and_operator(run_build) -> None:
 
 
 def test_decomposed_operator_keeps_its_name(run_build) -> None:
-    nests = candidates(run_build(["targets=[extract]", "model=layernorm", "model.size.tokens=4",
+    nests = candidates(run_build(["stages=[extract]", "model=layernorm", "model.size.tokens=4",
                                   "model.size.hidden=64", "lowering.fusion=none"]))
     assert len(nests) == 15
     assert {c["source_op"] for c in nests} == {"aten.layer_norm.default"}
@@ -108,7 +108,7 @@ def test_non_constant_bound_is_rejected(tmp_path: Path) -> None:
 
 
 def test_candidates_json_is_what_extract_returns(run_build) -> None:
-    result = run_build(["targets=[extract]", "model=relu", "model.size.n=64"])
+    result = run_build(["stages=[extract]", "model=relu", "model.size.n=64"])
     data = json.loads((Path(result.manifest["stages"]["extract"]["dir"])
                        / "candidates.json").read_text())
     assert data["function"] == "forward"
@@ -134,7 +134,7 @@ def test_read_extents_and_outer_invariant_reads(run_build) -> None:
     the nest counts the view's bytes; the buffers a GEMM's row loop does not address (its
     weight and bias) are the outer-invariant reads, the activations are not; they are the
     next loop's."""
-    nests = candidates(run_build(["targets=[extract]", "model=relu",
+    nests = candidates(run_build(["stages=[extract]", "model=relu",
                                   "model.recipe=tests.odd_recipes:rotate_half",
                                   "model.size={n:64}", "lowering.fusion=none"]))
     neg = next(c for c in nests if c["source_op"] == "aten.neg.default")
@@ -143,7 +143,7 @@ def test_read_extents_and_outer_invariant_reads(run_build) -> None:
     assert neg["read_extents"] == {x: whole // 2}
     ((key, half),) = neg["read_views"][x].items()  # the view, by what it addresses
     assert half == whole // 2 and key.split(":")[1] == "4x32"
-    (mm, *_) = [c for c in candidates(run_build(["targets=[extract]", "model=mlp",
+    (mm, *_) = [c for c in candidates(run_build(["stages=[extract]", "model=mlp",
                                                   "model.size.batch=4"]))
                 if c["n_total"] > c["n_iter"]]
     assert mm["parallel_dims"][0] == 4

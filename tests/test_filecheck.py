@@ -21,7 +21,7 @@ CASES = {
 
 @pytest.mark.parametrize("check", sorted(CASES))
 def test_scf_matches_golden_checks(run_build, check: str) -> None:
-    result = run_build([*CASES[check], "targets=[lower]"])
+    result = run_build([*CASES[check], "stages=[lower]"])
     scf = Path(result.manifest["stages"]["lower"]["dir"]) / "scf.mlir"
     filecheck = Path(sys.executable).parent / "filecheck"
     proc = subprocess.run([str(filecheck), str(CHECKS / check)], input=scf.read_text(),

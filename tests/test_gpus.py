@@ -183,7 +183,7 @@ def test_a_pim_policy_is_refused_on_gpus(run_build) -> None:
 
 def test_a_pim_stage_is_refused_on_gpus(run_build) -> None:
     with pytest.raises(ConfigError, match="stages of system=gpus are: lower, extract"):
-        run_build([*GPUS, "model=relu", "targets=[instrument]"])
+        run_build([*GPUS, "model=relu", "stages=[instrument]"])
 
 
 def test_cuda_backend_refuses_without_a_gpu(run_build) -> None:
@@ -200,7 +200,7 @@ def _partitioned(run_build, tmp_path, model: str):
     from pimbuild.gpus import reinsert, workers
     from pimbuild.lower import model_params
 
-    result = run_build([*GPUS, f"model={model}", "targets=[extract]"])
+    result = run_build([*GPUS, f"model={model}", "stages=[extract]"])
     lower, extract = artifact_dir(result, "lower"), artifact_dir(result, "extract")
     signature = json.loads((lower / "signature.json").read_text())
     data = json.loads((extract / "kernels.json").read_text())
@@ -895,7 +895,7 @@ def test_a_period_of_layers_is_placed_checked_and_served(run_build) -> None:
     assert pd2["tokens_per_s"] == pytest.approx(pd1["tokens_per_s"], rel=0.01)
     with pytest.raises(StageError, match=r"gpus.period=3 does not divide the model's 2 "
                                          r"layer\(s\): choose one of 1, 2"):
-        run_build([*over, "gpus.period=3", "targets=[decide]"])
+        run_build([*over, "gpus.period=3", "stages=[decide]"])
     with pytest.raises(ConfigError, match=r"gpus.period must be >= 1 \(got 0\)"):
         run_build([*over, "gpus.period=0"])
 
@@ -903,8 +903,8 @@ def test_a_period_of_layers_is_placed_checked_and_served(run_build) -> None:
 def test_both_targets_build_one_model_in_one_store(run_build) -> None:
     """The GPU target's extract takes the loop-nest extract's Params: the module must still
     tell their artifacts apart (they write different files)."""
-    pim = run_build(["model=relu", "model.size.n=4096", "targets=[extract]"])
-    gpus = run_build([*GPUS, "model=relu", "model.size.n=4096", "targets=[extract]"])
+    pim = run_build(["model=relu", "model.size.n=4096", "stages=[extract]"])
+    gpus = run_build([*GPUS, "model=relu", "model.size.n=4096", "stages=[extract]"])
     assert artifact_dir(pim, "extract") != artifact_dir(gpus, "extract")
     assert (artifact_dir(gpus, "extract") / "kernels.json").is_file()
     assert (artifact_dir(pim, "extract") / "candidates.json").is_file()
@@ -1056,7 +1056,7 @@ def test_an_isolated_forward_takes_its_state_from_home(run_build) -> None:
     from pimbuild.gpus import workers
 
     result = run_build([*GPUS, "model=relu", "model.recipe=tests.odd_recipes:cached_step",
-                        "model.size={n:16}", "targets=[extract]"])
+                        "model.size={n:16}", "stages=[extract]"])
     data = json.loads((artifact_dir(result, "extract") / "kernels.json").read_text())
     (cache,) = data["state"]
     graph = ddg.build(data, layers=0)

@@ -77,7 +77,7 @@ def test_non_editable_install_runs_from_another_directory(tmp_path: Path) -> Non
     assert not (site / "tasks").exists() and not (site / "recipes").exists()
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    origin, _, out = _pimbuild(["model=softmax", *SMALL, "targets=[extract]"], elsewhere,
+    origin, _, out = _pimbuild(["model=softmax", *SMALL, "stages=[extract]"], elsewhere,
                                pythonpath=str(site))
     assert origin.startswith(str(site))
     assert (elsewhere / "outputs" / "artifacts" / "extract").is_dir()
@@ -88,7 +88,7 @@ def test_non_editable_install_runs_from_another_directory(tmp_path: Path) -> Non
         cwd=elsewhere, env={**os.environ, "PYTHONPATH": str(site)}, capture_output=True,
         text=True, check=True, timeout=120).stdout.strip()
     assert version == artifacts.code_version()
-    _, _, out = _pimbuild(["model=softmax", *SMALL, "targets=[extract]"], elsewhere)
+    _, _, out = _pimbuild(["model=softmax", *SMALL, "stages=[extract]"], elsewhere)
     assert re.search(r"lower:\w+ +✓ up to date", out), out
 
 

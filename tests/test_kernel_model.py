@@ -281,7 +281,7 @@ def test_plan_from_two_measured_tables(tmp_path: Path, run_build) -> None:
     their times, a kernel one table lacks falls back to the fitted model and is counted,
     different torch versions are warned about."""
     gpus = ["system=gpus", "devices=[a100,l40s]", "model=mlp"]
-    first = run_build([*gpus, "targets=[profile]", "profile.backend=fitted"])
+    first = run_build([*gpus, "stages=[profile]", "profile.backend=fitted"])
     kernels_json = artifact_dir(first, "extract") / "kernels.json"
     n = len(json.loads(kernels_json.read_text())["kernels"])
     a = cpu_table(tmp_path, kernels_json, "A100-80GB-SXM", "2.13.0", "bf16")
@@ -305,7 +305,7 @@ def test_plan_from_two_measured_tables(tmp_path: Path, run_build) -> None:
     assert info["sources"]["l40s"]["measured_ids"] == list(range(n - 1))
     # a table of another precision covers nothing: every kernel predicted, counted
     c = cpu_table(tmp_path, kernels_json, "A100-80GB-SXM", "2.13.0", "fp32")
-    fp32 = run_build([*gpus, "targets=[profile]", "profile.backend=table",
+    fp32 = run_build([*gpus, "stages=[profile]", "profile.backend=table",
                       f"gpus.tables=[{c}]"])
     info = json.loads((artifact_dir(fp32, "profile") / "profile.json").read_text())
     assert info["sources"]["a100"]["measured"] == 0 and info["sources"]["l40s"]["table"] is False
@@ -330,7 +330,7 @@ def test_fitted_backend_builds_and_says_so(run_build) -> None:
 
 def test_export_refuses_a_device_the_build_did_not_measure(tmp_path: Path, run_build,
                                                            capsys) -> None:
-    run_build(["system=gpus", "model=relu", "targets=[profile]"])
+    run_build(["system=gpus", "model=relu", "stages=[profile]"])
     assert (tmp_path / "run0" / "manifest.json").is_file()
     code = kernels_cli.main(["export", str(tmp_path / "run0"), "--device", "a100", "--out",
                              str(tmp_path / "t.json")])

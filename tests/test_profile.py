@@ -37,7 +37,7 @@ def _profile_json(result) -> dict:
 ])
 def test_every_nest_timed_and_coverage(run_build, overrides: list[str]) -> None:
     result = run_build([*overrides, "profile.backend=timer", "profile.repetitions=5",
-                        "targets=[profile]"])
+                        "stages=[profile]"])
     timing = _csv(result, "profile", "timing.csv")
     assert [int(r["id"]) for r in timing] == [c["id"] for c in candidates(result)]
     assert all(int(r["invocations"]) == 1 for r in timing)
@@ -52,7 +52,7 @@ def test_profile_loads_the_object_instrument_compiled(run_build, monkeypatch) ->
     """The profile stage runs forward.o, not a second compile of llvm.mlir; where the link
     fails it compiles llvm.mlir again, says why, and times the same nests."""
     overrides = ["model=softmax", "profile.backend=timer", "profile.repetitions=3",
-                 "targets=[profile]"]
+                 "stages=[profile]"]
     linked = _profile_json(run_build(overrides))
     assert linked["program"] == "forward.o linked as a shared library"
     assert set(linked["seconds"]) == {"load", "arguments", "timing", "counters"}
@@ -71,7 +71,7 @@ def test_loaded_object_calls_its_own_functions(run_build, tmp_path: Path) -> Non
     """A global function the process already has under the name of one of the module's own
     (``forward``) does not take the module's calls to it (a separate process, so nothing of
     the kind stays loaded here)."""
-    result = run_build(["model=softmax", "targets=[instrument]"])
+    result = run_build(["model=softmax", "stages=[instrument]"])
     source, impostor = tmp_path / "impostor.c", tmp_path / "libimpostor.so"
     source.write_text("#include <stdlib.h>\nvoid forward(void) { abort(); }\n")
     subprocess.run([compiler(), "-shared", "-fPIC", "-o", str(impostor), str(source)],
@@ -104,7 +104,7 @@ def test_instrumented_program_matches_eager(run_build, tmp_path: Path, model: st
                                             loader: str) -> None:
     """llvm.mlir compiled by the ExecutionEngine, and forward.o linked as a shared library,
     compute eager's result and call each marker once per nest."""
-    overrides = [f"model={model}", "targets=[instrument]"]
+    overrides = [f"model={model}", "stages=[instrument]"]
     result = run_build(overrides)
     lo = artifact_dir(result, "lower")
     signature = json.loads((lo / "signature.json").read_text())
@@ -130,7 +130,7 @@ def test_instrumented_program_matches_eager(run_build, tmp_path: Path, model: st
 def test_valgrind_streaming_misses_match_bytes_read(run_build) -> None:
     n = 1 << 24  # 64 MB per operand
     result = run_build(["model=ew_add", f"model.size.n={n}", "profile.backend=valgrind",
-                        "profile.repetitions=3", "profile.warmup=1", "targets=[profile]"])
+                        "profile.repetitions=3", "profile.warmup=1", "stages=[profile]"])
     (nest,) = candidates(result)
     (row,) = _csv(result, "profile", "counters.csv")
     assert row["counter_source"] == "valgrind"
@@ -148,7 +148,7 @@ def test_valgrind_counts_a_nest_run_in_a_loop_in_one_dump(run_build) -> None:
     misses each line of x once."""
     result = run_build(["model=relu", "model.recipe=tests.odd_recipes:column_sum",
                         "model.size={n:64}", "profile.backend=valgrind",
-                        "profile.repetitions=3", "profile.warmup=1", "targets=[profile]"])
+                        "profile.repetitions=3", "profile.warmup=1", "stages=[profile]"])
     timing = {r["id"]: int(r["invocations"]) for r in _csv(result, "profile", "timing.csv")}
     looped = max(timing, key=timing.get)
     assert timing[looped] == 4096
@@ -161,7 +161,7 @@ def test_valgrind_counts_a_nest_run_in_a_loop_in_one_dump(run_build) -> None:
 
 def test_valgrind_cache_resident_matmul_misses_little(run_build) -> None:
     result = run_build(["model=matmul", "model.size.n=128", "profile.backend=valgrind",
-                        "profile.repetitions=3", "profile.warmup=1", "targets=[profile]"])
+                        "profile.repetitions=3", "profile.warmup=1", "stages=[profile]"])
     rows = _csv(result, "profile", "counters.csv")
     mm = max(candidates(result), key=lambda c: c["n_total"])
     accessed = mm["n_iter"] * (mm["op_mix"]["loads"] + mm["op_mix"]["stores"]) * 4
@@ -172,7 +172,7 @@ def test_valgrind_cache_resident_matmul_misses_little(run_build) -> None:
 @pytest.fixture
 def markers(run_build, store: Path) -> Markers:
     """The marker runtime this host builds, loaded (only the runtime stage is built)."""
-    run_build(["model=relu", "model.size.n=16", "targets=[runtime]"])
+    run_build(["model=relu", "model.size.n=16", "stages=[runtime]"])
     return Markers(next((store / "runtime").glob("*/" + LIBRARY)))
 
 
@@ -187,7 +187,7 @@ def test_auto_falls_back_with_papi_reason(run_build, markers: Markers) -> None:
     if counts:
         pytest.skip("this host's PMU counts the paper's events: auto chooses papi")
     info = _profile_json(run_build(["model=relu", "model.size.n=4096",
-                                    "profile.repetitions=3", "targets=[profile]"]))
+                                    "profile.repetitions=3", "stages=[profile]"]))
     assert info["requested_backend"] == "auto"
     assert info["counter_backend"] == "valgrind"
     assert reason in info["counter_backend_reason"]
@@ -202,7 +202,7 @@ def test_auto_without_valgrind_takes_footprint(run_build, markers: Markers,
 
     monkeypatch.setattr(valgrind, "available", lambda run=None: (False, "valgrind not found"))
     result = run_build(["model=relu", "model.size.n=4096", "profile.repetitions=3",
-                        "targets=[profile]"])
+                        "stages=[profile]"])
     info = _profile_json(result)
     assert info["counter_backend"] == "footprint"
     assert "valgrind not found" in info["counter_backend_reason"]
@@ -216,7 +216,7 @@ def test_papi_hardware_event_fails_with_papi_reason(run_build, markers: Markers)
         pytest.skip("this host has a PMU: the paper's events can be counted")
     with pytest.raises(StageError, match=r"PAPI cannot count .*OFFCORE_REQUESTS") as err:
         run_build(["model=relu", "model.size.n=4096", "profile.backend=papi",
-                   "profile.repetitions=2", "targets=[profile]"])
+                   "profile.repetitions=2", "stages=[profile]"])
     assert reason in str(err.value)
 
 
@@ -225,7 +225,7 @@ def test_papi_software_events_agree_with_timer(run_build, markers: Markers) -> N
     if status:
         pytest.skip(f"PAPI's perf_event component is disabled on this host: {status}")
     result = run_build(["model=ew_add", "model.size.n=4194304", "platform=generic_vm",
-                        "profile.backend=papi", "profile.repetitions=5", "targets=[profile]"])
+                        "profile.backend=papi", "profile.repetitions=5", "stages=[profile]"])
     rows = _csv(result, "profile", "counters.csv")
     timing = _csv(result, "profile", "timing.csv")
     for row, t in zip(rows, timing, strict=True):
@@ -236,7 +236,7 @@ def test_papi_software_events_agree_with_timer(run_build, markers: Markers) -> N
 
 
 def test_profile_settings_rerun_only_profile(run_build) -> None:
-    base = ["model=relu", "model.size.n=4096", "profile.backend=timer", "targets=[profile]"]
+    base = ["model=relu", "model.size.n=4096", "profile.backend=timer", "stages=[profile]"]
     run_build([*base, "profile.repetitions=3"])
     again = run_build([*base, "profile.repetitions=4"])
     assert again.executed == ["profile"]
@@ -318,7 +318,7 @@ def test_eager_rounds_must_count(tmp_path: Path) -> None:
 
 
 def test_calibrate_measures_b_cpu_through_the_lowered_kernel(run_build) -> None:
-    result = run_build(["targets=[calibrate]", "platform.calibration_mib=32",
+    result = run_build(["stages=[calibrate]", "platform.calibration_mib=32",
                         "profile.repetitions=3"])
     cal = json.loads((artifact_dir(result, "calibrate") / "calibrate.json").read_text())
     assert cal["source"] == "measured"
@@ -327,13 +327,13 @@ def test_calibrate_measures_b_cpu_through_the_lowered_kernel(run_build) -> None:
     assert cal["best_s"] <= cal["p25_s"] <= cal["median_s"]
     assert 0.1 < cal["b_cpu_gbps"] < 1000
     assert (artifact_dir(result, "calibrate") / "kernel" / "llvm.mlir").is_file()
-    again = run_build(["targets=[calibrate]", "platform.calibration_mib=32",
+    again = run_build(["stages=[calibrate]", "platform.calibration_mib=32",
                        "profile.repetitions=3", "model=gemv"])
     assert again.executed == []  # per host and platform, not per model
 
 
 def test_calibrate_uses_configured_b_cpu(run_build) -> None:
-    result = run_build(["targets=[calibrate]", "platform.b_cpu_gbps=7.5"])
+    result = run_build(["stages=[calibrate]", "platform.b_cpu_gbps=7.5"])
     cal = json.loads((artifact_dir(result, "calibrate") / "calibrate.json").read_text())
     assert cal == {"b_cpu_gbps": 7.5, "source": "config (platform.b_cpu_gbps)",
                    "register_block": {"value": 16,
@@ -344,17 +344,17 @@ def test_calibration_refuses_an_unstable_value(run_build, store: Path) -> None:
     """No spread is small enough: calibrate says why and publishes nothing."""
     with pytest.raises(StageError, match=r"B_cpu is not stable on this host now: in each of "
                                          r"2 rounds .*platform.b_cpu_gbps"):
-        run_build(["model=relu", "targets=[calibrate]", "platform.calibration_rounds=2",
+        run_build(["model=relu", "stages=[calibrate]", "platform.calibration_rounds=2",
                    "platform.calibration_max_spread=0", "platform.calibration_repetitions=4"])
     assert not list((store / "calibrate").glob("*/.complete"))
 
 
 def test_calibration_records_its_spread_and_a_tag_measures_again(run_build) -> None:
-    first = run_build(["model=relu", "targets=[calibrate]"])
+    first = run_build(["model=relu", "stages=[calibrate]"])
     cal = json.loads((artifact_dir(first, "calibrate") / "calibrate.json").read_text())
     assert cal["b_cpu_gbps"] == pytest.approx(cal["bytes_read"] / cal["best_s"] / 1e9)
     assert 0 <= cal["rounds"][-1]["spread"] <= 0.5 and len(cal["rounds"][-1]["load_average"]) == 3
-    again = run_build(["model=relu", "targets=[calibrate]", "platform.calibration_tag=today"])
+    again = run_build(["model=relu", "stages=[calibrate]", "platform.calibration_tag=today"])
     assert again.executed == ["calibrate"]
 
 
@@ -367,7 +367,7 @@ def test_valgrind_warm_counts_and_the_l2_as_last_level(run_build) -> None:
 
     def missed(*over: str) -> int:
         result = run_build(["model=ew_add", f"model.size.n={n}", "profile.backend=valgrind",
-                            "profile.repetitions=3", "profile.warmup=1", "targets=[profile]",
+                            "profile.repetitions=3", "profile.warmup=1", "stages=[profile]",
                             "platform=icelake_sp", *over])
         (row,) = _csv(result, "profile", "counters.csv")
         return int(row["event:offcore_data_rd"]) * 64
@@ -528,7 +528,7 @@ def test_footprint_counts_follow_valgrind(run_build, overrides: list[str],
     """On one build, per nest, the modelled read and write misses are valgrind's within 10%
     (and a few lines), and the profile stage takes footprint when asked."""
     result = run_build([*overrides, "profile.backend=valgrind", "profile.repetitions=3",
-                        "profile.warmup=1", "targets=[profile]", "platform=icelake_sp"])
+                        "profile.warmup=1", "stages=[profile]", "platform=icelake_sp"])
     measured = {int(r["id"]): r for r in _csv(result, "profile", "counters.csv")}
     nests = nest_candidates(artifact_dir(result, "extract"), artifact_dir(result, "instrument"))
     modelled = footprint_counts(nests, capacity=capacity, line=64)
@@ -537,7 +537,7 @@ def test_footprint_counts_follow_valgrind(run_build, overrides: list[str],
             got, want = modelled[ident][role], int(row[f"event:{role}"])
             assert abs(got - want) <= 0.1 * want + 64, (ident, role, got, want)
     again = run_build([*overrides, "profile.backend=footprint", "profile.repetitions=3",
-                       "profile.warmup=1", "targets=[profile]", "platform=icelake_sp"])
+                       "profile.warmup=1", "stages=[profile]", "platform=icelake_sp"])
     rows = _csv(again, "profile", "counters.csv")
     assert {r["counter_source"] for r in rows} == {"footprint"}
     assert [int(r["event:offcore_data_rd"]) for r in rows] == [
@@ -590,7 +590,7 @@ def test_memory_state_says_whether_the_allocator_was_changed(monkeypatch) -> Non
 
 
 def test_profile_records_the_allocator_and_page_faults(run_build) -> None:
-    base = ["model=relu", "model.size.n=4096", "profile.backend=timer", "targets=[profile]"]
+    base = ["model=relu", "model.size.n=4096", "profile.backend=timer", "stages=[profile]"]
     info = _profile_json(run_build(base))
     assert info["memory"].startswith("freed memory reused")
     assert info["minor_faults_per_forward"] >= 0
