@@ -1,11 +1,13 @@
 """Structured-config schemas for every config group, registered in Hydra's ConfigStore.
 
-The schemas hold types only: every default lives in the YAML under ``conf/`` (one home for
-each value). Each YAML file under ``conf/<group>/`` starts from the schema ``<group>_schema``,
-so that a badly typed override (``pim.cores=abc``, ``lowering.fastmath=maybe``) fails while
-Hydra composes the config. Options that name a pluggable part (``lowering.fusion``,
-``profile.backend``, ``policy.name``, ``sim.copy_model``, ``system.name``) are strings checked
-against their registry when the build is planned, before anything runs.
+The schemas hold types, and the few defaults a user's own file may leave out (a model's
+``size``, ``dtype`` and ``seed``); every other default lives in the YAML under ``conf/`` (one
+home for each value). Each YAML file under ``conf/<group>/`` starts from the schema
+``<group>_schema``, so that a badly typed override (``pim.cores=abc``,
+``lowering.fastmath=maybe``) fails while Hydra composes the config. Options that name a
+pluggable part (``lowering.fusion``, ``profile.backend``, ``policy.name``, ``sim.copy_model``,
+``system.name``) are strings checked against their registry when the build is planned, before
+anything runs; a value no file sets is one error line naming its key (``validate``).
 """
 
 from __future__ import annotations
@@ -23,13 +25,15 @@ from pimbuild.errors import ConfigError
 class ModelConfig:
     name: str = MISSING
     recipe: str = MISSING  # "package.module:function" returning a pimbuild.recipes.Recipe
-    size: dict[str, int] = MISSING  # the builder's keyword arguments
-    dtype: str = MISSING
-    seed: int = MISSING
+    # The defaults a user's model file may leave out live here, once (the shipped model files
+    # do not repeat them): no keyword arguments, float32, seed 0.
+    size: dict[str, int] = field(default_factory=dict)  # the builder's keyword arguments
+    dtype: str = "float32"
+    seed: int = 0
     # Other phases of the same model (a prefill beside a decode step), by phase name: each a
     # recipe and its size, dtype and seed defaulting to this model's. A stage that reads a
-    # phase (its PHASE_READS) gets that phase's stages built too (tasks/graph.py). The one
-    # schema default: a model config of a user's own need not mention phases.
+    # phase (its PHASE_READS) gets that phase's stages built too (tasks/graph.py). None
+    # unless the model file names some.
     phases: dict[str, Any] = field(default_factory=dict)
 
 
@@ -329,6 +333,12 @@ DEVICE_RANGES: dict[str, tuple[str, float]] = {
 }
 
 
+def _rule_field_of_a_planner(cfg: Any, key: str) -> bool:
+    """The PIM rule's fields, which the GPU target's planners (policy=throughput, latency)
+    share the ``policy`` group with but leave unset."""
+    return key.startswith("policy.") and cfg.system.name != "pim"
+
+
 def validate(cfg: Any) -> None:
     """Raise a ConfigError for the first value outside its range (or not finite), e.g.
     ``pim.cores must be >= 1 (got -4)``, or the first list of ``NONEMPTY`` that is empty."""
@@ -336,6 +346,12 @@ def validate(cfg: Any) -> None:
 
     from omegaconf import OmegaConf
 
+    missing = sorted(k for k in OmegaConf.missing_keys(cfg) if not _rule_field_of_a_planner(cfg, k))
+    if missing:
+        more = f" (nor {', '.join(missing[1:4])}{', ...' if len(missing) > 4 else ''})" \
+            if len(missing) > 1 else ""
+        raise ConfigError(f"{missing[0]} has no value{more}: set it in its config file or on "
+                          f"the command line ({missing[0]}=...)")
     for path in NONEMPTY:
         value = OmegaConf.select(cfg, path, throw_on_missing=False)
         if OmegaConf.is_list(value) and len(value) == 0:

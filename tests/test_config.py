@@ -90,3 +90,38 @@ def test_summary_flags_a_host_program_slower_than_eager() -> None:
     slow = {**over, "cpu_only_over_eager": SLOW_HOST + 0.2}
     assert "inflates the speedup over CPU-only by 1.30x" in slow_host_note(slow)
     assert slow_host_note(None) == ""
+
+
+def _user_model(tmp_path: Path, text: str) -> list[str]:
+    """Overrides that pick ``text`` as model ``mine`` from a config dir of the user's own."""
+    (tmp_path / "conf" / "model").mkdir(parents=True)
+    (tmp_path / "conf" / "model" / "mine.yaml").write_text(text)
+    return [f"hydra.searchpath=[file://{tmp_path / 'conf'}]", "model=mine"]
+
+
+def test_a_user_model_file_may_leave_out_size_dtype_seed_and_defaults(tmp_path: Path) -> None:
+    from pimbuild.config import validate
+
+    cfg = make_cfg(tmp_path, _user_model(tmp_path, "name: mine\n"
+                                         "recipe: pimbuild.recipes.operators:relu\n"))
+    validate(cfg)
+    assert (cfg.model.dtype, cfg.model.seed, dict(cfg.model.size)) == ("float32", 0, {})
+
+
+@pytest.mark.parametrize("left_out", ["name", "recipe"])
+def test_a_user_model_file_without_a_required_key_is_one_line(tmp_path: Path,
+                                                              left_out: str) -> None:
+    from pimbuild.config import validate
+    from pimbuild.errors import ConfigError
+
+    lines = {"name": "name: mine\n", "recipe": "recipe: pimbuild.recipes.operators:relu\n"}
+    cfg = make_cfg(tmp_path, _user_model(tmp_path, "".join(v for k, v in lines.items()
+                                                           if k != left_out)))
+    with pytest.raises(ConfigError, match=rf"^model\.{left_out} has no value: set it"):
+        validate(cfg)
+
+
+def test_the_gpu_planners_need_no_rule_fields(tmp_path: Path) -> None:
+    from pimbuild.config import validate
+
+    validate(make_cfg(tmp_path, ["system=gpus", "policy=latency"]))
