@@ -36,10 +36,10 @@ COMPLETE = ".complete"  # written last, inside the temporary folder, before the 
 def code_version() -> str:
     """``<version>+<digest>``: the release and a digest of pimbuild's own code (the package,
     its task graph and recipes, the marker runtime), so an artifact is never reused across
-    code edits. The task graph and recipes live in their own folders in the source tree.
-    Each file enters under its package-qualified name (``pimbuild.tasks/graph.py``), so the
-    same code gives the same digest installed in place (editable) or copied into
-    site-packages, where those folders sit inside the package's own."""
+    code edits. Each file enters under its package-qualified name
+    (``pimbuild.tasks/graph.py``; the config tree, ``conf/`` in the source tree, as
+    ``pimbuild.conf``), so the same code gives the same digest installed in place (editable)
+    or copied into site-packages."""
     packages = ("pimbuild", "pimbuild.tasks", "pimbuild.recipes", "pimbuild.conf")
     roots = sorted(((Path(loc), name) for name in packages
                     for loc in importlib.util.find_spec(name).submodule_search_locations),

@@ -32,7 +32,7 @@ class ModelConfig:
     seed: int = 0
     # Other phases of the same model (a prefill beside a decode step), by phase name: each a
     # recipe and its size, dtype and seed defaulting to this model's. A stage that reads a
-    # phase (its PHASE_READS) gets that phase's stages built too (tasks/graph.py). None
+    # phase (its PHASE_READS) gets that phase's stages built too (pimbuild/tasks/graph.py). None
     # unless the model file names some.
     phases: dict[str, Any] = field(default_factory=dict)
 

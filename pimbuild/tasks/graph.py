@@ -16,6 +16,7 @@ from pimbuild.artifacts import Artifact, Store, artifact_key
 from pimbuild.config import validate
 from pimbuild.errors import ConfigError
 from pimbuild.stage import Inputs
+from pimbuild.targets import TARGETS
 
 # Pipeline order of every stage name. The default pipeline's stage is the module
 # pimbuild.<name>; a target may name its own modules for some stages and leave others out
@@ -26,8 +27,6 @@ STAGES = ("lower", "extract", "runtime", "calibrate", "instrument", "profile", "
 
 def pipeline(system: str = "pim") -> dict[str, str]:
     """Stage name -> module of the target ``system``'s pipeline."""
-    from pimbuild.targets import TARGETS
-
     return getattr(TARGETS.get(system), "pipeline", None) or \
         {s: f"pimbuild.{s}" for s in STAGES}
 
@@ -122,7 +121,6 @@ def plan(cfg: DictConfig, store: Store, failure_dir: Path) -> list[StageTask]:
     anything runs."""
     validate(cfg)
     system = cfg.system.name
-    from pimbuild.targets import TARGETS
 
     TARGETS.check(system)
     tasks: dict[str, StageTask] = {}
