@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/fit_pim.py [--store DIR] [--reuse] [--write-config]
 
-What is fitted and to what: ``pimbuild/fit.py``. Fit half and held-out half:
+What is fitted and to what: ``pimbuild/paper/fit.py``. Fit half and held-out half:
 ``pimbuild.paper.FIT_HALF`` / ``HELD_OUT_HALF``. As a check the table also lists Fig. 3's
 speedups themselves, predicted with this host's T_cpu (host-dependent: our host is not the
 paper's Ice Lake). Host-side data (nests, T_cpu, counters, B_cpu) come from one build per model
@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from pimbuild import paper
-from pimbuild.fit import (
+from pimbuild.nests import Nest
+from pimbuild.paper.fit import (
     FREE,
     Case,
     case_from_stages,
@@ -34,7 +35,6 @@ from pimbuild.fit import (
     quantity,
     summary,
 )
-from pimbuild.nests import Nest
 from pimbuild.profile import host_cpu
 from pimbuild.targets.pim import PimTarget
 
@@ -92,7 +92,7 @@ def write_config(target: PimTarget, errors: dict[str, Any], meta: dict[str, Any]
     held = [m for m in paper.HELD_OUT_HALF if points((m,))]
     CONFIG.write_text(
         "# The PIM model with its free parameters fitted to what the paper's Fig. 3 and sec. 5.2\n"
-        "# say about the PIM side (bench/fit_pim.py; the points: pimbuild/paper.py PIM_SIDE).\n"
+        "# say about the PIM side (bench/fit_pim.py; the points: pimbuild.paper.PIM_SIDE).\n"
         "# The other parameters and their sources: pim=default.\n"
         f"# Fitted on {meta['cpu']} ({meta['date']}) to the points of {', '.join(fitted_on)}:\n"
         f"# mean abs error {fit_err['mean_abs_pct']:.1f}% there; on the held-out points of\n"

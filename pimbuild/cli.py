@@ -21,11 +21,11 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 from rich.markup import escape
 
-from pimbuild import experiments
 from pimbuild.build import build  # after Hydra parsed the overrides
 from pimbuild.config import register_configs
 from pimbuild.console import error
 from pimbuild.errors import PimbuildError
+from pimbuild.paper import experiments
 from pimbuild.sweep import FAILED
 
 CONFIG_MODULE = "pimbuild.conf"  # the config tree ships with the package (conf/ in the repo)

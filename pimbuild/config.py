@@ -190,9 +190,9 @@ class SimConfig:
 
 @dataclass
 class ExperimentConfig:
-    """``+experiment=<name>`` (``conf/experiment/``; pimbuild.experiments)."""
+    """``+experiment=<name>`` (``conf/experiment/``; pimbuild.paper.experiments)."""
 
-    name: str = MISSING  # the module of pimbuild.experiments that tabulates it
+    name: str = MISSING  # the module of pimbuild.paper.experiments that tabulates it
     points: dict[str, list[str]] = MISSING  # point name -> the overrides of its build
     only: list[str] = field(default_factory=list)  # build only these points (empty: all)
 

@@ -55,7 +55,7 @@ def test_torchpim_c5_is_a_point_of_the_agreement_grid(tmp_path: Path) -> None:
     """``policy=torchpim_c5`` ships the agreement experiment's fit with C5: the paper's rule
     (the torchpim module) at a point of the grid the experiment searches, with C5's
     I_compute above I_min (at or below it, C5 would offload whatever passes C1)."""
-    from pimbuild.experiments import agreement
+    from pimbuild.paper.experiments import agreement
 
     p = make_cfg(tmp_path, ["policy=torchpim_c5"]).policy
     assert p.name == "torchpim" and p.c1 == "model" and p.c4 == "read_later"

@@ -1,4 +1,4 @@
-"""The PIM model's fit (pimbuild.fit) and the shipped experiments (+experiment=...)."""
+"""The PIM model's fit (pimbuild.paper.fit) and the shipped experiments (+experiment=...)."""
 
 from __future__ import annotations
 
@@ -12,9 +12,10 @@ import numpy as np
 import pytest
 from hydra import compose, initialize_config_module
 
-from pimbuild import experiments, fit, paper, policies, targets
+from pimbuild import paper, policies, targets
 from pimbuild.cli import CONFIG_MODULE
 from pimbuild.errors import ConfigError
+from pimbuild.paper import experiments, fit
 from pimbuild.policies import Decision, Placement, PolicyParams
 from tests.conftest import TEST_DEFAULTS, make_cfg, run_cli
 from tests.test_pim_model import nest
@@ -89,7 +90,7 @@ def test_unknown_point_is_one_config_error_before_anything_builds(tmp_path, stor
 def test_fig3_errors_are_geometric_and_say_so() -> None:
     """Half and twice the paper's value are the same error (100%), as in the fit; the
     table's signed error_pct is the plain ratio (-50%, +100%)."""
-    from pimbuild.experiments import fig3
+    from pimbuild.paper.experiments import fig3
 
     rows = [fig3._row("relu", "speedup@32", 3.15, 6.3), fig3._row("relu", "speedup@128", 14.6, 7.3),
             fig3._row("relu", "speedup@64", 2.0, None)]  # the paper states no value here
@@ -143,7 +144,7 @@ def test_table4_from_the_command_line(tmp_path) -> None:
 
 
 def test_leave_one_out_chooses_on_the_other_models_only() -> None:
-    from pimbuild.experiments import agreement
+    from pimbuild.paper.experiments import agreement
 
     shape = (len(agreement.THETA_RATIOS), len(agreement.SIGMAS), len(agreement.I_MINS),
              len(agreement.I_COMPUTES), 4)
@@ -170,7 +171,7 @@ def test_leave_one_out_chooses_on_the_other_models_only() -> None:
 def test_c5_grid_points_are_the_rule_with_c5_on() -> None:
     """The experiment joins the rule's set without C5 with C5's own (``c5_offloaded``): the
     rule's set with C5 on, for memory-bound, compute-heavy, small and narrow nests."""
-    from pimbuild.experiments import agreement
+    from pimbuild.paper.experiments import agreement
     from tests.test_pim_model import context
 
     nests = [nest(0, n_iter=1 << 20, bw=50.0, t_cpu_s=1e-3),  # C3
@@ -211,7 +212,7 @@ def test_agreement_experiment_matches_the_reports(tmp_path, store) -> None:
 
 
 def test_segment_level_splits_every_region_and_only_adds_copies_and_switches() -> None:
-    from pimbuild.experiments import table5
+    from pimbuild.paper.experiments import table5
     from pimbuild.simulate import evaluate
     from tests.test_pim_model import MODEL, context
 

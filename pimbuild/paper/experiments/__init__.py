@@ -26,7 +26,7 @@ from pimbuild.console import console
 from pimbuild.errors import ConfigError
 from pimbuild.registry import Registry
 
-EXPERIMENTS = Registry("experiment", "experiment.name", package="pimbuild.experiments")
+EXPERIMENTS = Registry("experiment", "experiment.name", package="pimbuild.paper.experiments")
 
 
 def point_overrides(run_overrides: list[str], point: list[str]) -> list[str]:

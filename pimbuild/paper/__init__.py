@@ -1,4 +1,6 @@
-"""The Torch-PIM paper's published numbers (``../shared/papers/torch-pim.txt``, §5), as data.
+"""Reproducing the Torch-PIM paper: its published numbers (``../shared/papers/torch-pim.txt``,
+§5) as data (this module), the PIM model's fit to them (``fit``) and the experiments that set
+ours beside them (``experiments``, run as ``+experiment=<name>``).
 
 Only numbers the text states are here; a point read off a plot by eye is not. Each entry
 quotes or derives from one sentence of §5.2 (the quote is in the comment). ``FIG3`` feeds the

@@ -31,7 +31,8 @@ from typing import Any
 import numpy as np
 from omegaconf import DictConfig
 
-from pimbuild import decide, fit, hybrid, policies
+from pimbuild import decide, hybrid, policies
+from pimbuild.paper import fit
 from pimbuild.policies import torchpim
 
 THETA_RATIOS = tuple(float(x) for x in np.round(np.geomspace(0.001, 2.0, 24), 5))

@@ -22,7 +22,8 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from pimbuild import decide, fit, paper
+from pimbuild import decide, paper
+from pimbuild.paper import fit
 from pimbuild.simulate import evaluate, placement
 
 TERMS = ("t_host_s", "t_pim_s", "t_copy_s", "t_switch_s")

@@ -1,7 +1,7 @@
 """The paper's Fig. 3: speedup of the rule's placement over CPU-only per model and PIM core
 count (the report's ``sim.cores_sweep``) beside every value the paper's text states
 (``pimbuild.paper.FIG3``), and the PIM-side quantities the model was fitted to
-(``pimbuild.paper.PIM_SIDE``, ``pimbuild.fit``), each with its error and the half of the fit
+(``pimbuild.paper.PIM_SIDE``, ``pimbuild.paper.fit``), each with its error and the half of the fit
 it belongs to (``fit``: ``pim=fitted_paper`` was fitted to it; ``held-out``: it was not).
 Speedups divide by this host's T_cpu; the PIM-side quantities hold no host time."""
 
@@ -14,7 +14,8 @@ from typing import Any
 import numpy as np
 from omegaconf import DictConfig
 
-from pimbuild import decide, fit, paper
+from pimbuild import decide, paper
+from pimbuild.paper import fit
 
 
 def half(model: str) -> str:
