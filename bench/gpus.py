@@ -31,9 +31,9 @@ from common import quiet_build  # noqa: E402
 from pimbuild.cli import CONFIG_MODULE  # noqa: E402
 from pimbuild.config import register_configs  # noqa: E402
 from pimbuild.console import console  # noqa: E402
-from pimbuild.gpus import cost, ddg, simulate, workload  # noqa: E402
-from pimbuild.gpus.planners import PlanContext, place, throughput, unrolled  # noqa: E402
-from pimbuild.gpus.target import GpuTarget  # noqa: E402
+from pimbuild.targets.gpus import cost, ddg, simulate, workload  # noqa: E402
+from pimbuild.targets.gpus.planners import PlanContext, place, throughput, unrolled  # noqa: E402
+from pimbuild.targets.gpus.target import GpuTarget  # noqa: E402
 
 MODELS = ["llama3_8b", "llama3_8b_prefill", "llama7b", "gptj6b", "mamba", "mmdit"]
 PAIRS = [("a100", "l40s"), ("h100", "rtxpro6000"), ("b200", "h100")]
@@ -284,7 +284,7 @@ def pipelining(store: Path, tmp: Path, requests: int = 60) -> list[dict]:
     """FluidGPU's Fig. 10(a) in the serving simulator: Llama-3-8B decode steps on the first
     pair, without pipelining, pipelined, pipelined with priorities, against the cycle-time
     bound with transfers overlapped (the simulator overlaps them)."""
-    from pimbuild.gpus.serve import Server
+    from pimbuild.targets.gpus.serve import Server
 
     target, data, ctx, placement, _ = loaded("llama3_8b", PAIRS[0], store, tmp / "pipe",
                                              "decide")

@@ -23,7 +23,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 from common import write_json  # noqa: E402
 
-from pimbuild.gpus import kerneldata, kernelmodel, kernels_cli, ops  # noqa: E402
+from pimbuild.targets.gpus import kerneldata, kernelmodel, kernels_cli, ops  # noqa: E402
 
 MAIN = ["system=gpus", "model=llama3_8b", "devices=[a100,l40s]"]
 

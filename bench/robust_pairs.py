@@ -1,7 +1,7 @@
 """Which planned speedups survive the kernel-time model's own error (not a test): for
 ``bench/gpus.py``'s three pairs and its models, the throughput planner's placement on fitted
 times, its speedup over each baseline, and the share of draws of the fit's held-out error
-(``pimbuild.gpus.robust``) in which the placement still beats that baseline.
+(``pimbuild.targets.gpus.robust``) in which the placement still beats that baseline.
 
     .venv/bin/python bench/robust_pairs.py [--samples 32] [--out outputs/bench]
 
@@ -21,7 +21,7 @@ from common import write_json  # noqa: E402
 from gpus import MODELS, PAIRS, loaded, period_evaluate, unit_of  # noqa: E402
 
 from pimbuild.config import register_configs  # noqa: E402
-from pimbuild.gpus import kernelmodel, robust, simulate  # noqa: E402
+from pimbuild.targets.gpus import kernelmodel, robust, simulate  # noqa: E402
 
 BASELINES = ("request distribution", "AF disaggregation", "layer pipeline")
 

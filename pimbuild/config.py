@@ -120,7 +120,8 @@ class DeviceConfig:
     memory_gb: float = MISSING
     launch_us: float = MISSING  # per-kernel launch overhead
     price_per_hour: float = MISSING  # USD per GPU-hour: Perf/$
-    # What the fitted kernel-time model reads beside the above (pimbuild/gpus/kernelmodel.py)
+    # What the fitted kernel-time model reads beside the above
+    # (pimbuild/targets/gpus/kernelmodel.py)
     sms: int = MISSING  # streaming multiprocessors
     boost_mhz: float = MISSING  # boost clock
     tdp_w: float = MISSING  # board power limit

@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 
 from pimbuild.errors import ConfigError, StageError
-from pimbuild.gpus import cost, ddg, roofline
-from pimbuild.gpus.cost import Link
-from pimbuild.gpus.ddg import Graph, Kernel
-from pimbuild.gpus.planners import PlanContext, place
-from pimbuild.gpus.target import GpuTarget
 from pimbuild.runtime import compiler
+from pimbuild.targets.gpus import cost, ddg, roofline
+from pimbuild.targets.gpus.cost import Link
+from pimbuild.targets.gpus.ddg import Graph, Kernel
+from pimbuild.targets.gpus.planners import PlanContext, place
+from pimbuild.targets.gpus.target import GpuTarget
 from tests.conftest import REPO, artifact_dir, make_cfg
 
 GPUS = ["system=gpus", "devices=[a100,l40s]"]
@@ -133,7 +133,7 @@ def test_every_device_file_is_catalogued_and_the_cuda_backend_tells_them_apart(t
     """A device is one YAML file plus its catalogue line in conf/config.yaml: every file under
     conf/device composes into a target, and a GPU's name picks exactly the device it is (an
     H200 is not an H100, a 40 GB A100 not the 80 GB one, an RTX 4090 no catalogued device)."""
-    from pimbuild.gpus import cuda
+    from pimbuild.targets.gpus import cuda
 
     names = sorted(p.stem for p in (REPO / "conf" / "device").glob("*.yaml"))
     devices = {d.key: d for d in _target(tmp_path, f"devices=[{','.join(names)}]").devices}
@@ -197,8 +197,8 @@ def test_cuda_backend_refuses_without_a_gpu(run_build) -> None:
 def _partitioned(run_build, tmp_path, model: str):
     """A model's lowered program, its kernels and the compiled kernel functions."""
     from pimbuild import frontend
-    from pimbuild.gpus import reinsert, workers
     from pimbuild.lower import model_params
+    from pimbuild.targets.gpus import reinsert, workers
 
     result = run_build([*GPUS, f"model={model}", "stages=[extract]"])
     lower, extract = artifact_dir(result, "lower"), artifact_dir(result, "extract")
@@ -268,7 +268,7 @@ def test_every_argument_but_the_inputs_is_on_every_device() -> None:
 
 
 def test_workers_compile_where_the_object_cannot_be_linked(tmp_path) -> None:
-    from pimbuild.gpus import reinsert
+    from pimbuild.targets.gpus import reinsert
 
     bad = tmp_path / "partition.o"
     bad.write_text("not an object file\n")
@@ -280,7 +280,7 @@ def test_workers_compile_where_the_object_cannot_be_linked(tmp_path) -> None:
 @pytest.fixture
 def alternate():
     """A planner that puts kernel k on device k % 2, so that every graph has cut edges."""
-    from pimbuild.gpus.planners import PLANNERS, Plan
+    from pimbuild.targets.gpus.planners import PLANNERS, Plan
 
     PLANNERS.register("alternate", lambda ctx: Plan([k % ctx.n_dev for k in
                                                     range(len(ctx.graph.kernels))], 0.0))
@@ -314,7 +314,7 @@ def test_a_forward_without_kernels_is_refused(run_build) -> None:
 def test_serving_formulas_by_hand() -> None:
     from dataclasses import replace
 
-    from pimbuild.gpus import workload
+    from pimbuild.targets.gpus import workload
 
     w = workload.Workload(input_len=100, output_len=10, batch=4)
     # 4 prefills of 1 s and 10 decode steps of 0.5 s give 40 tokens in 9 s.
@@ -413,7 +413,7 @@ def test_identical_layers_aggregated_equal_brute_force(seed: int) -> None:
     placed (``planners._layers``): its optimum is brute force's over the unrolled graph,
     whether every layer's result stays on one device or the period alternates, and the
     placement returned costs what the planner reports."""
-    from pimbuild.gpus.planners import unrolled
+    from pimbuild.targets.gpus.planners import unrolled
 
     rng = random.Random(seed)
     n, period = (3, 4) if seed % 2 else (4, 3)
@@ -435,7 +435,7 @@ def test_layers_aggregated_equal_the_per_kernel_milp_and_alternate() -> None:
     device is slower on every kernel, the optimum needs layers whose results end on each
     device, in an order where every layer reads the hidden state where the one before left
     it (the cost model charges any other order)."""
-    from pimbuild.gpus.planners import throughput, unrolled
+    from pimbuild.targets.gpus.planners import throughput, unrolled
 
     alternating = 0
     for seed in range(6):
@@ -479,8 +479,8 @@ def test_two_carried_streams_counted_equal_brute_force(seed: int) -> None:
     brute force's over those periods. The per-kernel MILP then starts from it for the
     periods where both change: the optimum is brute force's over the unrolled graph, the
     placement returned costs what the planner reports, and the bound meets it."""
-    from pimbuild.gpus.planners import _layers, unrolled
     from pimbuild.milp import US
+    from pimbuild.targets.gpus.planners import _layers, unrolled
 
     rng = random.Random(seed)
     n, period = [(3, 4), (4, 3), (3, 3), (5, 2)][seed % 4]
@@ -515,7 +515,7 @@ def test_two_carried_streams_counted_equal_brute_force(seed: int) -> None:
 def test_layers_are_placed_per_kernel_where_counting_them_would_not_be_exact() -> None:
     """Three devices, or a carried result that its own layer also reads: the per-kernel
     MILP."""
-    from pimbuild.gpus.planners import unrolled
+    from pimbuild.targets.gpus.planners import unrolled
 
     rng = random.Random(5)
     g = layer_graph(rng, 4)
@@ -539,7 +539,7 @@ def test_counted_layers_out_of_time_keep_the_start_or_fail(streams: int) -> None
     (``incumbent``) with no bound, or fail."""
     from dataclasses import replace
 
-    from pimbuild.gpus.planners import unrolled
+    from pimbuild.targets.gpus.planners import unrolled
 
     rng = random.Random(9)
     g = layer_graph(rng, 5) if streams == 1 else two_streams(rng, 5)
@@ -555,8 +555,8 @@ def test_counted_layers_out_of_time_keep_the_start_or_fail(streams: int) -> None
 def test_the_monitors_other_placement_over_a_period_is_one_layers_repeated() -> None:
     """The online monitor's latency placement for a throughput period: the latency planner
     on one layer (``one_layer`` undoes ``unrolled``), repeated over the period."""
-    from pimbuild.gpus import serving
-    from pimbuild.gpus.planners import one_layer, unrolled
+    from pimbuild.targets.gpus import serving
+    from pimbuild.targets.gpus.planners import one_layer, unrolled
 
     rng = random.Random(11)
     one = PlanContext(layer_graph(rng, 6), layer_times(rng, 6, True), LINK, 2, 1.0)
@@ -578,7 +578,7 @@ def test_a_period_of_layers_contains_the_layer_pipeline() -> None:
     are placements of the unrolled graph. With the second device 2.5x slower on every kernel
     one layer's placement has only load balance to trade against transfers; whole layers
     balance it cheaply, and the period finds that."""
-    from pimbuild.gpus import simulate
+    from pimbuild.targets.gpus import simulate
 
     rng = random.Random(3)
     g = random_graph(rng, 5, carried=True)
@@ -619,7 +619,7 @@ def test_layer_pipeline_splits_whole_layers() -> None:
     of whole layers (the best split, computed by hand here); with a real one each boundary's
     carried buffer costs both devices; it never beats request distribution; one layer has
     none; on three devices it may use all three."""
-    from pimbuild.gpus import simulate
+    from pimbuild.targets.gpus import simulate
 
     rng = random.Random(3)
     g = random_graph(rng, 5, carried=True)
@@ -655,8 +655,8 @@ def test_a_splits_loads_summed_per_segment_equal_the_unrolled_graphs(seed: int) 
     instead of costing the unrolled graph: the sum equals the unrolled graph's cycle time on
     every split (two to four devices, carried or not, with a state every layer keeps and an
     input every layer reads from home), and its best is the least of them."""
-    from pimbuild.gpus import pipeline
-    from pimbuild.gpus.planners import unrolled
+    from pimbuild.targets.gpus import pipeline
+    from pimbuild.targets.gpus.planners import unrolled
 
     rng = random.Random(seed)
     g = random_graph(rng, rng.randint(3, 6), carried=seed % 2 == 0)
@@ -689,8 +689,8 @@ def test_a_splits_loads_summed_per_segment_equal_the_unrolled_graphs(seed: int) 
 def test_node_times_and_their_split_over_kernels(tmp_path) -> None:
     """The cuda backend's pieces that do not need a GPU: timing the exported graph's nodes
     (here on the CPU) and charging them to kernels."""
-    from pimbuild.gpus import cuda
     from pimbuild.lower import model_params
+    from pimbuild.targets.gpus import cuda
 
     nodes, how = cuda.node_times(model_params(make_cfg(tmp_path, ["model=mlp"])), "cpu",
                                  repetitions=3, warmup=1, precision="bf16")
@@ -712,7 +712,7 @@ def test_the_served_precision_falls_back_to_fp32_where_the_graph_refuses_it() ->
     its parameters in bf16: the cuda backend times it in fp32 and says so."""
     import torch
 
-    from pimbuild.gpus import cuda
+    from pimbuild.targets.gpus import cuda
 
     class Upcast(torch.nn.Module):
         def __init__(self) -> None:
@@ -737,7 +737,7 @@ def test_the_served_precision_falls_back_to_fp32_where_the_graph_refuses_it() ->
 
 def test_a_failing_worker_is_one_stage_error(run_build, tmp_path) -> None:
     data, run = _partitioned(run_build, tmp_path, "mlp")
-    from pimbuild.gpus import workers
+    from pimbuild.targets.gpus import workers
 
     def broken(*args, **kwargs):
         raise RuntimeError("kernel_0 is not in this engine")
@@ -953,7 +953,7 @@ def test_af_on_three_devices_takes_requests_in_turn() -> None:
     9 on the L40S, the rest 5 and 3; attention on both A100s and the rest on the L40S
     gives a cycle of max(4 / 2, 4 / 2, 3) = 3 us, the best of the six splits. On two devices
     the baseline is the better of attention on either, as a single placement."""
-    from pimbuild.gpus import simulate, workload
+    from pimbuild.targets.gpus import simulate, workload
 
     k = (Kernel(0, "attn", "contraction", 0, {"in": 4096}, {"a": 4096}, "self_attn"),
          Kernel(1, "ffn", "contraction", 0, {"a": 4096}, {"out": 4096}, "mlp"))
@@ -986,14 +986,14 @@ def test_af_on_three_devices_takes_requests_in_turn() -> None:
 
 def test_af_with_tp_attention_runs_the_group_as_one_device() -> None:
     """The paper's cluster AF baseline: attention with TP=2 on the two A100s, the rest on the
-    L40S (``pimbuild.gpus.tp``). By hand: attention takes 4 us on an A100 with a 2 us launch,
-    so 2 + 2 / 2 = 3 us on the group, plus the all-reduce of "a" (2 steps of half of it) and
+    L40S (``pimbuild.targets.gpus.tp``). By hand: attention takes 4 us on an A100 with a 2 us
+    launch, so 2 + 2 / 2 = 3 us on the group, plus the all-reduce of "a" (2 steps of half of it) and
     the broadcast of "in" (one step of all of it) over the TP link; with a free cluster link
     the group is the busiest."""
     from dataclasses import replace
 
-    from pimbuild.gpus import simulate, tp
-    from pimbuild.gpus.target import Device
+    from pimbuild.targets.gpus import simulate, tp
+    from pimbuild.targets.gpus.target import Device
 
     k = (Kernel(0, "attn", "contraction", 0, {"in": 4096}, {"a": 4096}, "self_attn"),
          Kernel(1, "ffn", "contraction", 0, {"a": 4096}, {"out": 4096}, "mlp"))
@@ -1017,7 +1017,7 @@ def test_af_with_tp_attention_runs_the_group_as_one_device() -> None:
     assert base["AF disaggregation (TP)"]["attention_on"] == way.name
     assert "AF disaggregation (TP)" not in simulate.baselines(free, devices, unit)
     # serving's closed form: the same grouped cycle for both phases, 4 layers
-    from pimbuild.gpus import workload
+    from pimbuild.targets.gpus import workload
 
     w = workload.Workload(output_len=10, batch=4)
     ph = workload.phase(free, [0, 0], 4, workload.af_ways(free, devices), [way])
@@ -1040,7 +1040,7 @@ def test_af_with_tp_attention_runs_the_group_as_one_device() -> None:
 def test_fig2_compares_the_first_device_with_another_model() -> None:
     """Fig. 2's share of kernels faster on the second device: on 2 A100 + 1 L40S the L40S,
     not the A100 twin (equal times, never faster)."""
-    from pimbuild.gpus.profile import fig2
+    from pimbuild.targets.gpus.profile import fig2
 
     t = [[2.0, 2.0, 1.0], [1.0, 1.0, 3.0], [4.0, 4.0, 3.0]]
     f = fig2(None, t, ["A100", "A100", "L40S"])
@@ -1053,7 +1053,7 @@ def test_an_isolated_forward_takes_its_state_from_home(run_build) -> None:
     """One forward (layers = 0, as reinsert runs it): the state a module buffer holds (the
     KV cache written in place) enters from home like an input, so a placement that puts its
     writer on another device sends it there from home, which the home worker does."""
-    from pimbuild.gpus import workers
+    from pimbuild.targets.gpus import workers
 
     result = run_build([*GPUS, "model=relu", "model.recipe=tests.odd_recipes:cached_step",
                         "model.size={n:16}", "stages=[extract]"])

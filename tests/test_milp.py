@@ -72,8 +72,8 @@ def test_stopped_before_completing_its_start_it_says_so_and_the_planner_keeps_th
     returns it, scored by the cost model."""
     import random
 
-    from pimbuild.gpus import cost
-    from pimbuild.gpus.planners import PlanContext, place
+    from pimbuild.targets.gpus import cost
+    from pimbuild.targets.gpus.planners import PlanContext, place
     from tests.test_gpus import LINK, random_graph
 
     m = split([3, 5, 7, 8, 9, 11])

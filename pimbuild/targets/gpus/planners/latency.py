@@ -1,5 +1,5 @@
 """Planner ``latency``: the placement with the shortest critical path of one forward
-(``pimbuild.gpus.cost.critical_path``), as a MILP (docs/design.md §10).
+(``pimbuild.targets.gpus.cost.critical_path``), as a MILP (docs/design.md §10).
 
 Variables: ``x[k][d]`` binary, start ``S_k``, ``F_k = S_k + sum_d t[k][d] x[k][d]``, a cut
 indicator ``y`` per (source, reader) pair, and ``D[k][d]``, the time device ``d`` is free after
@@ -24,11 +24,11 @@ across devices and so loses the big-M rows, a bound on each device's load: rando
 
 from __future__ import annotations
 
-from pimbuild.gpus.cost import critical_path
-from pimbuild.gpus.ddg import HOME
-from pimbuild.gpus.planners import Plan, PlanContext, solved, start_values
-from pimbuild.gpus.planners.throughput import assignment, placement
 from pimbuild.milp import US, Model
+from pimbuild.targets.gpus.cost import critical_path
+from pimbuild.targets.gpus.ddg import HOME
+from pimbuild.targets.gpus.planners import Plan, PlanContext, solved, start_values
+from pimbuild.targets.gpus.planners.throughput import assignment, placement
 
 
 def place(ctx: PlanContext) -> Plan:

@@ -1,6 +1,6 @@
 """Planner ``throughput``: FluidGPU's MILP for pipelined requests (docs/design.md §10).
 
-Minimise the cycle time ``C`` (``pimbuild.gpus.cost.cycle_time``) over binary ``x[k][d]``
+Minimise the cycle time ``C`` (``pimbuild.targets.gpus.cost.cycle_time``) over binary ``x[k][d]``
 (kernel ``k`` on device ``d``). For every buffer ``b`` a placement may move, ``r[b][d]`` is 1
 when ``b`` must be received on ``d`` (a reader or, for a result, home is there and its source is
 not), and ``w[b][e][d]`` when it is sent from ``e`` to ``d``:
@@ -24,10 +24,10 @@ stream), or from eight and then this MILP from their best (two).
 
 from __future__ import annotations
 
-from pimbuild.gpus.cost import cycle_time
-from pimbuild.gpus.ddg import HOME
-from pimbuild.gpus.planners import Plan, PlanContext, _layers, solved, start_values
 from pimbuild.milp import US, Model
+from pimbuild.targets.gpus.cost import cycle_time
+from pimbuild.targets.gpus.ddg import HOME
+from pimbuild.targets.gpus.planners import Plan, PlanContext, _layers, solved, start_values
 
 
 def assignment(m: Model, n_kernels: int, n_dev: int) -> list[list[int]]:

@@ -25,8 +25,8 @@ from dataclasses import dataclass, replace
 from math import lcm
 from typing import Any
 
-from pimbuild.gpus.cost import Link, turns_cycle_time
-from pimbuild.gpus.ddg import HOME
+from pimbuild.targets.gpus.cost import Link, turns_cycle_time
+from pimbuild.targets.gpus.ddg import HOME
 
 # a kernel whose source module's name holds one of these is attention's (AF's split)
 ATTENTION = ("attn", "attention")

@@ -1,5 +1,5 @@
 """Serving requests on placed prefill and decode graphs: a discrete-event simulation on
-``pimbuild.gpus.serve``'s engine (simpy), with continuous batching and FluidGPU's online
+``pimbuild.targets.gpus.serve``'s engine (simpy), with continuous batching and FluidGPU's online
 monitor (§III-C, §III-D, §V-B; issue 12; docs/design.md §10).
 
 A request arrives, waits for a prefill forward (one request's prompt), which yields its first
@@ -41,12 +41,12 @@ from typing import Any
 import simpy
 
 from pimbuild.errors import RecipeError
-from pimbuild.gpus import arrivals, cost, planners
-from pimbuild.gpus.arrivals import Request, offline, poisson
-from pimbuild.gpus.cost import Link
-from pimbuild.gpus.ddg import Graph, rename
-from pimbuild.gpus.serve import Forward, Server, percentile, segments
-from pimbuild.gpus.workload import af_ways, first_of_kind, two_sets
+from pimbuild.targets.gpus import arrivals, cost, planners
+from pimbuild.targets.gpus.arrivals import Request, offline, poisson
+from pimbuild.targets.gpus.cost import Link
+from pimbuild.targets.gpus.ddg import Graph, rename
+from pimbuild.targets.gpus.serve import Forward, Server, percentile, segments
+from pimbuild.targets.gpus.workload import af_ways, first_of_kind, two_sets
 
 
 @dataclass(frozen=True)

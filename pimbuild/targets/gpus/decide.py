@@ -1,5 +1,5 @@
 """Stage ``decide`` of the GPU target: the placement of every kernel by a planner
-(``policy.name``: ``throughput`` or ``latency``, ``pimbuild.gpus.planners``) over the data
+(``policy.name``: ``throughput`` or ``latency``, ``pimbuild.targets.gpus.planners``) over the data
 dependency graph of ``gpus.period`` of the model's identical layers (one layer by default,
 ``ddg.unroll``'s copies otherwise); the model's layers repeat it. Writes ``placement.json``:
 the device of every kernel with its times on each device, the objective and the solver's
@@ -16,9 +16,9 @@ from typing import Any
 from omegaconf import DictConfig
 
 from pimbuild.errors import ConfigError, StageError
-from pimbuild.gpus import cost, pipeline, planners, profile
-from pimbuild.gpus.planners import PLANNERS, PlanContext
 from pimbuild.stage import Inputs
+from pimbuild.targets.gpus import cost, pipeline, planners, profile
+from pimbuild.targets.gpus.planners import PLANNERS, PlanContext
 
 NAME = "decide"
 READS = ("extract", "profile")

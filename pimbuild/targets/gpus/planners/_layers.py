@@ -50,10 +50,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from pimbuild.gpus.cost import cycle_time
-from pimbuild.gpus.ddg import Graph
-from pimbuild.gpus.planners import Plan, PlanContext
 from pimbuild.milp import INF, US, Model
+from pimbuild.targets.gpus.cost import cycle_time
+from pimbuild.targets.gpus.ddg import Graph
+from pimbuild.targets.gpus.planners import Plan, PlanContext
 
 ENTRY = -1  # a buffer's source: the exit kernel of the layer before
 STREAMS = 2  # carried streams written by different kernels counted (2**STREAMS exit states)

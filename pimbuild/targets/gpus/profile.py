@@ -2,17 +2,17 @@
 
 ``profile.backend``:
 
-- ``roofline`` (``pimbuild.gpus.roofline``): the spec sheet's roofline, the baseline the fit
+- ``roofline`` (``pimbuild.targets.gpus.roofline``): the spec sheet's roofline, the baseline the fit
   replaces;
-- ``fitted`` (``pimbuild.gpus.kernelmodel``, what ``auto`` takes): the kernel-time model
+- ``fitted`` (``pimbuild.targets.gpus.kernelmodel``, what ``auto`` takes): the kernel-time model
   fitted to measured times (``gpus.kernel_model``: a fit's JSON, null for the shipped one),
   each kernel as the op that stands for it (``ops.from_kernel``);
-- ``table`` (``pimbuild.gpus.tables``): measured times from kernel-time tables
+- ``table`` (``pimbuild.targets.gpus.tables``): measured times from kernel-time tables
   (``gpus.tables``), made on other machines; a kernel no table has comes from the fitted model,
   and ``profile.json`` says per device how many kernels, and what share of the time, were
   measured;
-- ``cuda`` (kernels timed on this machine's GPU, ``pimbuild.gpus.cuda``), refused with a clear
-  error where ``torch.cuda.is_available()`` is false.
+- ``cuda`` (kernels timed on this machine's GPU, ``pimbuild.targets.gpus.cuda``), refused with
+  a clear error where ``torch.cuda.is_available()`` is false.
 
 Writes ``kernel_times.csv`` (one row per kernel, a time column per device) and
 ``profile.json`` with FluidGPU's Fig. 2 view: the share of kernels faster on the second
@@ -30,10 +30,10 @@ from typing import Any
 from omegaconf import DictConfig
 
 from pimbuild.errors import ConfigError
-from pimbuild.gpus import cuda, ddg, kernelmodel, ops, roofline, tables
-from pimbuild.gpus.target import GpuTarget
 from pimbuild.lower import ModelParams, model_params
 from pimbuild.stage import Inputs
+from pimbuild.targets.gpus import cuda, ddg, kernelmodel, ops, roofline, tables
+from pimbuild.targets.gpus.target import GpuTarget
 
 NAME = "profile"
 READS = ("extract",)

@@ -1,9 +1,9 @@
 """Planners of the heterogeneous-GPU target (``policy.name`` with ``system=gpus``).
 
-A planner is a module ``pimbuild/gpus/planners/<name>.py`` (or ``package.module:place``)
+A planner is a module ``pimbuild/targets/gpus/planners/<name>.py`` (or ``package.module:place``)
 with ``place(ctx: PlanContext) -> Plan``. ``throughput`` and ``latency`` are FluidGPU's two
 policies, solved exactly as MILPs with HiGHS; ``single`` and ``af`` are baselines in the same
-cost model (``pimbuild.gpus.cost``).
+cost model (``pimbuild.targets.gpus.cost``).
 """
 
 from __future__ import annotations
@@ -11,13 +11,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from pimbuild.gpus import ddg
-from pimbuild.gpus.cost import Link
-from pimbuild.gpus.ddg import Graph
 from pimbuild.milp import US
 from pimbuild.registry import Registry
+from pimbuild.targets.gpus import ddg
+from pimbuild.targets.gpus.cost import Link
+from pimbuild.targets.gpus.ddg import Graph
 
-PLANNERS = Registry("planner", "policy.name", package="pimbuild.gpus.planners",
+PLANNERS = Registry("planner", "policy.name", package="pimbuild.targets.gpus.planners",
                     attribute="place")
 
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from pimbuild.gpus import kernelmodel, ops
+from pimbuild.targets.gpus import kernelmodel, ops
 
 PREDICTORS = ("roofline", "physics", "fitted")
 LAYER_MODEL = "meta-llama/Llama-2-7b-hf"

@@ -1,8 +1,8 @@
 """Stage ``reinsert`` of the GPU target: the partitioned program, run for real and checked.
 
-Every kernel becomes a function (``pimbuild.gpus.partition``: ``partition.mlir``, lowered to
+Every kernel becomes a function (``pimbuild.targets.gpus.partition``: ``partition.mlir``, lowered to
 ``partition_llvm.mlir`` and compiled once to ``partition.o``, which every worker links and
-loads); ``pimbuild.gpus.workers`` runs one process per device, each
+loads); ``pimbuild.targets.gpus.workers`` runs one process per device, each
 executing the kernels decide placed on it and exchanging exactly the transfers of the
 dependency graph (one forward: inputs enter at home, results return there). The stage fails
 unless the results match PyTorch eager (``pimbuild.check.judge``: within its tolerance, or
@@ -27,10 +27,10 @@ from omegaconf import DictConfig
 
 from pimbuild.check import judge, referee_note
 from pimbuild.errors import StageError
-from pimbuild.gpus import ddg, workers
 from pimbuild.lower import ModelParams, model_params
 from pimbuild.runtime import compiler
 from pimbuild.stage import Inputs
+from pimbuild.targets.gpus import ddg, workers
 
 NAME = "reinsert"
 READS = ("lower", "extract", "decide")
@@ -49,7 +49,7 @@ def params(cfg: DictConfig) -> Params:
 
 def compile_partition(lower: Path, out: Path, failure_dir: Path) -> list[dict]:
     from pimbuild import jit, mlir
-    from pimbuild.gpus import partition
+    from pimbuild.targets.gpus import partition
 
     signature = json.loads((lower / "signature.json").read_text())
     module, specs = partition.build(lower / "linalg.mlir", signature)

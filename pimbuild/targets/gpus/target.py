@@ -13,7 +13,7 @@ from typing import Any, ClassVar
 
 from pimbuild.config import plain
 from pimbuild.errors import ConfigError
-from pimbuild.gpus.cost import Link
+from pimbuild.targets.gpus.cost import Link
 
 PRECISION_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
 
@@ -46,9 +46,9 @@ class GpuTarget:
     comm_on_device: float
 
     pipeline: ClassVar[dict[str, str]] = {
-        "lower": "pimbuild.lower", "extract": "pimbuild.gpus.extract",
-        "profile": "pimbuild.gpus.profile", "decide": "pimbuild.gpus.decide",
-        "reinsert": "pimbuild.gpus.reinsert", "simulate": "pimbuild.gpus.simulate"}
+        "lower": "pimbuild.lower", "extract": "pimbuild.targets.gpus.extract",
+        "profile": "pimbuild.targets.gpus.profile", "decide": "pimbuild.targets.gpus.decide",
+        "reinsert": "pimbuild.targets.gpus.reinsert", "simulate": "pimbuild.targets.gpus.simulate"}
 
     @classmethod
     def from_config(cls, cfg: Any) -> GpuTarget:

@@ -1,9 +1,10 @@
 """The fitted kernel-time model: an op's time on a GPU from its work and the GPU's spec sheet,
-fitted to measured times (``pimbuild.gpus.kerneldata``) and judged on GPUs left out of the fit.
+fitted to measured times (``pimbuild.targets.gpus.kerneldata``) and judged on GPUs left out of
+the fit.
 
 Three predictors, each a function of an ``ops.Op`` and an ``ops.Gpu``:
 
-- ``roofline``: the spec roofline the GPU target used before (``pimbuild.gpus.roofline``):
+- ``roofline``: the spec roofline the GPU target used before (``pimbuild.targets.gpus.roofline``):
   ``launch + max(flops / (peak * eff_engine), bytes / (bw * eff_mem))`` at the config's
   efficiencies (0.7 tensor, 0.5 CUDA cores, 0.8 memory, 2 us launch);
 - ``physics``: the same shape with fitted terms: a sustained efficiency per engine (tensor
@@ -36,7 +37,7 @@ from typing import Any
 import numpy as np
 
 from pimbuild.errors import ConfigError
-from pimbuild.gpus import kerneldata, ops
+from pimbuild.targets.gpus import kerneldata, ops
 
 SHIPPED = kerneldata.DATA / "kernel_model.json"
 FAMILIES = ("gemm", "elementwise", "reduction")

@@ -1,7 +1,8 @@
-"""Stage ``extract`` of the GPU target: the kernels of ``linalg.mlir`` (``pimbuild.gpus.kernels``:
-one per linalg op after fusion, with FLOPs, bytes by buffer and class) and the model's
-structure (``layers``, ``tokens``) from lower's signature. Writes ``kernels.json``; the data
-dependency graph is derived from it (``pimbuild.gpus.ddg.build``).
+"""Stage ``extract`` of the GPU target: the kernels of ``linalg.mlir``
+(``pimbuild.targets.gpus.kernels``: one per linalg op after fusion, with FLOPs, bytes by buffer
+and class) and the model's structure (``layers``, ``tokens``) from lower's signature. Writes
+``kernels.json``; the data dependency graph is derived from it
+(``pimbuild.targets.gpus.ddg.build``).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ WRITES = ("kernels.json",)
 
 
 def run(inputs: Inputs, p: Params, out: Path) -> None:
-    from pimbuild.gpus import kernels
+    from pimbuild.targets.gpus import kernels
 
     lower = inputs["lower"]
     signature = json.loads((lower / "signature.json").read_text())

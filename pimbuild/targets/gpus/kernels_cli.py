@@ -15,7 +15,7 @@ LLaMA-2-7B layers and the measured pairs' Fig. 2 shares; ``predict`` writes each
 CSV with its predicted time, the spec roofline's and the band; ``export`` writes the
 kernel-time table of a device a build measured (``profile.backend=cuda``; RUN_DIR is the
 run folder holding ``manifest.json``) and ``merge`` joins tables of one device
-(``pimbuild.gpus.tables``). Bad input is one ``error:``
+(``pimbuild.targets.gpus.tables``). Bad input is one ``error:``
 line and exit 1, with nothing written.
 """
 
@@ -34,7 +34,7 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from pimbuild.errors import ConfigError
-from pimbuild.gpus import kerneldata, kerneleval, kernelmodel, ops, tables
+from pimbuild.targets.gpus import kerneldata, kerneleval, kernelmodel, ops, tables
 
 
 def _names(text: str | None) -> list[str]:

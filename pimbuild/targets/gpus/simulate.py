@@ -1,5 +1,5 @@
 """Stage ``simulate`` of the GPU target: what the placement buys, in the cost model
-(``pimbuild.gpus.cost``), against the baselines FluidGPU compares with.
+(``pimbuild.targets.gpus.cost``), against the baselines FluidGPU compares with.
 
 For the planned placement and every baseline: the cycle time of pipelined requests (the
 throughput the MILP optimises), one forward's critical path, the throughput (output tokens/s =
@@ -10,9 +10,9 @@ per USD-hour of the devices it rents. Baselines: each device alone; request dist
 one device, the rest on the other, the better way round) where the model has attention and
 other kernels. A model with a prefill phase (``model.phases.prefill``; the stage's
 ``PHASE_READS``) is also served: prefill + ``serve.output_len`` decode steps per request, in
-the closed forms of ``pimbuild.gpus.workload`` (PD disaggregation among the baselines) and in
-the discrete-event simulation of ``pimbuild.gpus.serving`` (every baseline, the online
-monitor, the highest rate within the SLO). Writes ``report.json`` and ``report.md``.
+the closed forms of ``pimbuild.targets.gpus.workload`` (PD disaggregation among the baselines)
+and in the discrete-event simulation of ``pimbuild.targets.gpus.serving`` (every baseline, the
+online monitor, the highest rate within the SLO). Writes ``report.json`` and ``report.md``.
 """
 
 from __future__ import annotations
@@ -26,11 +26,13 @@ from omegaconf import DictConfig
 
 from pimbuild.check import outcome
 from pimbuild.errors import ConfigError, StageError
-from pimbuild.gpus import cost, ddg, decide, pipeline, planners, robust, tp, workload
-from pimbuild.gpus import serving as des  # the discrete-event simulation (``serving`` is a step)
-from pimbuild.gpus.arrivals import ARRIVALS
-from pimbuild.gpus.cost import Link
 from pimbuild.stage import Inputs
+from pimbuild.targets.gpus import cost, ddg, decide, pipeline, planners, robust, tp, workload
+from pimbuild.targets.gpus import (
+    serving as des,  # the discrete-event simulation (``serving`` is a step)
+)
+from pimbuild.targets.gpus.arrivals import ARRIVALS
+from pimbuild.targets.gpus.cost import Link
 
 NAME = "simulate"
 READS = ("extract", "profile", "decide", "reinsert")
@@ -62,7 +64,7 @@ class Params:
     decide: decide.Params
     serve: Serve
     tp_link: Link  # joins the twins of AF's tensor-parallel attention group
-    robust_samples: int = 0  # draws of the kernel-time model's error (pimbuild.gpus.robust)
+    robust_samples: int = 0  # draws of the kernel-time model's error (pimbuild.targets.gpus.robust)
 
 
 def params(cfg: DictConfig) -> Params:
@@ -170,7 +172,7 @@ def layer_pipeline(ctx: Any, devices: list[Any], unit: Unit, price: float
 def baselines(ctx: Any, devices: list[Any], unit: Unit, tp_link: Link | None = None
               ) -> dict[str, Any]:
     """Each device alone, request distribution, AF disaggregation, AF with tensor-parallel
-    attention on twin devices joined by ``tp_link`` (``pimbuild.gpus.tp``; None: not
+    attention on twin devices joined by ``tp_link`` (``pimbuild.targets.gpus.tp``; None: not
     evaluated) and the layer pipeline, in the cost model."""
     n = len(ctx.graph.kernels)
     out: dict[str, Any] = {}
@@ -250,9 +252,9 @@ def serving(inputs: Inputs, p: Params, ctx: Any, placement: dict[str, Any],
             unit: Unit) -> dict[str, Any]:
     """Prefill + ``output_len`` decode steps per request: the planned placements of both
     phases against each device alone, request distribution, PD and AF disaggregation (and
-    AF with TP attention on twins, ``pimbuild.gpus.tp``), in the cost model's closed forms
-    (``pimbuild.gpus.workload``) and in the discrete-event serving simulation
-    (``pimbuild.gpus.serving``)."""
+    AF with TP attention on twins, ``pimbuild.targets.gpus.tp``), in the cost model's closed forms
+    (``pimbuild.targets.gpus.workload``) and in the discrete-event serving simulation
+    (``pimbuild.targets.gpus.serving``)."""
     pre_inputs = inputs.phase("prefill")
     pre_ctx = decide.context(pre_inputs, p.decide)
     pre_data = per_period(json.loads((pre_inputs["extract"] / "kernels.json").read_text()),

@@ -1,0 +1,9 @@
+"""Target ``gpus`` (``system=gpus``): kernel-level disaggregation over heterogeneous GPUs
+(FluidGPU). This package owns the target: its class (``target.GpuTarget``, with the stage
+modules of its pipeline), its stages (``extract``, ``profile``, ``decide``, ``reinsert``,
+``simulate``), the planners (``planners/``), the cost and serving models and the kernel-time
+model (``kernelmodel``, ``kernels_cli``)."""
+
+from pimbuild.targets.gpus.target import GpuTarget
+
+TARGET = GpuTarget
