@@ -27,7 +27,7 @@ from hydra import compose, initialize_config_module
 
 from pimbuild import frontend, jit, lower, mlir
 from pimbuild.cli import CONFIG_MODULE
-from pimbuild.profile import reuse_freed_memory
+from pimbuild.targets.pim.profile import reuse_freed_memory
 
 
 def compiled(scf: Path, module, name: str, value: bool, block: int, tmp: Path):

@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any
 
 from pimbuild import paper
-from pimbuild.nests import Nest
 from pimbuild.paper.fit import (
     FREE,
     Case,
@@ -35,8 +34,9 @@ from pimbuild.paper.fit import (
     quantity,
     summary,
 )
-from pimbuild.profile import host_cpu
 from pimbuild.targets.pim import PimTarget
+from pimbuild.targets.pim.nests import Nest
+from pimbuild.targets.pim.profile import host_cpu
 
 OUT = Path("outputs/bench/fit_pim")
 CONFIG = Path("conf/pim/fitted_paper.yaml")
@@ -120,7 +120,7 @@ def main() -> None:
     from pimbuild.cli import CONFIG_MODULE
     from pimbuild.config import register_configs
     from pimbuild.console import console
-    from pimbuild.decide import params
+    from pimbuild.targets.pim.decide import params
 
     register_configs()
     with initialize_config_module(config_module=CONFIG_MODULE, version_base="1.3"):

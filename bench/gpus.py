@@ -319,7 +319,7 @@ def check_all(store: Path, tmp: Path) -> list[dict]:
 
 
 def plots(rows: list[dict], serving: list[dict], out: Path) -> None:
-    from pimbuild.report import plt, save_figure
+    from pimbuild.plots import plt, save_figure
 
     if not rows or not serving:
         return

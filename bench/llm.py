@@ -71,10 +71,11 @@ def forward_ratio(model: str, calibrate_dir: Path | None, rounds: int = 10,
     ``overrides``: more config overrides (``model.recipe=...``)."""
     from hydra import compose, initialize_config_module
 
-    from pimbuild import hostfacts, jit, lower
+    from pimbuild import jit, lower
     from pimbuild.cli import CONFIG_MODULE
-    from pimbuild.eager import against_eager
-    from pimbuild.profile import reuse_freed_memory
+    from pimbuild.targets.pim import hostfacts
+    from pimbuild.targets.pim.eager import against_eager
+    from pimbuild.targets.pim.profile import reuse_freed_memory
 
     with initialize_config_module(config_module=CONFIG_MODULE, version_base="1.3"):
         cfg = compose("config", overrides=[f"model={model}", *overrides])
@@ -164,8 +165,8 @@ def calibrate_search() -> dict:
     candidates and calibration size."""
     from hydra import compose, initialize_config_module
 
-    from pimbuild import calibrate
     from pimbuild.cli import CONFIG_MODULE
+    from pimbuild.targets.pim import calibrate
 
     with initialize_config_module(config_module=CONFIG_MODULE, version_base="1.3"):
         cfg = compose("config")
@@ -177,7 +178,7 @@ def calibrate_search() -> dict:
 def forward_only(args: argparse.Namespace) -> None:
     """Lowered / eager on one thread for both layers at each register-blocking factor, and
     the CPU it ran on."""
-    from pimbuild.profile import host_cpu
+    from pimbuild.targets.pim.profile import host_cpu
 
     cpu = host_cpu()
     rows = [forward_ratio(model, None, block=int(b))

@@ -28,13 +28,13 @@ from common import quiet_build, write_json
 from hydra import compose, initialize_config_module
 from rich.table import Table
 
-from pimbuild import decide, policies, profile
 from pimbuild.cli import CONFIG_MODULE
 from pimbuild.config import register_configs
 from pimbuild.console import console
-from pimbuild.counters import footprint
 from pimbuild.errors import PimbuildError
-from pimbuild.hostfacts import b_cpu
+from pimbuild.targets.pim import decide, policies, profile
+from pimbuild.targets.pim.counters import footprint
+from pimbuild.targets.pim.hostfacts import b_cpu
 
 BACKENDS = ("timer", "footprint", "valgrind", "papi")
 DEFAULT_MODELS = ["softmax", "gemv", "mlp", "attention", "llama7b", "gptj6b", "mamba"]

@@ -29,10 +29,11 @@ from hydra import compose, initialize_config_module
 from hydra.errors import MissingConfigException
 from rich.table import Table
 
-from pimbuild import calibrate, frontend, jit, lower
+from pimbuild import frontend, jit, lower
 from pimbuild.cli import CONFIG_MODULE
 from pimbuild.console import console
-from pimbuild.profile import host_cpu, reuse_freed_memory
+from pimbuild.targets.pim import calibrate
+from pimbuild.targets.pim.profile import host_cpu, reuse_freed_memory
 
 
 def config(overrides: list[str]):

@@ -228,7 +228,7 @@ def markdown(result: dict) -> str:
 def plot(result: dict, out: Path) -> None:
     if "fig7" not in result:
         return
-    from pimbuild.report import plt, save_figure
+    from pimbuild.plots import plt, save_figure
 
     f7 = result["fig7"]
     fig, ax = plt.subplots(figsize=(6, 4))

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import csv
 import json
 import logging
 from dataclasses import dataclass
@@ -13,15 +12,8 @@ from hydra.utils import to_absolute_path
 from omegaconf import DictConfig
 
 from pimbuild.artifacts import Store, write_manifest
-from pimbuild.console import (
-    candidates_table,
-    cast_line,
-    console,
-    evaluated_line,
-    report_lines,
-    summary_table,
-)
-from pimbuild.decide import policy_params
+from pimbuild.console import cast_line, console, evaluated_line, summary_table
+from pimbuild.targets import TARGETS
 from pimbuild.tasks import plan
 from pimbuild.tasks.runner import execute
 
@@ -57,64 +49,28 @@ def build(cfg: DictConfig, run_dir: Path) -> BuildResult:
     return result
 
 
-def _profile_rows(profile_dir: Path) -> dict[int, dict]:
-    """timing.csv and counters.csv merged, by nest id."""
-    rows: dict[int, dict] = {}
-    for name in ("timing.csv", "counters.csv"):
-        with (profile_dir / name).open() as f:
-            for row in csv.DictReader(f):
-                rows.setdefault(int(row["id"]), {}).update(row)
-    return rows
-
-
 def _summarize(cfg: DictConfig, stage_tasks: list, result: BuildResult, run_dir: Path) -> None:
+    """The run's closing lines: lower's notes on the model, the target's summary
+    (``Target.summarize``), the report's path, the stage table and the manifest's path."""
     def status(stage: str) -> str:
         if stage in result.repaired:
             return "repaired"
         return "built" if stage in result.executed else "up to date"
 
     rows = [(t.stage, t.artifact.key, status(t.stage), str(t.artifact.dir)) for t in stage_tasks]
-    stages = result.manifest["stages"]
-    def has(stage: str, name: str) -> bool:  # the targets write different files per stage
-        return stage in stages and (Path(stages[stage]["dir"]) / name).is_file()
-
-    profiled = _profile_rows(Path(stages["profile"]["dir"])) if has("profile", "timing.csv") \
-        else None
-    decided = None
-    if has("decide", "decisions.json"):
-        decisions = json.loads((Path(stages["decide"]["dir"]) / "decisions.json").read_text())
-        decided = {d["id"]: d for d in decisions["decisions"]}
-    if cfg.show_candidates and has("extract", "candidates.json"):
-        candidates = json.loads((Path(stages["extract"]["dir"]) / "candidates.json").read_text())
-        console.print(candidates_table(
-            candidates, f"{len(candidates['candidates'])} candidate nests of "
-                        f"model '{cfg.model.name}' (fusion={cfg.lowering.fusion})",
-            profiled, decided, width=console.width))
-    if profiled is not None:
-        info = json.loads((Path(stages["profile"]["dir"]) / "profile.json").read_text())
-        console.print(f"forward {info['forward_s'] * 1e3:.3g} ms ({info['estimator']} of "
-                      f"{info['repetitions']}, median {info['forward_median_s'] * 1e3:.3g} ms), "
-                      f"nests cover {info['coverage']:.1%} of it; "
-                      f"counters: [bold]{info['counter_backend']}[/] "
-                      f"({info['counter_backend_reason']})")
-    if "calibrate" in stages:
-        cal = json.loads((Path(stages["calibrate"]["dir"]) / "calibrate.json").read_text())
-        theta = policy_params(cfg).theta(cal["b_cpu_gbps"])
-        console.print(f"B_cpu {cal['b_cpu_gbps']:.3g} GB/s ({cal['source']}); "
-                      f"theta {theta:.3g} GB/s")
-    if has("lower", "signature.json"):
-        sig = json.loads((Path(stages["lower"]["dir"]) / "signature.json").read_text())
+    dirs = {stage: Path(v["dir"]) for stage, v in result.manifest["stages"].items()}
+    if "lower" in dirs:
+        sig = json.loads((dirs["lower"] / "signature.json").read_text())
         if sig.get("cast"):
             console.print(cast_line(cfg.model.name, sig["cast"], cfg.model.dtype),
                           soft_wrap=True, markup=False)
         if sig.get("evaluated"):
             console.print(evaluated_line(cfg.model.name, sig["evaluated"]),
                           soft_wrap=True, markup=False)
-    if "simulate" in stages:
-        report = json.loads((Path(stages["simulate"]["dir"]) / "report.json").read_text())
-        for line in report.get("summary") or report_lines(report):
-            console.print(line, soft_wrap=True)
-        console.print(f"report: {Path(stages['simulate']['dir']) / 'report.md'}")
+    for line in TARGETS.get(cfg.system.name).summarize(cfg, dirs, console.width):
+        console.print(line, soft_wrap=True)
+    if "simulate" in dirs:
+        console.print(f"report: {dirs['simulate'] / 'report.md'}")
     console.print(summary_table(rows, f"pimbuild: model={cfg.model.name}, "
                                       f"{len(result.executed)} stage(s) built, "
                                       f"{len(result.cached)} up to date"))

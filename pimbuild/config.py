@@ -69,7 +69,7 @@ class PlatformConfig:
 
 @dataclass
 class ProfileConfig:
-    backend: str = MISSING  # a counter backend (pimbuild.counters.BACKENDS) or auto
+    backend: str = MISSING  # a counter backend (pimbuild.targets.pim.counters.BACKENDS) or auto
     auto: list[str] = MISSING  # what `auto` tries, in order
     repetitions: int = MISSING
     min_time_s: float = MISSING
@@ -173,7 +173,7 @@ class ServeConfig:
 
 @dataclass
 class PolicyConfig:
-    name: str = MISSING  # a policy (pimbuild.policies.POLICIES)
+    name: str = MISSING  # a policy (pimbuild.targets.pim.policies.POLICIES)
     theta_ratio: float = MISSING
     theta_gbps: float | None = MISSING
     sigma: float = MISSING
@@ -185,7 +185,7 @@ class PolicyConfig:
 
 @dataclass
 class SimConfig:
-    copy_model: str = MISSING  # a copy model (pimbuild.copymodels.COPY_MODELS)
+    copy_model: str = MISSING  # a copy model (pimbuild.targets.pim.copymodels.COPY_MODELS)
     cores_sweep: list[int] = MISSING
 
 

@@ -3,7 +3,8 @@
 A registry finds an implementation, in this order, by
 1. an explicit ``register(name)`` (a test, a plugin loaded by the user),
 2. its built-in table (``name -> "module:attribute"``, imported on first use),
-3. a module of its package named like the option (``pimbuild.policies.<name>``), so a new
+3. a module of its package named like the option (``pimbuild.targets.pim.policies.<name>``), so a
+new
    policy, target or counter backend is one new file plus its YAML,
 4. an import path ``"package.module:attribute"`` given as the name itself (code outside
    pimbuild).

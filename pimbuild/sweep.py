@@ -22,21 +22,6 @@ SUMMARY = "sweep_summary"
 FAILED = "error.txt"
 
 
-def pim_columns(report: dict[str, Any]) -> dict[str, str]:
-    """The columns of a PIM report in a sweep table."""
-    return {"speedup": f"{report['speedup']:.3f}",
-            "oracle": f"{report['baselines']['oracle']:.3f}",
-            "offloaded": str(report["offloaded"]), "N_region": str(report["n_region"]),
-            "accuracy": f"{report['agreement']['accuracy']:.3f}",
-            "over eager": (f"{report['over_eager']['speedup']:.3f}"
-                           if report.get("over_eager") else "-")}
-
-
-def pim_headline(report: dict[str, Any]) -> dict[str, Any]:
-    return {"label": "speedup over CPU-only", "value": report["speedup"],
-            "reference": report["baselines"]["oracle"], "reference_label": "oracle"}
-
-
 def job_files(sweep_dir: Path, name: str) -> list[Path]:
     """The file ``name`` of every job of the sweep that has one, in job order (``<n>_...``)."""
     return sorted(sweep_dir.glob(f"*/{name}"), key=lambda p: int(p.parent.name.split("_")[0]))
@@ -44,8 +29,7 @@ def job_files(sweep_dir: Path, name: str) -> list[Path]:
 
 def collect(sweep_dir: Path) -> list[dict[str, Any]]:
     """One row per job of the sweep that reached simulate, in job order. A report names its
-    own columns (``sweep_columns``) and plotted number (``headline``); a PIM report's are
-    derived here."""
+    own columns (``sweep_columns``) and plotted number (``headline``), whatever its target."""
     rows = []
     for manifest_path in job_files(sweep_dir, "manifest.json"):
         job = manifest_path.parent
@@ -56,8 +40,7 @@ def collect(sweep_dir: Path) -> list[dict[str, Any]]:
         overrides = OmegaConf.load(job / ".hydra" / "overrides.yaml")
         build = json.loads((job / "build.json").read_text())
         rows.append({"job": job.name, "overrides": list(overrides),
-                     "columns": report.get("sweep_columns") or pim_columns(report),
-                     "headline": report.get("headline") or pim_headline(report),
+                     "columns": report["sweep_columns"], "headline": report["headline"],
                      "executed": build["executed"]})
     return rows
 
@@ -87,7 +70,7 @@ def write(rows: list[dict[str, Any]], sweep_dir: Path) -> Table:
 
 
 def _plot(rows: list[dict[str, Any]], path: Path) -> None:
-    from pimbuild.report import plt, save_figure
+    from pimbuild.plots import plt, save_figure
 
     fig, ax = plt.subplots(figsize=(max(5, 0.6 * len(rows)), 3.5))
     labels = [" ".join(r["overrides"]) or r["job"] for r in rows]

@@ -65,7 +65,7 @@ def test_torchpim_c5_is_a_point_of_the_agreement_grid(tmp_path: Path) -> None:
 
 
 def test_summary_names_c5_when_the_rule_uses_it() -> None:
-    from pimbuild.console import report_lines
+    from pimbuild.targets.pim.summary import report_lines
 
     r = {"policy": "torchpim", "i_compute": 16.0, "speedup": 2.0, "cores": 128,
          "t_hybrid_s": 1e-3, "t_host_s": 5e-4, "t_pim_s": 4e-4, "t_copy_s": 1e-4,
@@ -81,7 +81,7 @@ def test_summary_names_c5_when_the_rule_uses_it() -> None:
 
 
 def test_summary_flags_a_host_program_slower_than_eager() -> None:
-    from pimbuild.console import SLOW_HOST, slow_host_note
+    from pimbuild.targets.pim.summary import SLOW_HOST, slow_host_note
 
     over = {"speedup": 1.5, "cpu_only_over_eager": 0.9, "ratio_p25": 0.85,
             "ratio_p75": 0.95, "rounds": 10}

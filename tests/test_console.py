@@ -7,7 +7,7 @@ import json
 
 from rich.console import Console
 
-from pimbuild.console import candidates_table
+from pimbuild.targets.pim.summary import candidates_table
 from tests.conftest import artifact_dir
 
 
@@ -32,7 +32,7 @@ def test_candidates_table_fits_80_columns(run_build) -> None:
 
 def test_summary_names_eight_offloaded_sources_and_counts_the_rest() -> None:
     # A 12-layer encoder offloaded 25 nests: the line listed every layer's operators.
-    from pimbuild.console import first
+    from pimbuild.targets.pim.summary import first
 
     names = [f"layers.{i}.linear1" for i in range(10)]
     assert first(names) == ", ".join(names[:8]) + " and 2 more in report.md"

@@ -5,8 +5,8 @@ from __future__ import annotations
 import dataclasses
 import json
 
-from pimbuild import policies
-from pimbuild.policies import Decision
+from pimbuild.targets.pim import policies
+from pimbuild.targets.pim.policies import Decision
 from tests.test_pim_model import POLICY, RULE, context, nest
 
 
@@ -85,7 +85,7 @@ def test_operator_level_c4_asks_for_a_reader_in_another_operator() -> None:
 
 
 def test_read_later_follows_program_order() -> None:
-    from pimbuild.policies.torchpim import read_later
+    from pimbuild.targets.pim.policies.torchpim import read_later
 
     a = nest(0, reads={"in": 4}, writes={"x": 4})
     b = nest(1, reads={"x": 4}, writes={"y": 4})

@@ -12,11 +12,12 @@ import numpy as np
 import pytest
 from hydra import compose, initialize_config_module
 
-from pimbuild import paper, policies, targets
+from pimbuild import paper, targets
 from pimbuild.cli import CONFIG_MODULE
 from pimbuild.errors import ConfigError
 from pimbuild.paper import experiments, fit
-from pimbuild.policies import Decision, Placement, PolicyParams
+from pimbuild.targets.pim import policies
+from pimbuild.targets.pim.policies import Decision, Placement, PolicyParams
 from tests.conftest import TEST_DEFAULTS, make_cfg, run_cli
 from tests.test_pim_model import nest
 
@@ -213,7 +214,7 @@ def test_agreement_experiment_matches_the_reports(tmp_path, store) -> None:
 
 def test_segment_level_splits_every_region_and_only_adds_copies_and_switches() -> None:
     from pimbuild.paper.experiments import table5
-    from pimbuild.simulate import evaluate
+    from pimbuild.targets.pim.simulate import evaluate
     from tests.test_pim_model import MODEL, context
 
     first = nest(0, reads={"arg0": 4096}, writes={"tmp": 4096})

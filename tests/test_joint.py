@@ -8,10 +8,10 @@ import random
 
 import pytest
 
-from pimbuild import copymodels, hybrid
 from pimbuild.errors import ConfigError
-from pimbuild.nests import Nest
-from pimbuild.policies import joint
+from pimbuild.targets.pim import copymodels, hybrid
+from pimbuild.targets.pim.nests import Nest
+from pimbuild.targets.pim.policies import joint
 from tests.test_pim_model import MODEL, context
 
 ALLOCS = [f"a{i}" for i in range(6)] + ["out"]

@@ -7,7 +7,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pimbuild import codegen, instrument, jit, mlir, panels, vectile
+from pimbuild import codegen, jit, mlir, panels, vectile
+from pimbuild.targets.pim import instrument
 from tests.test_codegen import LINEAR, XW, parse, rows_attr
 
 # x @ W for a batch: W[b, k, j] read at the batch the outer parallel dimension runs, as
@@ -130,7 +131,7 @@ def test_profile_reads_the_panels_columns(tmp_path: Path) -> None:
     """codegen.json's panel_columns reach the footprint backend as column_block."""
     import json
 
-    from pimbuild import profile
+    from pimbuild.targets.pim import profile
 
     (tmp_path / "codegen.json").write_text(json.dumps(
         {"rows": {"1": 64}, "panel_columns": {"1": 16}}))

@@ -8,11 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from pimbuild import copymodels, hybrid, policies, targets
-from pimbuild.copymodels import upper_bound
-from pimbuild.nests import Nest
-from pimbuild.policies import PolicyContext, PolicyParams
-from pimbuild.policies.torchpim import c1_bound_s, rule_params
+from pimbuild import targets
+from pimbuild.targets.pim import copymodels, hybrid, policies
+from pimbuild.targets.pim.copymodels import upper_bound
+from pimbuild.targets.pim.nests import Nest
+from pimbuild.targets.pim.policies import PolicyContext, PolicyParams
+from pimbuild.targets.pim.policies.torchpim import c1_bound_s, rule_params
 from tests.conftest import make_cfg
 
 MODEL = targets.from_config(make_cfg(Path("unused-store"), []))  # conf/pim/default.yaml
@@ -140,7 +141,7 @@ def test_oracle_beats_every_policy(copy_model: str) -> None:
 def test_c1_model_charges_the_fixed_costs_of_the_target(args: dict, cores: int, model) -> None:
     """With policy.c1=model, a nest passing C1 has T_cpu above every fixed cost the model
     charges it offloaded alone: two switches and, per invocation, launch and sync."""
-    from pimbuild.policies.torchpim import c1_threshold_s
+    from pimbuild.targets.pim.policies.torchpim import c1_threshold_s
 
     n = dataclasses.replace(nest(**args), invocations=3)
     m = dataclasses.replace(model, n_core=cores)

@@ -13,12 +13,12 @@ import pytest
 import torch
 
 from pimbuild import frontend, jit, lower
-from pimbuild.counters.footprint import footprint_counts
-from pimbuild.eager import eager_comparison
 from pimbuild.errors import StageError
-from pimbuild.instrument import ENTER, EXIT, FORWARD_REGION
-from pimbuild.profile import nest_candidates
 from pimbuild.runtime import LIBRARY, Markers, compiler
+from pimbuild.targets.pim.counters.footprint import footprint_counts
+from pimbuild.targets.pim.eager import eager_comparison
+from pimbuild.targets.pim.instrument import ENTER, EXIT, FORWARD_REGION
+from pimbuild.targets.pim.profile import nest_candidates
 from tests.conftest import artifact_dir, candidates, make_cfg
 
 
@@ -198,7 +198,7 @@ def test_auto_without_valgrind_takes_footprint(run_build, markers: Markers,
     """A host with neither the PMU events nor valgrind gets the modelled counts, and says why."""
     if _papi_counts_paper_events(markers)[0]:
         pytest.skip("this host's PMU counts the paper's events: auto chooses papi")
-    from pimbuild.counters import valgrind
+    from pimbuild.targets.pim.counters import valgrind
 
     monkeypatch.setattr(valgrind, "available", lambda run=None: (False, "valgrind not found"))
     result = run_build(["model=relu", "model.size.n=4096", "profile.repetitions=3",
@@ -310,8 +310,8 @@ def test_eager_ratio_is_the_median_of_the_rounds_own_ratios() -> None:
 
 
 def test_eager_rounds_must_count(tmp_path: Path) -> None:
-    from pimbuild import eager
     from pimbuild.errors import ConfigError
+    from pimbuild.targets.pim import eager
 
     with pytest.raises(ConfigError, match="profile.eager_rounds is -1"):
         eager.params(make_cfg(tmp_path, ["profile.eager_rounds=-1"]))
@@ -381,7 +381,7 @@ def test_valgrind_warm_counts_and_the_l2_as_last_level(run_build) -> None:
 def test_valgrind_warm_driver_keeps_freed_memory() -> None:
     """Counted warm with ``profile.reuse_memory``, the driver's second forward gets the
     blocks the first freed (glibc told before the first), as the timing run's forwards do."""
-    from pimbuild.counters.valgrind import driver_source
+    from pimbuild.targets.pim.counters.valgrind import driver_source
 
     signature = {"function": "forward", "args": [{"shape": [4], "dtype": "float32"}],
                  "outputs": [{"shape": [4], "dtype": "float32"}]}
@@ -552,7 +552,7 @@ def test_freed_memory_is_reused_without_page_faults() -> None:
 
     import torch
 
-    from pimbuild.profile import minor_faults, reuse_freed_memory
+    from pimbuild.targets.pim.profile import minor_faults, reuse_freed_memory
 
     assert reuse_freed_memory().startswith("freed memory reused")
     libc = ctypes.CDLL(None)
@@ -580,7 +580,7 @@ def test_freed_memory_is_reused_without_page_faults() -> None:
 
 
 def test_memory_state_says_whether_the_allocator_was_changed(monkeypatch) -> None:
-    from pimbuild import profile
+    from pimbuild.targets.pim import profile
 
     monkeypatch.setattr(profile, "_reused", [])
     assert profile.memory_state(False) == "not changed by this stage"
@@ -607,7 +607,7 @@ def test_profile_records_the_allocator_and_page_faults(run_build) -> None:
 ])
 def test_host_cpu_names_family_and_model(monkeypatch, cpuinfo: str, expected: str) -> None:
     # Zen 3 and Zen 5 VMs both say "AMD EPYC": their measurements must not share a key.
-    from pimbuild import profile
+    from pimbuild.targets.pim import profile
 
     real = Path.read_text
     monkeypatch.setattr(Path, "read_text", lambda self, *a, **k: cpuinfo

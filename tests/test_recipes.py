@@ -12,8 +12,9 @@ import pytest
 import torch
 from omegaconf import DictConfig
 
-from pimbuild import check, frontend, jit, loops, lower, reinsert
+from pimbuild import check, frontend, jit, loops, lower
 from pimbuild.runtime import LIBRARY
+from pimbuild.targets.pim import reinsert
 from tests import odd_recipes
 from tests.conftest import make_cfg
 

@@ -8,7 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pimbuild import instrument, jit, mlir, relayout
+from pimbuild import jit, mlir, relayout
+from pimbuild.targets.pim import instrument
 from tests.test_codegen import LINEAR, XW, parse
 
 # Attention's output a[h, i, d] read as the output projection's x[i, h * D + d]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import importlib
 import inspect
 from pathlib import Path
 
@@ -53,15 +54,40 @@ def test_stage_reads_config_only_through_params(system: str, stage: str) -> None
         assert not used & {"HydraConfig", "compose", "GlobalHydra"}, stage
 
 
-@pytest.mark.parametrize(("system", "stage"), PIPELINES)
-def test_stage_mentions_no_target_by_name(system: str, stage: str) -> None:
-    """Stage modules know the host and the device only through the target interface."""
-    tree = ast.parse(Path(stage_module(stage, system).__file__).read_text())
+SHARED = sorted({m for system in ("pim", "gpus") for m in pipeline(system).values()
+                 if not m.startswith("pimbuild.targets.")})
+# What runs every target: the shared stages, the task graph, the build, the store, the CLI.
+INFRASTRUCTURE = [*SHARED, "pimbuild.tasks.graph", "pimbuild.build", "pimbuild.artifacts",
+                  "pimbuild.cli", "pimbuild.console", "pimbuild.sweep"]
+
+
+def _tree(module: str) -> ast.Module:
+    return ast.parse(Path(importlib.import_module(module).__file__).read_text())
+
+
+def test_both_targets_share_lower_and_extract() -> None:
+    assert {"pimbuild.lower", "pimbuild.extract"} <= set(SHARED)
+
+
+@pytest.mark.parametrize("module", INFRASTRUCTURE)
+def test_shared_code_knows_no_target_by_name(module: str) -> None:
+    """The shared stages and the build know a target only through the registry and the
+    ``Target`` interface: they import no target's package and name no side or device."""
+    tree = _tree(module)
+    imports = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+    imports |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    assert not {m for m in imports if m and m.startswith("pimbuild.targets.")}
     literals = {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant)
                 and isinstance(n.value, str)}
-    assert not literals & {"pim", "host", "PIM"}
-    imports = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
-    assert "pimbuild.targets.pim" not in imports
+    assert not literals & {"pim", "host", "PIM", "gpus"}
+
+
+@pytest.mark.parametrize(("system", "stage"), PIPELINES)
+def test_a_target_stage_imports_no_other_target(system: str, stage: str) -> None:
+    imports = {n.module for n in ast.walk(_tree(pipeline(system)[stage]))
+               if isinstance(n, ast.ImportFrom)}
+    others = {f"pimbuild.targets.{t}" for t in ("pim", "gpus") if t != system}
+    assert not {m for m in imports if m and any(m.startswith(o) for o in others)}
 
 
 def test_key_is_exactly_the_params(tmp_path: Path) -> None:
@@ -70,13 +96,13 @@ def test_key_is_exactly_the_params(tmp_path: Path) -> None:
     cores = make_cfg(tmp_path, ["model=relu", "pim.cores=32"])
     reps = make_cfg(tmp_path, ["model=relu", "profile.repetitions=4"])
     for stage in STAGES:
-        module = stage_module(stage)
+        module = stage_module(stage, "pim")
         a, b, c = (module.params(cfg) for cfg in (base, cores, reps))
         assert (key(stage, a, {}) != key(stage, b, {})) == (a != b)
         assert (key(stage, a, {}) != key(stage, c, {})) == (a != c)
         assert dataclasses.asdict(a) == dataclasses.asdict(module.params(base))
-    changed = {s for s in STAGES if stage_module(s).params(base)
-               != stage_module(s).params(cores)}
+    changed = {s for s in STAGES if stage_module(s, "pim").params(base)
+               != stage_module(s, "pim").params(cores)}
     assert changed == {"decide", "simulate"}  # reinsert follows through decide's key
 
 

@@ -1,7 +1,7 @@
 """The PIM model's fit to the paper's published numbers (issue 13 item 1; ``bench/fit_pim.py``
 runs it and writes ``conf/pim/fitted_paper.yaml``).
 
-The free parameters are the ones no spec sheet gives (``pimbuild/targets/pim.py``): lines in
+The free parameters are the ones no spec sheet gives (``pimbuild/targets/pim/target.py``): lines in
 flight per core (``mlp``), the stack's aggregate bandwidth (``stack_bw_gbps``), the share of
 compute/memory overlap (``overlap``), elements per instruction (``lanes``) and the per-core
 synchronization cost (``sync_ns_per_core``). The targets are ``pimbuild.paper.PIM_SIDE``: what
@@ -20,11 +20,11 @@ from typing import Any
 
 import numpy as np
 
-from pimbuild import paper, simulate
-from pimbuild.hostfacts import b_cpu
-from pimbuild.nests import Nest, load_nests, outputs
-from pimbuild.policies import PolicyContext, PolicyParams
-from pimbuild.targets.pim import PimTarget
+from pimbuild import paper
+from pimbuild.targets.pim import PimTarget, simulate
+from pimbuild.targets.pim.hostfacts import b_cpu
+from pimbuild.targets.pim.nests import Nest, load_nests, outputs
+from pimbuild.targets.pim.policies import PolicyContext, PolicyParams
 
 # name -> (lower, upper, log scale?): the search box, wide around every plausible value.
 FREE = {"mlp": (1.0, 16.0, True),  # 1: in-order, blocking; 16: an aggressive MSHR file

@@ -31,8 +31,8 @@ from pimbuild.registry import Registry
 if TYPE_CHECKING:
     from omegaconf import DictConfig
 
-    from pimbuild.nests import Nest
-    from pimbuild.policies import PolicyParams
+    from pimbuild.targets.pim.nests import Nest
+    from pimbuild.targets.pim.policies import PolicyParams
 
 TARGETS = Registry("target", "system.name", package="pimbuild.targets", attribute="TARGET")
 
@@ -77,6 +77,12 @@ class Target(Protocol):
     def report_columns(self, nest: Nest, policy: PolicyParams) -> dict[str, Any]: ...
 
     def render(self, report: dict[str, Any], out_dir: Path) -> None: ...
+
+    @classmethod
+    def summarize(cls, cfg: DictConfig, dirs: dict[str, Path], width: int) -> list[Any]:
+        """What a build prints after its stages, from the folders of the artifacts it built
+        or reused (by stage name): rich renderables or markup strings."""
+        ...
 
 
 def from_config(cfg: DictConfig) -> Target:

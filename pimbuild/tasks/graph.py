@@ -18,20 +18,18 @@ from pimbuild.errors import ConfigError
 from pimbuild.stage import Inputs
 from pimbuild.targets import TARGETS
 
-# Pipeline order of every stage name. The default pipeline's stage is the module
-# pimbuild.<name>; a target may name its own modules for some stages and leave others out
-# (its ``pipeline``: stage -> module, docs/design.md §1, §5).
+# Pipeline order of every stage name. A target names the module of each stage it has (its
+# ``pipeline``: stage -> module) and may leave stages out (docs/design.md).
 STAGES = ("lower", "extract", "runtime", "calibrate", "instrument", "profile", "eager",
           "decide", "reinsert", "simulate")
 
 
-def pipeline(system: str = "pim") -> dict[str, str]:
+def pipeline(system: str) -> dict[str, str]:
     """Stage name -> module of the target ``system``'s pipeline."""
-    return getattr(TARGETS.get(system), "pipeline", None) or \
-        {s: f"pimbuild.{s}" for s in STAGES}
+    return TARGETS.get(system).pipeline
 
 
-def stage_module(name: str, system: str = "pim") -> ModuleType:
+def stage_module(name: str, system: str) -> ModuleType:
     modules = pipeline(system)
     if name not in modules:
         raise ConfigError(f"system={system} has no stage '{name}'; its stages are: "
@@ -69,7 +67,7 @@ class StageTask:
             raise RuntimeError(f"stage {self.stage} did not write {missing}")
 
 
-def needed(stages: list[str], system: str = "pim") -> list[str]:
+def needed(stages: list[str], system: str) -> list[str]:
     """``stages`` and every stage they read, in pipeline order."""
     modules = pipeline(system)
     unknown = [t for t in stages if t not in modules]

@@ -31,9 +31,9 @@ from typing import Any
 import numpy as np
 from omegaconf import DictConfig
 
-from pimbuild import decide, hybrid, policies
 from pimbuild.paper import fit
-from pimbuild.policies import torchpim
+from pimbuild.targets.pim import decide, hybrid, policies
+from pimbuild.targets.pim.policies import torchpim
 
 THETA_RATIOS = tuple(float(x) for x in np.round(np.geomspace(0.001, 2.0, 24), 5))
 SIGMAS = (0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.6, 0.8, 1.01)  # 1.01: C4 never fires
@@ -160,7 +160,7 @@ def summary(rows: list[dict[str, Any]]) -> list[str]:
 
 
 def plot(rows: list[dict[str, Any]], path: Path) -> None:
-    from pimbuild.report import plt, save_figure
+    from pimbuild.plots import plt, save_figure
 
     models = [r["model"] for r in rows if r["thresholds"] == "paper" and r["model"] != "all"]
     acc = {k: [r["accuracy"] for r in rows if r["thresholds"] == k and r["model"] != "all"]

@@ -14,8 +14,9 @@ from typing import Any
 import numpy as np
 from omegaconf import DictConfig
 
-from pimbuild import decide, paper
+from pimbuild import paper
 from pimbuild.paper import fit
+from pimbuild.targets.pim import decide
 
 
 def half(model: str) -> str:
@@ -79,7 +80,7 @@ def summary(rows: list[dict[str, Any]]) -> list[str]:
 
 
 def plot(rows: list[dict[str, Any]], path: Path) -> None:
-    from pimbuild.report import plt, save_figure
+    from pimbuild.plots import plt, save_figure
 
     fig, ax = plt.subplots(figsize=(5, 4.5))
     stated = [r for r in rows if r["paper"] and r["quantity"].startswith("speedup")]

@@ -22,9 +22,10 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from pimbuild import decide, paper
+from pimbuild import paper
 from pimbuild.paper import fit
-from pimbuild.simulate import evaluate, placement
+from pimbuild.targets.pim import decide
+from pimbuild.targets.pim.simulate import evaluate, placement
 
 TERMS = ("t_host_s", "t_pim_s", "t_copy_s", "t_switch_s")
 
@@ -89,7 +90,7 @@ def summary(rows: list[dict[str, Any]]) -> list[str]:
 def plot(rows: list[dict[str, Any]], path: Path) -> None:
     import numpy as np
 
-    from pimbuild.report import plt, save_figure
+    from pimbuild.plots import plt, save_figure
 
     shown = [r for r in rows if r["level"] != "loop"]
     labels = [f"{r['model']}\n{r['level']}" for r in shown]

@@ -8,7 +8,9 @@ group and the ``gpus`` group.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, fields
+from pathlib import Path
 from typing import Any, ClassVar
 
 from pimbuild.config import plain
@@ -74,6 +76,13 @@ class GpuTarget:
                         for label, n in zip(labels, names, strict=True))
         return cls(devices=devices, link=Link(cfg.link.gbps, cfg.link.latency_us),
                    link_name=cfg.link.name, **g)
+
+    @classmethod
+    def summarize(cls, cfg: Any, dirs: dict[str, Path], width: int) -> list[Any]:
+        """What a build prints after its stages: the closing lines simulate wrote."""
+        if "simulate" not in dirs:
+            return []
+        return json.loads((dirs["simulate"] / "report.json").read_text())["summary"]
 
     @property
     def float_scale(self) -> float:

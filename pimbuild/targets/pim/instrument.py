@@ -18,9 +18,9 @@ from typing import TYPE_CHECKING
 from omegaconf import DictConfig
 
 from pimbuild.errors import StageError
-from pimbuild.hostfacts import resolved_block
 from pimbuild.runtime import LIBRARY, Markers
 from pimbuild.stage import Inputs
+from pimbuild.targets.pim.hostfacts import resolved_block
 
 if TYPE_CHECKING:
     from torch_mlir import ir

@@ -3,7 +3,8 @@
 A backend is a module with ``available(run) -> (bool, why)`` and ``count(run) -> rows``, one
 row per candidate: ``{"id", "source_op", "counter_source", "counts": {role: count}}``, the
 counts per forward. ``profile.backend`` names one in ``BACKENDS`` (a module
-``pimbuild/counters/<name>.py``, or ``package.module``); ``auto`` tries ``profile.auto`` in
+``pimbuild/targets/pim/counters/<name>.py``, or ``package.module``); ``auto`` tries
+``profile.auto`` in
 order. Built in: ``papi`` (the platform's PAPI events, read in the C markers), ``valgrind``
 (callgrind's cache simulation), ``footprint`` (valgrind's counts modelled from each nest's
 buffers, no run), ``timer`` (no counts).
@@ -20,10 +21,10 @@ from pimbuild.registry import Registry
 if TYPE_CHECKING:
     import numpy as np
 
-    from pimbuild.profile import Params, Program
     from pimbuild.runtime import Markers
+    from pimbuild.targets.pim.profile import Params, Program
 
-BACKENDS = Registry("counter backend", "profile.backend", package="pimbuild.counters")
+BACKENDS = Registry("counter backend", "profile.backend", package="pimbuild.targets.pim.counters")
 
 
 @dataclass

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pimbuild.counters import CounterRun, empty_rows
+from pimbuild.targets.pim.counters import CounterRun, empty_rows
 
 
 def available(run: CounterRun) -> tuple[bool, str]:

@@ -41,13 +41,13 @@ import numpy as np
 from torch_mlir import ir
 
 from pimbuild import jit, mlir
-from pimbuild.counters import CounterRun
 from pimbuild.errors import StageError
-from pimbuild.instrument import ENTER, EXIT
 from pimbuild.runtime import CALLGRIND_LIBRARY, LIBRARY, MALLOPT, Markers
+from pimbuild.targets.pim.counters import CounterRun
+from pimbuild.targets.pim.instrument import ENTER, EXIT
 
 if TYPE_CHECKING:
-    from pimbuild.profile import Params, Program
+    from pimbuild.targets.pim.profile import Params, Program
 
 TARGET_CPU = "x86-64-v3"
 TARGET_FEATURES = "#llvm.target_features<[\"-avx512f\", \"-fma\"]>"

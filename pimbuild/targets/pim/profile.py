@@ -9,7 +9,8 @@ in page by page (``reuse_freed_memory``); ``profile.json`` records the minor pag
 timed forward.
 
 Counter run, one event set, no multiplexing (``counters.csv``), by ``profile.backend``, a
-backend of ``pimbuild.counters.BACKENDS`` (``papi``, ``valgrind``, ``timer``); ``auto`` takes
+backend of ``pimbuild.targets.pim.counters.BACKENDS`` (``papi``, ``valgrind``, ``timer``); ``auto``
+takes
 the first of ``profile.auto`` that is available on this host and says why.
 """
 
@@ -31,13 +32,13 @@ import numpy as np
 from omegaconf import DictConfig
 
 from pimbuild.config import plain
-from pimbuild.counters import BACKENDS, CounterRun
 from pimbuild.errors import ConfigError
-from pimbuild.hostfacts import b_cpu
-from pimbuild.instrument import ENTER, EXIT, FORWARD_REGION
 from pimbuild.lower import ModelParams, model_params
 from pimbuild.runtime import LIBRARY, MALLOPT, Markers
 from pimbuild.stage import Inputs
+from pimbuild.targets.pim.counters import BACKENDS, CounterRun
+from pimbuild.targets.pim.hostfacts import b_cpu
+from pimbuild.targets.pim.instrument import ENTER, EXIT, FORWARD_REGION
 
 log = logging.getLogger(__name__)
 

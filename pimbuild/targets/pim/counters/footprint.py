@@ -34,10 +34,10 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import TYPE_CHECKING
 
-from pimbuild.counters import CounterRun
+from pimbuild.targets.pim.counters import CounterRun
 
 if TYPE_CHECKING:
-    from pimbuild.profile import Params
+    from pimbuild.targets.pim.profile import Params
 
 N_RD, WRITE_MISSES = "offcore_data_rd", "ll_write_misses"
 

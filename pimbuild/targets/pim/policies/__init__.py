@@ -1,7 +1,7 @@
 """Policies: which units a target runs, with the reason and the numbers behind each choice.
 
 A policy is a function ``place(ctx: PolicyContext) -> Placement``. ``policy.name`` picks it
-from ``POLICIES``: a module ``pimbuild/policies/<name>.py`` whose ``place`` it is, a
+from ``POLICIES``: a module ``pimbuild/targets/pim/policies/<name>.py`` whose ``place`` it is, a
 ``register``-ed function, or ``package.module:function``. Built in: ``torchpim`` (the paper's
 rule), ``operator`` (the rule per torch operator), ``cpu`` (nothing offloaded), ``joint`` (the
 exact minimum of the simulated hybrid time), ``oracle`` (``joint``'s optimum, or a local
@@ -20,10 +20,11 @@ from typing import TYPE_CHECKING, Any
 from pimbuild.registry import Registry
 
 if TYPE_CHECKING:
-    from pimbuild.nests import Nest
     from pimbuild.targets import Target
+    from pimbuild.targets.pim.nests import Nest
 
-POLICIES = Registry("policy", "policy.name", package="pimbuild.policies", attribute="place")
+POLICIES = Registry("policy", "policy.name", package="pimbuild.targets.pim.policies",
+                    attribute="place")
 
 
 @dataclass(frozen=True)
@@ -35,8 +36,8 @@ class PolicyParams:
     theta_gbps: float | None  # ... unless an absolute theta is set
     sigma: float
     i_min: float
-    c1: str = "model"  # paper | model: C1's fixed costs (pimbuild.policies.torchpim)
-    c4: str = "read_later"  # paper | read_later: C4's condition (pimbuild.policies.torchpim)
+    c1: str = "model"  # paper | model: C1's fixed costs (policies.torchpim)
+    c4: str = "read_later"  # paper | read_later: C4's condition (policies.torchpim)
     i_compute: float | None = None  # C5's instructions per element; None: no C5 (the paper)
 
     def theta(self, b_cpu_gbps: float) -> float:

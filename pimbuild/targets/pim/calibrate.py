@@ -41,11 +41,12 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
-from pimbuild import instrument, lower, profile
+from pimbuild import lower
 from pimbuild.errors import StageError
-from pimbuild.profile import host_cpu
 from pimbuild.runtime import LIBRARY, Markers
 from pimbuild.stage import Inputs
+from pimbuild.targets.pim import instrument, profile
+from pimbuild.targets.pim.profile import host_cpu
 
 NAME = "calibrate"
 READS = ("runtime",)

@@ -1,4 +1,5 @@
-"""Stage ``simulate``: what the placement buys under the target's model (``pimbuild.hybrid``).
+"""Stage ``simulate``: what the placement buys under the target's model
+(``pimbuild.targets.pim.hybrid``).
 
 For the decided placement: ``T_hybrid`` by eq. 9 with ``T_copy`` under both built-in copy
 models (the configured one enters ``T_hybrid``), ``N_region`` and the speedup over CPU-only
@@ -21,10 +22,10 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from pimbuild import decide, hybrid, policies
-from pimbuild.nests import display_name
-from pimbuild.policies import PolicyContext
 from pimbuild.stage import Inputs
+from pimbuild.targets.pim import decide, hybrid, policies, summary
+from pimbuild.targets.pim.nests import display_name
+from pimbuild.targets.pim.policies import PolicyContext
 
 NAME = "simulate"
 READS = ("extract", "profile", "eager", "calibrate", "decide", "reinsert")
@@ -168,5 +169,7 @@ def run(inputs: Inputs, p: Params, out: Path) -> None:
                       json.loads((inputs["reinsert"] / "reinsert.json").read_text()),
                       info["counter_backend"], p.cores_sweep,
                       json.loads((inputs["eager"] / "eager.json").read_text())["comparison"])
+    report |= {"sweep_columns": summary.sweep_columns(report),
+               "headline": summary.headline(report)}  # what a sweep's summary shows
     (out / "report.json").write_text(json.dumps(report, indent=2) + "\n")
     p.decide.target.render(report, out)

@@ -1,12 +1,20 @@
 """Policy ``oracle``: the placement with the lowest simulated hybrid time under the target's
 model. For the built-in copy models it is ``joint``'s exact optimum; for a copy model of
-one's own, the best ``pimbuild.hybrid.best_placement`` finds by local search from the rule's
+one's own, the best ``pimbuild.targets.pim.hybrid.best_placement`` finds by local search from the
+rule's
 placements."""
 
 from __future__ import annotations
 
-from pimbuild import hybrid
-from pimbuild.policies import Decision, Placement, PolicyContext, joint, operator, torchpim
+from pimbuild.targets.pim import hybrid
+from pimbuild.targets.pim.policies import (
+    Decision,
+    Placement,
+    PolicyContext,
+    joint,
+    operator,
+    torchpim,
+)
 
 
 def place(ctx: PolicyContext) -> Placement:

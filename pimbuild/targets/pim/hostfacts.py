@@ -1,6 +1,7 @@
 """What stage ``calibrate`` settled for this host, read by the stages after it from its
 ``calibrate.json``: ``B_cpu`` and the register-blocking factor. Kept apart from
-``pimbuild.calibrate``, which lowers, instruments and times a kernel and so sits above the
+``pimbuild.targets.pim.calibrate``, which lowers, instruments and times a kernel and so sits above
+the
 stages that read its result."""
 
 from __future__ import annotations

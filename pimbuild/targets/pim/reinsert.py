@@ -1,7 +1,8 @@
 """Stage ``reinsert``: the hybrid program.
 
 Consecutive offloaded nests form segments; every offloaded nest is outlined into a function
-and each segment bracketed by the target's boundary calls (``pimbuild.outline``, names from
+and each segment bracketed by the target's boundary calls (``pimbuild.targets.pim.outline``, names
+from
 the target's ``Boundary``). The hybrid program is compiled and run on the host with the marker
 runtime and must match PyTorch eager (``pimbuild.check.judge``); its transitions are counted
 (``N_region``). Writes ``hybrid.mlir``, ``hybrid_llvm.mlir``, ``hybrid.o`` and ``reinsert.json``.
@@ -22,15 +23,16 @@ from pathlib import Path
 import numpy as np
 from omegaconf import DictConfig
 
-from pimbuild import instrument, targets
+from pimbuild import targets
 from pimbuild.artifacts import run_cache
 from pimbuild.check import judge, referee_note
 from pimbuild.errors import StageError
-from pimbuild.hostfacts import resolved_block
 from pimbuild.lower import ModelParams, model_params
 from pimbuild.runtime import LIBRARY, Markers
 from pimbuild.stage import Inputs
 from pimbuild.targets import Boundary
+from pimbuild.targets.pim import instrument
+from pimbuild.targets.pim.hostfacts import resolved_block
 
 NAME = "reinsert"
 READS = ("lower", "runtime", "calibrate", "decide")
@@ -72,7 +74,8 @@ def unpartitioned(lower_dir: Path, signature: dict, block: int, markers,
 
 def build(lower_dir: Path, offloaded: set[int], runtime_lib: Path, p: Params, block: int,
           out: Path, failure_dir: Path) -> None:
-    from pimbuild import frontend, jit, mlir, outline
+    from pimbuild import frontend, jit, mlir
+    from pimbuild.targets.pim import outline
 
     signature = json.loads((lower_dir / "signature.json").read_text())
     module = mlir.parse_file(lower_dir / "scf.mlir")

@@ -29,12 +29,12 @@ force in the tests. Other copy models are refused.
 
 from __future__ import annotations
 
-from pimbuild.copymodels import segment_bytes
 from pimbuild.errors import ConfigError
 from pimbuild.milp import US, Model
-from pimbuild.nests import Nest
-from pimbuild.policies import Decision, Placement, PolicyContext
-from pimbuild.policies.torchpim import rule_params
+from pimbuild.targets.pim.copymodels import segment_bytes
+from pimbuild.targets.pim.nests import Nest
+from pimbuild.targets.pim.policies import Decision, Placement, PolicyContext
+from pimbuild.targets.pim.policies.torchpim import rule_params
 
 COPY_MODELS = ("upper_bound", "resident")
 

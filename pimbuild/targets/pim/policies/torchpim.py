@@ -18,10 +18,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from pimbuild.errors import ConfigError
-from pimbuild.policies import Decision, Placement, PolicyContext
+from pimbuild.targets.pim.policies import Decision, Placement, PolicyContext
 
 if TYPE_CHECKING:
-    from pimbuild.nests import Nest
+    from pimbuild.targets.pim.nests import Nest
 
 C1_MODES = ("paper", "model")
 # C4: paper: StoreBound > sigma. read_later: and some buffer the nest writes is read by a later

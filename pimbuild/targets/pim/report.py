@@ -5,14 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-
-from pimbuild.check import outcome  # noqa: E402
-from pimbuild.console import losses, slow_host_note  # noqa: E402
-from pimbuild.nests import display_name  # noqa: E402
+from pimbuild.check import outcome
+from pimbuild.plots import plt, save_figure
+from pimbuild.targets.pim.nests import display_name
+from pimbuild.targets.pim.summary import losses, slow_host_note
 
 PLOTS = ("speedup_vs_cores.png", "bandwidth_vs_theta.png", "time_breakdown.png")
 
@@ -76,12 +72,6 @@ def markdown(r: dict[str, Any]) -> str:
                      f"{_ms(n['t_cpu_s'])} | {_ms(n['t_pim_s'])} | {bw} | {sb} | "
                      f"{'yes' if n['beneficial'] else 'no'} |")
     return "\n".join(lines) + "\n"
-
-
-def save_figure(fig, path: Path) -> None:
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
 
 
 def _speedup_vs_cores(r: dict[str, Any], path: Path) -> None:

@@ -1,6 +1,7 @@
 """Stage ``decide``: where every candidate nest runs, with the reason and the numbers.
 
-The policy (``policy.name``, a policy of ``pimbuild.policies.POLICIES``) gets the nests (extract's
+The policy (``policy.name``, a policy of ``pimbuild.targets.pim.policies.POLICIES``) gets the nests
+(extract's
 facts joined with profile's measurements), ``B_cpu`` from calibrate, its own parameters and the
 target (``system.name``, ``pimbuild.targets``). Writes ``decisions.json``: the policy, the
 numbers it decided with, the offloaded nest ids and one decision per nest.
@@ -15,14 +16,15 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from pimbuild import nests, policies, targets
+from pimbuild import targets
 from pimbuild.config import plain
-from pimbuild.copymodels import COPY_MODELS
 from pimbuild.errors import ConfigError
-from pimbuild.hostfacts import b_cpu
-from pimbuild.policies import POLICIES, PolicyContext, PolicyParams
-from pimbuild.policies.torchpim import C1_MODES, C4_MODES
 from pimbuild.stage import Inputs
+from pimbuild.targets.pim import nests, policies
+from pimbuild.targets.pim.copymodels import COPY_MODELS
+from pimbuild.targets.pim.hostfacts import b_cpu
+from pimbuild.targets.pim.policies import POLICIES, PolicyContext, PolicyParams
+from pimbuild.targets.pim.policies.torchpim import C1_MODES, C4_MODES
 
 NAME = "decide"
 READS = ("extract", "profile", "calibrate")

@@ -25,9 +25,15 @@ from omegaconf import DictConfig
 
 from pimbuild.errors import ConfigError
 from pimbuild.lower import ModelParams, model_params
-from pimbuild.profile import MAX_REPETITIONS, Program, host_cpu, load_program, memory_state
 from pimbuild.runtime import LIBRARY, Markers
 from pimbuild.stage import Inputs
+from pimbuild.targets.pim.profile import (
+    MAX_REPETITIONS,
+    Program,
+    host_cpu,
+    load_program,
+    memory_state,
+)
 
 if TYPE_CHECKING:
     import torch

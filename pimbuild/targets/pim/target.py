@@ -28,12 +28,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from pimbuild.targets import Boundary
+from pimbuild.targets.pim import summary
 
 if TYPE_CHECKING:
     from omegaconf import DictConfig
 
-    from pimbuild.nests import Nest
-    from pimbuild.policies import PolicyParams
+    from pimbuild.targets.pim.nests import Nest
+    from pimbuild.targets.pim.policies import PolicyParams
 
 
 @dataclass(frozen=True)
@@ -63,6 +64,12 @@ class PimTarget:
     device: ClassVar[str] = "pim"
     units_name: ClassVar[str] = "cores"
     baselines: ClassVar[tuple[str, ...]] = ("cpu", "operator", "oracle")
+    # The stages: the shared lower, extract (loop nests) and marker runtime, then this
+    # package's (pimbuild/tasks/graph.py follows it).
+    pipeline: ClassVar[dict[str, str]] = {
+        "lower": "pimbuild.lower", "extract": "pimbuild.extract", "runtime": "pimbuild.runtime",
+        **{s: f"pimbuild.targets.pim.{s}" for s in ("calibrate", "instrument", "profile",
+                                                     "eager", "decide", "reinsert", "simulate")}}
 
     @classmethod
     def from_config(cls, cfg: DictConfig) -> PimTarget:
@@ -137,8 +144,13 @@ class PimTarget:
         return {"t_pim_s": self.unit_time(nest), "c1_bound_s": self.c1_bound_s(nest,
                                                                              policy.i_min)}
 
+    @classmethod
+    def summarize(cls, cfg: DictConfig, dirs: dict[str, Path], width: int) -> list[Any]:
+        """What a build prints after its stages (``summary.summarize``)."""
+        return summary.summarize(cfg, dirs, width)
+
     def render(self, report: dict[str, Any], out_dir: Path) -> None:
-        from pimbuild import report as render
+        from pimbuild.targets.pim import report as render
 
         (out_dir / "report.md").write_text(render.markdown(report))
         render.plots(report, out_dir)

@@ -4,8 +4,8 @@ event set, no multiplexing, read by the C markers at each region's entry and exi
 from __future__ import annotations
 
 from pimbuild import jit
-from pimbuild.counters import CounterRun
 from pimbuild.errors import StageError
+from pimbuild.targets.pim.counters import CounterRun
 
 
 def available(run: CounterRun) -> tuple[bool, str]:

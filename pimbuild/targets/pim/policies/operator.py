@@ -4,9 +4,9 @@ an operator gets the operator's decision."""
 
 from __future__ import annotations
 
-from pimbuild.nests import Nest
-from pimbuild.policies import Decision, Placement, PolicyContext
-from pimbuild.policies.torchpim import rule, rule_params
+from pimbuild.targets.pim.nests import Nest
+from pimbuild.targets.pim.policies import Decision, Placement, PolicyContext
+from pimbuild.targets.pim.policies.torchpim import rule, rule_params
 
 
 def _operator_signals(group: list[Nest]) -> tuple[float | None, float | None]:

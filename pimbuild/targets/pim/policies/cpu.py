@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from pimbuild.policies import Decision, Placement, PolicyContext
-from pimbuild.policies.torchpim import rule_params
+from pimbuild.targets.pim.policies import Decision, Placement, PolicyContext
+from pimbuild.targets.pim.policies.torchpim import rule_params
 
 
 def place(ctx: PolicyContext) -> Placement:

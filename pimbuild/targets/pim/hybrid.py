@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from pimbuild.copymodels import COPY_MODELS, segments
-from pimbuild.nests import Nest
+from pimbuild.targets.pim.copymodels import COPY_MODELS, segments
+from pimbuild.targets.pim.nests import Nest
 
 if TYPE_CHECKING:
     from pimbuild.targets import Target

@@ -15,12 +15,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 
-from pimbuild.nests import Nest
 from pimbuild.registry import Registry
+from pimbuild.targets.pim.nests import Nest
 
 COPY_MODELS = Registry("copy model", "sim.copy_model", builtins={
-    "upper_bound": "pimbuild.copymodels:upper_bound",
-    "resident": "pimbuild.copymodels:resident",
+    "upper_bound": "pimbuild.targets.pim.copymodels:upper_bound",
+    "resident": "pimbuild.targets.pim.copymodels:resident",
 })
 
 

@@ -1,0 +1,19 @@
+"""matplotlib without a display (the Agg backend), and saving a figure: what every report's
+plots share. Heavy (matplotlib): imported inside the functions that plot."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+__all__ = ["plt", "save_figure"]
+
+
+def save_figure(fig, path: Path) -> None:
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
