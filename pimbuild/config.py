@@ -84,6 +84,9 @@ class ProfileConfig:
 @dataclass
 class SystemConfig:
     name: str = MISSING  # the target (pimbuild.targets.TARGETS)
+    # A target's own parameters, for a target without a config group of its own (a user's
+    # target: its conf/system/<name>.yaml holds them); the shipped targets have groups.
+    params: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass

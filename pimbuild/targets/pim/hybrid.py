@@ -15,7 +15,7 @@ from pimbuild.targets.pim.copymodels import COPY_MODELS, segments
 from pimbuild.targets.pim.nests import Nest
 
 if TYPE_CHECKING:
-    from pimbuild.targets import Target
+    from pimbuild.targets.pim.offload import OffloadTarget
 
 
 @dataclass(frozen=True)
@@ -38,7 +38,7 @@ class Breakdown:
         return self.t_cpu_only_s / self.t_hybrid_s
 
 
-def hybrid(nests: list[Nest], offloaded: set[int], forward_s: float, target: Target,
+def hybrid(nests: list[Nest], offloaded: set[int], forward_s: float, target: OffloadTarget,
            copy_model: str, outputs: set[str]) -> Breakdown:
     """Eq. 9 for the placement ``offloaded`` (nest ids); everything else stays on the host,
     including the time outside the nests. Nest medians need not add up to the forward's
@@ -55,14 +55,14 @@ def hybrid(nests: list[Nest], offloaded: set[int], forward_s: float, target: Tar
                      fetch_bytes=fetch, flush_bytes=flush)
 
 
-def beneficial(nest: Nest, nests: list[Nest], forward_s: float, target: Target,
+def beneficial(nest: Nest, nests: list[Nest], forward_s: float, target: OffloadTarget,
                copy_model: str, outputs: set[str]) -> bool:
     """Ground truth for one nest: does offloading it alone beat keeping it on the host?"""
     alone = hybrid(nests, {nest.id}, forward_s, target, copy_model, outputs)
     return alone.t_hybrid_s < alone.t_cpu_only_s
 
 
-def best_placement(nests: list[Nest], forward_s: float, target: Target, copy_model: str,
+def best_placement(nests: list[Nest], forward_s: float, target: OffloadTarget, copy_model: str,
                    outputs: set[str], seeds: list[set[int]]) -> set[int]:
     """The oracle: the lowest T_hybrid found from the seeds (other policies' placements and
     every nest's ground truth) by flipping one nest at a time while that helps."""

@@ -13,7 +13,7 @@ from torch_mlir import ir
 
 from pimbuild import mlir
 from pimbuild.loops import find_nests
-from pimbuild.targets import Boundary
+from pimbuild.targets.pim.offload import Boundary
 
 
 def outline(module: ir.Module, nest: ir.Operation, ident: int, boundary: Boundary) -> str:

@@ -30,9 +30,9 @@ from pimbuild.errors import StageError
 from pimbuild.lower import ModelParams, model_params
 from pimbuild.runtime import LIBRARY, Markers
 from pimbuild.stage import Inputs
-from pimbuild.targets import Boundary
 from pimbuild.targets.pim import instrument
 from pimbuild.targets.pim.hostfacts import resolved_block
+from pimbuild.targets.pim.offload import Boundary
 
 NAME = "reinsert"
 READS = ("lower", "runtime", "calibrate", "decide")

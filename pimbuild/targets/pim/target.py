@@ -27,8 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from pimbuild.targets import Boundary
 from pimbuild.targets.pim import summary
+from pimbuild.targets.pim.offload import Boundary
 
 if TYPE_CHECKING:
     from omegaconf import DictConfig

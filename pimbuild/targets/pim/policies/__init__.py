@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Any
 from pimbuild.registry import Registry
 
 if TYPE_CHECKING:
-    from pimbuild.targets import Target
     from pimbuild.targets.pim.nests import Nest
+    from pimbuild.targets.pim.offload import OffloadTarget
 
 POLICIES = Registry("policy", "policy.name", package="pimbuild.targets.pim.policies",
                     attribute="place")
@@ -52,7 +52,7 @@ class PolicyContext:
     outputs: set[str]  # allocations of the function's results
     b_cpu_gbps: float
     policy: PolicyParams
-    target: Target
+    target: OffloadTarget
     copy_model: str
 
     def with_units(self, units: int) -> PolicyContext:
