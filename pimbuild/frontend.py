@@ -129,7 +129,7 @@ def _reject_input_dtypes(p: ModelParams, recipe: recipes.Recipe) -> None:
     """An input of a dtype the lowered program cannot take (uint16, quantized), refused by
     name before it reaches the lowering; floating-point inputs are already ``model.dtype``,
     and a complex one is taken as pairs of reals (``complexes``)."""
-    from pimbuild.jit import NP_DTYPES
+    from pimbuild.mlir import NP_DTYPES
 
     for name, value in recipe.inputs.items():
         dtype = dtype_name(_real_view(value).dtype)  # complex: passed as pairs of reals
@@ -187,7 +187,7 @@ def eager(p: ModelParams, recipe: recipes.Recipe, layout: list[str | None] | Non
     the lowered program starts from. ``layout`` (``mutation_layout``): the lowered program's
     results in order, a written buffer's name or None for the next output of the forward;
     its written buffers' new values are returned in their places."""
-    from pimbuild.jit import NP_DTYPES  # the dtypes the lowered program can return
+    from pimbuild.mlir import NP_DTYPES  # the dtypes the lowered program can return
 
     after: dict[str, torch.Tensor] = {}
     try:

@@ -20,6 +20,7 @@ from torch_mlir.runtime import as_ctype, make_nd_memref_descriptor, make_zero_d_
 
 from pimbuild import codegen, mlir, panels, relayout, vecmath, vectile
 from pimbuild.errors import StageError, first_line
+from pimbuild.mlir import NP_DTYPES
 from pimbuild.runtime import compiler
 
 # scf + memref -> LLVM dialect. Deallocation runs here, after extract has counted the nests.
@@ -32,8 +33,6 @@ SCF_TO_LLVM = (
     " convert-func-to-llvm, convert-cf-to-llvm, convert-ub-to-llvm,"
     " reconcile-unrealized-casts)"
 )
-NP_DTYPES = {"float32": np.float32, "float64": np.float64, "int64": np.int64, "int32": np.int32,
-             "int16": np.int16, "int8": np.int8, "uint8": np.uint8, "bool": np.bool_}
 
 
 def prepare_for_llvm(module: ir.Module) -> None:

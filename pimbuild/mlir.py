@@ -12,11 +12,17 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 from torch_mlir import ir
 from torch_mlir.dialects import torch as torch_d
 from torch_mlir.passmanager import PassManager
 
 from pimbuild.errors import StageError
+
+# The element types the lowered program can return, by name, as numpy dtypes (what
+# frontend.eager accepts and jit allocates).
+NP_DTYPES = {"float32": np.float32, "float64": np.float64, "int64": np.int64, "int32": np.int32,
+             "int16": np.int16, "int8": np.int8, "uint8": np.uint8, "bool": np.bool_}
 
 # The location frontend.annotate_sources gives every op lowered from a torch node:
 # "<module path>|<torch op written>#<torch node>|<aten op>":<node index>.
