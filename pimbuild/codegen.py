@@ -1,4 +1,9 @@
-"""Host code generation: register blocking of reduction nests, before the LLVM dialect.
+"""Host code generation: register blocking of reduction nests, before the LLVM dialect; and
+the builder helpers the other passes (``vectile``, ``panels``, ``relayout``) share: the public
+functions below ``constant`` (reading loop nests: ``reduction_loops``, ``find_accumulators``,
+``depends``, ``slope``; building IR: ``index_constant``, ``clone``, ``add``, ``offsets``,
+``jam``; editing a ``scf.parallel``: ``swap``, ``set_step``, ``mark_rows``). Names with a leading
+underscore are this module's own.
 
 ``convert-linalg-to-parallel-loops`` turns a matrix-vector product into one ``scf.parallel``
 over the outputs whose body is an ``scf.for`` over the reduction dimension; each iteration
@@ -22,7 +27,7 @@ instead of once per term, which bounded the loop by its stores (GPT-2's forward 
 its terms in the same order.
 
 With several rows of ``x`` (a product over a few tokens), up to ``ROWS`` of them are jammed
-too, so each weight row loaded serves them all. The rows then run innermost (``_swap``) when
+too, so each weight row loaded serves them all. The rows then run innermost (``swap``) when
 the weight moves with the columns (``_weight_moves``: nn.Linear's, not a convolution's
 filter) and what moves with the rows fits in ``ROW_OPERAND_BYTES``: each block of weight
 rows is loaded from memory once and used by every row of ``x``, which stays in the L2,
@@ -76,14 +81,14 @@ def _defined_in(value: ir.Value, block: ir.Block) -> bool:
     return defining.block == block
 
 
-def _constant(value: ir.Value) -> int | None:
+def constant(value: ir.Value) -> int | None:
     try:
         return constant_index(value)
     except ValueError:
         return None
 
 
-def _reduction_loops(parallel: ir.Operation) -> list[ir.Operation] | None:
+def reduction_loops(parallel: ir.Operation) -> list[ir.Operation] | None:
     """The perfect nest of ``scf.for`` loops that is the whole body of ``parallel`` (outermost
     first), or None when the body is anything else."""
     ops = [op.operation for op in parallel.regions[0].blocks[0].operations]
@@ -99,18 +104,18 @@ def _reduction_loops(parallel: ir.Operation) -> list[ir.Operation] | None:
         loops.append(body[0])
 
 
-def _reduction_ivs(loops: list[ir.Operation]) -> list[ir.Value]:
+def reduction_ivs(loops: list[ir.Operation]) -> list[ir.Value]:
     return [loop.regions[0].blocks[0].arguments[0] for loop in loops]
 
 
-def _accumulators(loops: list[ir.Operation], iv: ir.Value) -> list[Accumulator] | None:
+def find_accumulators(loops: list[ir.Operation], iv: ir.Value) -> list[Accumulator] | None:
     """The load/store pairs of the innermost loop whose address is invariant in every loop of
     the nest and moves with ``iv``; None when the nest is not of that form."""
     body = loops[-1].regions[0].blocks[0]
     ops = [op.operation for op in body.operations]
     if any(len(op.regions) for op in ops[:-1]):
         return None
-    ivs = _reduction_ivs(loops)
+    ivs = reduction_ivs(loops)
     loads = [op for op in ops if op.name == "memref.load"]
     stores = [op for op in ops if op.name == "memref.store"]
     accs = []
@@ -136,14 +141,14 @@ def _accumulators(loops: list[ir.Operation], iv: ir.Value) -> list[Accumulator] 
     return accs
 
 
-def _index_constant(value: int, ip: ir.InsertionPoint, loc: ir.Location) -> ir.Value:
+def index_constant(value: int, ip: ir.InsertionPoint, loc: ir.Location) -> ir.Value:
     with ip, loc:
         index = ir.IndexType.get()
         return ir.Operation.create("arith.constant", results=[index], attributes={
             "value": ir.IntegerAttr.get(index, value)}).result
 
 
-def _clone(op: ir.Operation, mapping: dict, ip: ir.InsertionPoint) -> ir.Operation:
+def clone(op: ir.Operation, mapping: dict, ip: ir.InsertionPoint) -> ir.Operation:
     """``op`` cloned at ``ip`` with its operands renamed through ``mapping``."""
     new = op.clone(ip=ip).operation
     for i, operand in enumerate(new.operands):
@@ -154,13 +159,13 @@ def _clone(op: ir.Operation, mapping: dict, ip: ir.InsertionPoint) -> ir.Operati
     return new
 
 
-def _blocked_dim(parallel: ir.Operation, below: int | None = None) -> tuple[int, int] | None:
+def blocked_dim(parallel: ir.Operation, below: int | None = None) -> tuple[int, int] | None:
     """The innermost dimension of ``parallel`` (outside dimension ``below`` if given) with
     more than one iteration (from 0, step 1, constant bounds) and its trip count: the one to
     unroll. None when there is none."""
     n = len(parallel.regions[0].blocks[0].arguments)
     for d in reversed(range(n if below is None else below)):
-        lb, ub, step = (_constant(parallel.operands[k * n + d]) for k in range(3))
+        lb, ub, step = (constant(parallel.operands[k * n + d]) for k in range(3))
         if lb == 0 and step == 1 and ub is not None and ub > 1:
             return d, ub
         if (lb, step) != (0, 1) or ub != 1:
@@ -168,7 +173,7 @@ def _blocked_dim(parallel: ir.Operation, below: int | None = None) -> tuple[int,
     return None
 
 
-def _factor(trips: int, n_acc: int, factor: int) -> int:
+def largest_factor(trips: int, n_acc: int, factor: int) -> int:
     """The largest power of two up to ``factor // n_acc`` that divides ``trips``."""
     u = 1
     while 2 * u * n_acc <= factor and trips % (2 * u) == 0:
@@ -176,7 +181,7 @@ def _factor(trips: int, n_acc: int, factor: int) -> int:
     return u
 
 
-def _jam(loops: list[ir.Operation], accs: list[Accumulator], maps: list[dict],
+def jam(loops: list[ir.Operation], accs: list[Accumulator], maps: list[dict],
          inits: list[ir.Value], here: ir.InsertionPoint, loc: ir.Location,
          copy: Callable[[int, dict, ir.InsertionPoint], list[ir.Value]] | None = None,
          ) -> ir.Operation:
@@ -209,7 +214,7 @@ def _jam(loops: list[ir.Operation], accs: list[Accumulator], maps: list[dict],
 
 
 def _scalar_copy(loops: list[ir.Operation], accs: list[Accumulator]):
-    """``_jam``'s default copy: the innermost body's ops cloned, each accumulator's store
+    """``jam``'s default copy: the innermost body's ops cloned, each accumulator's store
     giving its new value."""
     def copy(k: int, mapping: dict, inner: ir.InsertionPoint) -> list[ir.Value]:
         new = [None] * len(accs)
@@ -218,7 +223,7 @@ def _scalar_copy(loops: list[ir.Operation], accs: list[Accumulator]):
             if acc is not None:
                 new[acc] = mapping.get(op.operands[0], op.operands[0])
             elif not any(op == x.load for x in accs):
-                _clone(op, mapping, inner)
+                clone(op, mapping, inner)
         return new
     return copy
 
@@ -226,19 +231,19 @@ def _scalar_copy(loops: list[ir.Operation], accs: list[Accumulator]):
 def _row_dim(parallel: ir.Operation, d: int, loops: list[ir.Operation],
              accs: list[Accumulator]) -> tuple[int, int] | None:
     """The dimension of the rows: outside ``d``, with more than one iteration
-    (``_blocked_dim``), every accumulator's address moving with it and some buffer the
+    (``blocked_dim``), every accumulator's address moving with it and some buffer the
     reduction reads not (a weight row that rows of x share; attention's heads share nothing,
     so they are not jammed). Among those, the ones that share the weight (``_weight_moves``)
     first, then an even number of iterations (which can be jammed), then the innermost: a
     fused QKV projection's three chunks, or ViT's heads, share x but not the weight, and
     come before the tokens, which share it; ViT's 17 tokens cannot be jammed but can run
     innermost (10-13% on ViT-B and BERT-base against taking the heads)."""
-    ivs, found, outer = parallel.regions[0].blocks[0].arguments, [], _blocked_dim(parallel, d)
+    ivs, found, outer = parallel.regions[0].blocks[0].arguments, [], blocked_dim(parallel, d)
     while outer is not None:
         row = ivs[outer[0]]
         if all(row in list(a.store.operands)[2:] for a in accs) and _shared(loops, accs, row):
             found.append(outer)
-        outer = _blocked_dim(parallel, below=outer[0])
+        outer = blocked_dim(parallel, below=outer[0])
     weight = [dim for dim in found if _weight_moves(loops, accs, ivs[d], ivs[dim[0]])]
     pool = weight or found
     return next((dim for dim in pool if dim[1] % 2 == 0), pool[0] if pool else None)
@@ -259,24 +264,24 @@ def _reads(loops: list[ir.Operation], accs: list[Accumulator]) -> list[list[ir.V
 def _shared(loops: list[ir.Operation], accs: list[Accumulator], row: ir.Value) -> bool:
     """Whether the reduction reads a buffer at an address that moves with a reduction loop
     and is made of induction variables and constants other than ``row``."""
-    ivs = _reduction_ivs(loops)
-    return any(all(isinstance(owner(i), ir.Block) or _constant(i) is not None for i in index)
+    ivs = reduction_ivs(loops)
+    return any(all(isinstance(owner(i), ir.Block) or constant(i) is not None for i in index)
                and row not in index and any(i in ivs for i in index)
                for index in _reads(loops, accs))
 
 
-def _depends(value: ir.Value, iv: ir.Value) -> bool:
+def depends(value: ir.Value, iv: ir.Value) -> bool:
     """Whether ``value`` is ``iv`` or computed from it (a convolution's ``oh * 2 + kh``)."""
     if value == iv:
         return True
     op = owner(value)
-    return not isinstance(op, ir.Block) and any(_depends(v, iv) for v in op.operands)
+    return not isinstance(op, ir.Block) and any(depends(v, iv) for v in op.operands)
 
 
 def slope(value: ir.Value, iv: ir.Value) -> int | None:
     """How far ``value`` (an index) moves when ``iv`` moves by one: 0 when it does not
     depend on ``iv``, None when it is not affine in it (or not computed by ops this knows)."""
-    if not _depends(value, iv):
+    if not depends(value, iv):
         return 0
     if value == iv:
         return 1
@@ -288,7 +293,7 @@ def slope(value: ir.Value, iv: ir.Value) -> int | None:
         return a + b if op.name == "arith.addi" else a - b
     if op.name == "arith.muli":
         for k, other in ((0, 1), (1, 0)):
-            c = _constant(op.operands[k])
+            c = constant(op.operands[k])
             if c is not None:
                 s = slope(op.operands[other], iv)
                 return None if s is None else c * s
@@ -337,18 +342,18 @@ def _weight_moves(loops: list[ir.Operation], accs: list[Accumulator], column: ir
     a weight row per column (nn.Linear's W[j, k]), which running the rows innermost reads
     once for all of them. A convolution's filter does not move with the output column, and
     its input's rows are strided views: those stay as they are."""
-    return any(any(_depends(i, column) for i in op.operands[1:])
-               and not any(_depends(i, row) for i in op.operands[1:])
+    return any(any(depends(i, column) for i in op.operands[1:])
+               and not any(depends(i, row) for i in op.operands[1:])
                for op in _loads(loops, accs))
 
 
-def _row_operand_bytes(loops: list[ir.Operation], accs: list[Accumulator],
+def row_operand_bytes(loops: list[ir.Operation], accs: list[Accumulator],
                        row: ir.Value) -> int:
     """Bytes of the buffers the reduction reads at an address that moves with ``row`` (whole
     buffers, each once; the weight when ``row`` is a column's index); unbounded when one has
     a dynamic shape."""
     buffers = {view_root(op.operands[0]): op.operands[0] for op in _loads(loops, accs)
-               if any(_depends(i, row) for i in list(op.operands)[1:])}
+               if any(depends(i, row) for i in list(op.operands)[1:])}
     if not all(ir.MemRefType(b.type).has_static_shape for b in buffers.values()):
         return 1 << 62
     return sum(memref_bytes(b.type)[2] for b in buffers.values())
@@ -360,14 +365,14 @@ def _column_block(loops: list[ir.Operation], accs: list[Accumulator], iv: ir.Val
     share of W exceeds COLUMN_BLOCK_BYTES, down to 16 columns (a few vectors); ``trips`` (one
     block) when W fits whole or no such count fits (GPT-2's 3072 x 768: 24 columns of 12 KiB
     are past it, so it stays whole)."""
-    column = _row_operand_bytes(loops, accs, iv) / trips
+    column = row_operand_bytes(loops, accs, iv) / trips
     block = trips
     while block * column > COLUMN_BLOCK_BYTES and block % 2 == 0 and block // 2 >= 16:
         block //= 2
     return block if block * column <= COLUMN_BLOCK_BYTES else trips
 
 
-def _swap(parallel: ir.Operation, a: int, b: int) -> None:
+def swap(parallel: ir.Operation, a: int, b: int) -> None:
     """Exchange dimensions ``a`` and ``b`` of ``parallel`` (bounds, steps and induction
     variables): its iterations are independent, so only their order changes."""
     n = len(parallel.regions[0].blocks[0].arguments)
@@ -380,68 +385,68 @@ def _swap(parallel: ir.Operation, a: int, b: int) -> None:
         user.operands[i] = iv
 
 
-def _step(parallel: ir.Operation, d: int, step: int) -> None:
+def set_step(parallel: ir.Operation, d: int, step: int) -> None:
     """Set the step of dimension ``d`` of ``parallel`` (a constant placed before it)."""
     n = len(parallel.regions[0].blocks[0].arguments)
-    parallel.operands[2 * n + d] = _index_constant(step, ir.InsertionPoint(parallel),
+    parallel.operands[2 * n + d] = index_constant(step, ir.InsertionPoint(parallel),
                                                    parallel.location)
 
 
-def _mark_rows(parallel: ir.Operation, r: int) -> None:
+def mark_rows(parallel: ir.Operation, r: int) -> None:
     """Record on the nest how many rows share each read of the operand they share
     (``ROWS_ATTR``): the footprint counter backend models the traffic with it."""
     i64 = ir.IntegerType.get_signless(64)
     parallel.attributes[ROWS_ATTR] = ir.IntegerAttr.get(i64, r)
 
 
-def _add(iv: ir.Value, k: int, here: ir.InsertionPoint, loc: ir.Location) -> ir.Value:
+def add(iv: ir.Value, k: int, here: ir.InsertionPoint, loc: ir.Location) -> ir.Value:
     """``iv + k``."""
-    c = _index_constant(k, here, loc)
+    c = index_constant(k, here, loc)
     with here, loc:
         return ir.Operation.create("arith.addi", results=[ir.IndexType.get()],
                                    operands=[iv, c]).result
 
 
-def _offsets(iv: ir.Value, u: int, here: ir.InsertionPoint, loc: ir.Location) -> list[ir.Value]:
+def offsets(iv: ir.Value, u: int, here: ir.InsertionPoint, loc: ir.Location) -> list[ir.Value]:
     """``iv, iv + 1, ..., iv + u - 1``."""
-    return [iv] + [_add(iv, k, here, loc) for k in range(1, u)]
+    return [iv] + [add(iv, k, here, loc) for k in range(1, u)]
 
 
 def _block(parallel: ir.Operation, factor: int) -> bool:
-    loops, dim = _reduction_loops(parallel), _blocked_dim(parallel)
+    loops, dim = reduction_loops(parallel), blocked_dim(parallel)
     if loops is None or dim is None:
         return False
     (d, trips), body = dim, parallel.regions[0].blocks[0]
     iv = body.arguments[d]
-    accs = _accumulators(loops, iv)
-    if not accs or _factor(trips, len(accs), factor) == 1:
+    accs = find_accumulators(loops, iv)
+    if not accs or largest_factor(trips, len(accs), factor) == 1:
         return False
     # With more than one row, up to ROWS rows share each loaded weight row (a quarter of
     # the weight traffic at 4) and the rest of the factor goes to the columns.
     rows = _row_dim(parallel, d, loops, accs)
-    r = _factor(rows[1], len(accs), min(ROWS, factor // (2 * len(accs)))) if rows else 1
-    u = _factor(trips, len(accs) * r, factor)
+    r = largest_factor(rows[1], len(accs), min(ROWS, factor // (2 * len(accs)))) if rows else 1
+    u = largest_factor(trips, len(accs) * r, factor)
     inner = rows is not None and _weight_moves(loops, accs, iv, body.arguments[rows[0]]) \
-        and _row_operand_bytes(loops, accs, body.arguments[rows[0]]) <= ROW_OPERAND_BYTES
+        and row_operand_bytes(loops, accs, body.arguments[rows[0]]) <= ROW_OPERAND_BYTES
     here, loc = ir.InsertionPoint(loops[0]), loops[0].location
-    cols = _offsets(iv, u, here, loc)
-    lines = _offsets(body.arguments[rows[0]], r, here, loc) if r > 1 else [None]
+    cols = offsets(iv, u, here, loc)
+    lines = offsets(body.arguments[rows[0]], r, here, loc) if r > 1 else [None]
     maps = [{iv: c, **({body.arguments[rows[0]]: line} if line is not None else {})}
             for line in lines for c in cols]
-    inits = [_clone(a.load, dict(m), here).result for a in accs for m in maps]
-    jammed = _jam(loops, accs, maps, inits, here, loc)
+    inits = [clone(a.load, dict(m), here).result for a in accs for m in maps]
+    jammed = jam(loops, accs, maps, inits, here, loc)
     for a, acc in enumerate(accs):
         for k, m in enumerate(maps):
-            _clone(acc.store, {**m, acc.store.operands[0]: jammed.results[a * len(maps) + k]},
+            clone(acc.store, {**m, acc.store.operands[0]: jammed.results[a * len(maps) + k]},
                    here)
     loops[0].erase()
-    _step(parallel, d, u)
+    set_step(parallel, d, u)
     if r > 1:
-        _step(parallel, rows[0], r)
+        set_step(parallel, rows[0], r)
     if inner:  # rows innermost: every row shares each block of weight rows loaded
-        _swap(parallel, d, rows[0])
+        swap(parallel, d, rows[0])
     if r > 1 or inner:
-        _mark_rows(parallel, rows[1] if inner else r)
+        mark_rows(parallel, rows[1] if inner else r)
     return True
 
 
@@ -450,7 +455,7 @@ def _strided(loops: list[ir.Operation], accs: list[Accumulator], iv: ir.Value) -
     loop moves an outer index (``W[k, j]``), and none whose innermost index is a reduction
     loop's while ``iv`` moves an outer one (``W[j, k]``, ``nn.Linear``'s layout, which
     ``_block`` serves)."""
-    ivs, indices = _reduction_ivs(loops), _reads(loops, accs)
+    ivs, indices = reduction_ivs(loops), _reads(loops, accs)
     along_iv = any(ix and ix[-1] == iv and any(i in ivs for i in ix[:-1]) for ix in indices)
     along_k = any(ix and ix[-1] in ivs and iv in ix[:-1] for ix in indices)
     return along_iv and not along_k
@@ -461,25 +466,25 @@ def _interchange(parallel: ir.Operation, min_trips: int = 8) -> bool:
     to ROWS rows in each iteration of the new innermost loop. With its rows' x within
     ROW_OPERAND_BYTES, that loop covers a block of columns (``_column_block``) and the rows
     run inside the blocks: each block of W is read from memory once for every row."""
-    loops, dim = _reduction_loops(parallel), _blocked_dim(parallel)
+    loops, dim = reduction_loops(parallel), blocked_dim(parallel)
     if loops is None or dim is None or dim[1] < min_trips:
         return False
     (d, trips), body = dim, parallel.regions[0].blocks[0]
     iv = body.arguments[d]
-    accs = _accumulators(loops, iv)
+    accs = find_accumulators(loops, iv)
     if not accs or not _strided(loops, accs, iv):
         return False
     here, loc = ir.InsertionPoint(loops[0]), loops[0].location
     rows = _row_dim(parallel, d, loops, accs)
-    r = _factor(rows[1], 1, ROWS) if rows else 1
-    fits = rows is not None and _row_operand_bytes(loops, accs, body.arguments[rows[0]]) \
+    r = largest_factor(rows[1], 1, ROWS) if rows else 1
+    fits = rows is not None and row_operand_bytes(loops, accs, body.arguments[rows[0]]) \
         <= ROW_OPERAND_BYTES
     block = _column_block(loops, accs, iv, trips) if fits else trips
-    lines = _offsets(body.arguments[rows[0]], r, here, loc) if r > 1 else []
+    lines = offsets(body.arguments[rows[0]], r, here, loc) if r > 1 else []
     k_step = _unroll(loops[-1])
     steps = [list(loop.operands)[2] for loop in loops]
     if k_step > 1:  # the innermost reduction loop steps over k_step terms
-        steps[-1] = _index_constant(k_step, here, loc)
+        steps[-1] = index_constant(k_step, here, loc)
     nest = []
     with loc:
         for loop, step in zip(loops, steps, strict=True):
@@ -487,10 +492,10 @@ def _interchange(parallel: ir.Operation, min_trips: int = 8) -> bool:
             nest.append(scf.ForOp(*list(loop.operands)[:2], step, [], ip=ip))
         outer = ir.InsertionPoint(nest[-1].body)  # the reduction's innermost level
         first = ir.InsertionPoint(nest[0])
-        bounds = [_index_constant(v, first, loc) for v in (0, trips, 1)]
+        bounds = [index_constant(v, first, loc) for v in (0, trips, 1)]
         if block < trips:  # from this block's first column, ``block`` of them
-            bounds[:2] = [iv, _add(iv, block, first, loc)]
-        terms = _offsets(nest[-1].induction_variable, k_step, outer, loc)
+            bounds[:2] = [iv, add(iv, block, first, loc)]
+        terms = offsets(nest[-1].induction_variable, k_step, outer, loc)
         nest.append(scf.ForOp(*bounds, [], ip=outer))
     mapping = {loop.regions[0].blocks[0].arguments[0]: new.induction_variable
                for loop, new in zip(loops, nest, strict=False)}
@@ -502,13 +507,13 @@ def _interchange(parallel: ir.Operation, min_trips: int = 8) -> bool:
             with ir.InsertionPoint(level.body):
                 scf.YieldOp([])
     loops[0].erase()
-    _step(parallel, d, block)
+    set_step(parallel, d, block)
     if r > 1:
-        _step(parallel, rows[0], r)
+        set_step(parallel, rows[0], r)
     if block < trips:  # rows innermost: every row shares each block of W read
-        _swap(parallel, d, rows[0])
+        swap(parallel, d, rows[0])
     if r > 1 or block < trips:
-        _mark_rows(parallel, rows[1] if block < trips else r)
+        mark_rows(parallel, rows[1] if block < trips else r)
     return True
 
 
@@ -516,10 +521,10 @@ def _unroll(loop: ir.Operation) -> int:
     """Terms of ``loop`` (the innermost reduction loop of an ``x @ W`` nest) that each
     iteration of the column loop inside it adds: the largest power of two up to TERMS that
     divides its trip count (constant bounds, step 1), else 1."""
-    lb, ub, step = (_constant(v) for v in list(loop.operands)[:3])
+    lb, ub, step = (constant(v) for v in list(loop.operands)[:3])
     if lb is None or ub is None or step != 1:
         return 1
-    return _factor(ub - lb, 1, TERMS)
+    return largest_factor(ub - lb, 1, TERMS)
 
 
 def _columns(loops: list[ir.Operation], accs: list[Accumulator], maps: list[dict],
@@ -529,7 +534,7 @@ def _columns(loops: list[ir.Operation], accs: list[Accumulator], maps: list[dict
     whose operands are the same in every row (the weight row's load) is cloned once, so each
     row of W is read once for every row of x; an op that does not depend on the column (x's
     load, broadcast) goes before the column loop (``hoist``): nothing in the loop writes
-    the buffers it reads (``_accumulators``: an accumulator's buffer is read no other way).
+    the buffers it reads (``find_accumulators``: an accumulator's buffer is read no other way).
     Each row's accumulators are loaded before the first term and stored after the last, and
     between them carried in SSA values: the sums add their terms in the same order."""
     k = loops[-1].regions[0].blocks[0].arguments[0]
@@ -553,7 +558,7 @@ def _columns(loops: list[ir.Operation], accs: list[Accumulator], maps: list[dict
                     m.update(zip(op.results, first[1].results, strict=True))
                     continue
                 moves = a is not None or any(v in varying for v in operands)
-                new = _clone(op, m, inner if moves else hoist)
+                new = clone(op, m, inner if moves else hoist)
                 if moves:
                     varying.update(new.results)
                 first = first or (operands, new)

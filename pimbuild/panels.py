@@ -38,7 +38,7 @@ from torch_mlir import ir
 from torch_mlir.dialects import memref, scf, vector
 
 from pimbuild import mlir
-from pimbuild.codegen import _add, _clone, _constant, _depends, _index_constant, _swap, slope
+from pimbuild.codegen import add, clone, constant, depends, index_constant, slope, swap
 from pimbuild.loops import owner, trip_counts
 
 ROW_BLOCKS = 8  # blocks of rows that read each panel, at least (the copy is one more read)
@@ -72,7 +72,7 @@ def pack(parallel: ir.Operation, column: int, row: int, width: int,
     body = parallel.regions[0].blocks[0]
     ivs = list(body.arguments)
     n = len(ivs)
-    lb, ub, step = (_constant(parallel.operands[k * n + row]) for k in range(3))
+    lb, ub, step = (constant(parallel.operands[k * n + row]) for k in range(3))
     nests = [op.operation for op in body.operations if op.operation.name == "scf.for"]
     if None in (lb, ub, step) or (ub - lb) // step < ROW_BLOCKS or len(nests) != 1 \
             or not _top_level(parallel):
@@ -114,9 +114,9 @@ def _x_dims(parallel: ir.Operation, row_loop: ir.Operation, skip: tuple[int, int
     iv = row_loop.regions[0].blocks[0].arguments[0]
     ivs = parallel.regions[0].blocks[0].arguments
     index = [i for op in mlir.walk(row_loop) if op.name == "memref.load"
-             for i in [list(op.operands)[1:]] if any(_depends(v, iv) for v in i)]
+             for i in [list(op.operands)[1:]] if any(depends(v, iv) for v in i)]
     return [k for k in range(len(ivs)) if k not in skip
-            and any(_depends(v, ivs[k]) for i in index for v in i)]
+            and any(depends(v, ivs[k]) for i in index for v in i)]
 
 
 def _trips(parallel: ir.Operation, dims: list[int]) -> int:
@@ -147,16 +147,16 @@ def _block_rows(parallel: ir.Operation, row: int, column: int, row_loop: ir.Oper
     per_block = (ub - lb) // blocks
     before = ir.InsertionPoint(parallel)
     n = len(parallel.regions[0].blocks[0].arguments)
-    parallel.operands[n + row] = _index_constant(blocks, before, loc)
+    parallel.operands[n + row] = index_constant(blocks, before, loc)
     block = parallel.regions[0].blocks[0].arguments[row]
     here = ir.InsertionPoint(row_loop)
-    size = _index_constant(per_block, here, loc)
+    size = index_constant(per_block, here, loc)
     with here, loc:
         first = ir.Operation.create("arith.muli", results=[ir.IndexType.get()],
                                     operands=[block, size]).result
-    start = _add(first, lb, here, loc) if lb else first
-    row_loop.operands[0], row_loop.operands[1] = start, _add(start, per_block, here, loc)
-    _swap(parallel, row, column)
+    start = add(first, lb, here, loc) if lb else first
+    row_loop.operands[0], row_loop.operands[1] = start, add(start, per_block, here, loc)
+    swap(parallel, row, column)
 
 
 def row_blocks(parallel: ir.Operation) -> int:
@@ -195,7 +195,7 @@ def shares(parallel: ir.Operation, loops: list[ir.Operation], column: int, row: 
         index = list(op.operands)[1:]
         found = _packable(op, parallel, loops, ivs[column], ivs[row], width)
         if found is None:
-            if any(_depends(i, ivs[column]) for i in index[:-1]):
+            if any(depends(i, ivs[column]) for i in index[:-1]):
                 return False  # W[j, k] that no panel holds: vectile cannot tile it
             continue
         deps, _, at = found
@@ -224,7 +224,7 @@ def _chain(loop: ir.Operation) -> list[ir.Operation]:
 def _shape(deps: list[ir.Operation], width: int) -> list[int]:
     """A panel's shape: the trips of the reduction loops its load moves with, then the
     columns."""
-    return [_constant(loop.operands[1]) for loop in deps] + [width]
+    return [constant(loop.operands[1]) for loop in deps] + [width]
 
 
 def _fits(shapes) -> bool:
@@ -257,12 +257,12 @@ def _packable(load: ir.Operation, parallel: ir.Operation, loops: list[ir.Operati
     stand-in it leaves, ``TRANSPOSED_ATTR``), where a panel can hold what it reads and would
     not be contiguous already; else None."""
     buffer, *index = load.operands
-    moving = [at for at, i in enumerate(index) if _depends(i, col)]
+    moving = [at for at, i in enumerate(index) if depends(i, col)]
     kind = load.result.type
     lanes = ir.VectorType(kind).shape[0] if isinstance(kind, ir.VectorType) else 1
     transposed = moving != [len(index) - 1]
     if len(moving) != 1 or mlir.defined_inside(buffer, parallel) \
-            or any(_depends(i, row) for i in index) \
+            or any(depends(i, row) for i in index) \
             or transposed and isinstance(kind, ir.VectorType) \
             and TRANSPOSED_ATTR not in load.attributes:
         return None
@@ -270,9 +270,9 @@ def _packable(load: ir.Operation, parallel: ir.Operation, loops: list[ir.Operati
     if offset is None or offset + lanes > width or lanes == 1 and offset:
         return None  # W[.., j + c] tiled reads W[.., (j + 8) + c]: past what _offset reads
     deps = [loop for loop in loops
-            if any(_depends(i, loop.regions[0].blocks[0].arguments[0]) for i in index)]
-    if not deps or any((_constant(loop.operands[0]), _constant(loop.operands[2])) != (0, 1)
-                       or _constant(loop.operands[1]) is None for loop in deps):
+            if any(depends(i, loop.regions[0].blocks[0].arguments[0]) for i in index)]
+    if not deps or any((constant(loop.operands[0]), constant(loop.operands[2])) != (0, 1)
+                       or constant(loop.operands[1]) is None for loop in deps):
         return None
     if not transposed and _contiguous_panel(load, deps[-1], width):
         return None
@@ -286,7 +286,7 @@ def _offset(index: ir.Value, col: ir.Value) -> int | None:
     op = owner(index)
     if isinstance(op, ir.Block) or op.name != "arith.addi" or op.operands[0] != col:
         return None
-    return _constant(op.operands[1])
+    return constant(op.operands[1])
 
 
 def _contiguous_panel(load: ir.Operation, loop: ir.Operation, width: int) -> bool:
@@ -306,7 +306,7 @@ def _run_rows(parallel: ir.Operation, row: int, bounds: tuple[int, int, int],
     n = len(body.arguments)
     ops = [op.operation for op in body.operations]
     here = ir.InsertionPoint(ops[0])
-    lb, ub, step = (_index_constant(v, here, loc) for v in bounds)
+    lb, ub, step = (index_constant(v, here, loc) for v in bounds)
     with loc:
         loop = scf.ForOp(lb, ub, step, ip=here)
         with ir.InsertionPoint(loop.body):
@@ -317,9 +317,9 @@ def _run_rows(parallel: ir.Operation, row: int, bounds: tuple[int, int, int],
     for use in list(iv.uses):
         use.owner.operands[use.operand_number] = loop.induction_variable
     before = ir.InsertionPoint(parallel)
-    parallel.operands[row] = _index_constant(0, before, loc)
-    parallel.operands[n + row] = _index_constant(1, before, loc)
-    parallel.operands[2 * n + row] = _index_constant(1, before, loc)
+    parallel.operands[row] = index_constant(0, before, loc)
+    parallel.operands[n + row] = index_constant(1, before, loc)
+    parallel.operands[2 * n + row] = index_constant(1, before, loc)
     return loop.operation
 
 
@@ -344,13 +344,13 @@ def _copy(panel: ir.Value, deps: list[ir.Operation], loads: list, ivs: list[ir.V
         if at == len(index) - 1:
             with ip, loc:
                 value = vector.LoadOp(load.result.type, load.operands[0], index).result
-                vector.StoreOp(value, panel, at_k + [_index_constant(offset, ip, loc)])
+                vector.StoreOp(value, panel, at_k + [index_constant(offset, ip, loc)])
             continue
         for lane in range(ir.VectorType(load.result.type).shape[0]):
-            moved = index[:at] + [_add(index[at], lane, ip, loc)] + index[at + 1:]
+            moved = index[:at] + [add(index[at], lane, ip, loc)] + index[at + 1:]
             with ip, loc:
                 value = memref.LoadOp(load.operands[0], moved).result
-                memref.StoreOp(value, panel, at_k + [_index_constant(offset + lane, ip, loc)])
+                memref.StoreOp(value, panel, at_k + [index_constant(offset + lane, ip, loc)])
 
 
 def _materialize(value: ir.Value, mapping: dict, ip: ir.InsertionPoint,
@@ -364,7 +364,7 @@ def _materialize(value: ir.Value, mapping: dict, ip: ir.InsertionPoint,
     op = owner(value)
     for v in op.operands:
         _materialize(v, mapping, ip, scope)
-    _clone(op, mapping, ip)
+    clone(op, mapping, ip)
     return mapping[value]
 
 
@@ -374,6 +374,6 @@ def _redirect(load: ir.Operation, panel: ir.Value, ivs: list[ir.Value], offset: 
     here = ir.InsertionPoint(load)
     with loc:
         new = vector.LoadOp(load.result.type, panel,
-                            [*ivs, _index_constant(offset, here, loc)], ip=here).result
+                            [*ivs, index_constant(offset, here, loc)], ip=here).result
     load.result.replace_all_uses_with(new)
     load.erase()

@@ -28,7 +28,7 @@ from torch_mlir import ir
 from torch_mlir.dialects import memref, scf
 
 from pimbuild import codegen, mlir, panels
-from pimbuild.codegen import _index_constant
+from pimbuild.codegen import index_constant
 from pimbuild.loops import trip_counts, view_root
 
 MIN_BYTES = codegen.ROW_OPERAND_BYTES  # operands smaller than this are left as they are
@@ -52,10 +52,10 @@ def relayout(module: ir.Module) -> int:
 
 
 def _relayout(parallel: ir.Operation) -> int:
-    loops = codegen._reduction_loops(parallel)
+    loops = codegen.reduction_loops(parallel)
     if loops is None:
         return 0
-    reductions = codegen._reduction_ivs(loops)
+    reductions = codegen.reduction_ivs(loops)
     parallels = list(parallel.regions[0].blocks[0].arguments)
     body = [op.operation for op in loops[-1].regions[0].blocks[0].operations]
     written = _written(parallel)
@@ -147,8 +147,8 @@ def _copy(buffer: ir.Value, order: list[int], parallel: ir.Operation) -> ir.Valu
     with loc:
         kind = ir.MemRefType.get([shape[d] for d in order], ir.F32Type.get())
         copy = memref.AllocOp(kind, [], [], ip=here).result
-    zero, one = _index_constant(0, here, loc), _index_constant(1, here, loc)
-    bounds = [_index_constant(n, here, loc) for n in shape]
+    zero, one = index_constant(0, here, loc), index_constant(1, here, loc)
+    bounds = [index_constant(n, here, loc) for n in shape]
     ivs, ip = [], here
     for n in bounds:
         with loc:

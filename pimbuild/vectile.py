@@ -35,7 +35,7 @@ from torch_mlir import ir
 from torch_mlir.dialects import arith, vector
 
 from pimbuild import codegen, panels
-from pimbuild.codegen import Accumulator, _add, _blocked_dim, _constant, _depends, _factor, slope
+from pimbuild.codegen import Accumulator, add, blocked_dim, constant, depends, largest_factor, slope
 
 LANES = 8  # f32 lanes of a 256-bit register (AVX2)
 VECTORS = 2  # vectors of columns per row of the tile, where the columns divide by them
@@ -81,7 +81,7 @@ def _plan(loops: list[ir.Operation], accs: list[Accumulator],
     acc_ops = [a.load for a in accs] + [a.store for a in accs]
     if any(ir.MemRefType(a.store.operands[1].type).element_type != f32
            or list(a.store.operands)[-1] != col or not _contiguous(a.store.operands[1])
-           or any(_depends(i, col) for i in list(a.store.operands)[2:-1]) for a in accs):
+           or any(depends(i, col) for i in list(a.store.operands)[2:-1]) for a in accs):
         return None
     slopes, varying = {}, {a.load.result for a in accs}
     for n, op in enumerate(ops):
@@ -93,7 +93,7 @@ def _plan(loops: list[ir.Operation], accs: list[Accumulator],
         if op.name == "memref.load":
             *outer, inner = operands[1:] or [None]
             s = slope(inner, col) if inner is not None else 0
-            moving = [i for i in outer if _depends(i, col)]
+            moving = [i for i in outer if depends(i, col)]
             if s == 0 and len(moving) == 1 and slope(moving[0], col) == 1 and PACK:
                 s = TRANSPOSED  # nn.Linear's W[j, k]: only from a panel (``_tile``)
             elif moving or s not in (0, 1, 2):
@@ -107,7 +107,7 @@ def _plan(loops: list[ir.Operation], accs: list[Accumulator],
             if op.name not in FLOAT_OPS or op.results[0].type != f32:
                 return None
             varying.update(op.results)
-        elif any(_depends(r, col) and not isinstance(r.type, ir.IndexType)
+        elif any(depends(r, col) and not isinstance(r.type, ir.IndexType)
                  for r in op.results):
             return None  # a value that moves with the column but is not an address
     return slopes
@@ -115,20 +115,20 @@ def _plan(loops: list[ir.Operation], accs: list[Accumulator],
 
 def _row_dim(parallel: ir.Operation, d: int, loops: list[ir.Operation],
              accs: list[Accumulator], slopes: dict[int, int]) -> tuple[int, int] | None:
-    """The rows of the tile: an outer dimension (``_blocked_dim``) that every accumulator's
+    """The rows of the tile: an outer dimension (``blocked_dim``) that every accumulator's
     address moves with and some vector load does not (its vector then serves every row),
     the innermost such one; else one that some broadcast does not move with (a depthwise
     convolution's output rows share its filter value)."""
     ivs = parallel.regions[0].blocks[0].arguments
     ops = [op.operation for op in loops[-1].regions[0].blocks[0].operations]
-    dims, dim = [], _blocked_dim(parallel, d)
+    dims, dim = [], blocked_dim(parallel, d)
     while dim is not None:
         if all(ivs[dim[0]] in list(a.store.operands)[2:] for a in accs):
             dims.append(dim)
-        dim = _blocked_dim(parallel, below=dim[0])
+        dim = blocked_dim(parallel, below=dim[0])
     for shared in ([n for n, s in slopes.items() if s], list(slopes)):
         for dim in dims:
-            if any(not any(_depends(i, ivs[dim[0]]) for i in list(ops[n].operands)[1:])
+            if any(not any(depends(i, ivs[dim[0]]) for i in list(ops[n].operands)[1:])
                    for n in shared):
                 return dim
     return None
@@ -144,7 +144,7 @@ def _column(parallel: ir.Operation, loops: list[ir.Operation]) -> tuple[int, int
     if store is None or len(store.operands) < 3 or store.operands[-1] not in ivs:
         return None
     d, n = ivs.index(store.operands[-1]), len(ivs)
-    lb, ub, step = (_constant(parallel.operands[k * n + d]) for k in range(3))
+    lb, ub, step = (constant(parallel.operands[k * n + d]) for k in range(3))
     return (d, ub) if (lb, step) == (0, 1) and ub is not None and ub > 1 else None
 
 
@@ -161,13 +161,13 @@ def _lanes(trips: int) -> tuple[int | None, int]:
 
 
 def _tile(parallel: ir.Operation) -> bool:
-    loops = codegen._reduction_loops(parallel)
+    loops = codegen.reduction_loops(parallel)
     dim = _column(parallel, loops) if loops is not None else None
     if dim is None:
         return False
     (d, trips), body = dim, parallel.regions[0].blocks[0]
     col = body.arguments[d]
-    accs = codegen._accumulators(loops, col)
+    accs = codegen.find_accumulators(loops, col)
     slopes = _plan(loops, accs, col) if accs else None
     lanes, tail = _lanes(trips)
     if slopes is None or lanes is None:
@@ -177,11 +177,11 @@ def _tile(parallel: ir.Operation) -> bool:
     if transposed and (d != last or tail or lanes < LANES):
         return False  # vectors of 4 (1020 keys): q @ k.T ran 2.15x its time so
     if d != last:  # the columns innermost (a depthwise convolution's channels were)
-        codegen._swap(parallel, d, last)
+        codegen.swap(parallel, d, last)
         d, col = last, body.arguments[last]
     v = -(-trips // lanes) if tail else VECTORS if trips % (VECTORS * lanes) == 0 else 1
     rows = _row_dim(parallel, d, loops, accs, slopes)
-    r = _factor(rows[1], 1, TILE // v) if rows else 1
+    r = largest_factor(rows[1], 1, TILE // v) if rows else 1
     while not tail and r * v < TILE and trips % (2 * v * lanes) == 0:
         v *= 2  # few rows (a decode step's heads): more vectors, as many sums in flight
     packs = rows is not None and PACK and not tail and panels.shares(
@@ -190,29 +190,29 @@ def _tile(parallel: ir.Operation) -> bool:
         r, v = _twelve(parallel, loops, d, rows, trips, lanes) or (r, v)
     if transposed and not packs:
         return False  # its vectors exist only in a panel
-    row_bytes = codegen._row_operand_bytes(loops, accs, body.arguments[rows[0]]) \
+    row_bytes = codegen.row_operand_bytes(loops, accs, body.arguments[rows[0]]) \
         if rows is not None else 0
     inner = rows is not None and (row_bytes <= codegen.ROW_OPERAND_BYTES or packs)
     here, loc = ir.InsertionPoint(loops[0]), loops[0].location
-    cols = [col] + [_add(col, k * lanes, here, loc) for k in range(1, v)]
-    lines = codegen._offsets(body.arguments[rows[0]], r, here, loc) if r > 1 else [None]
+    cols = [col] + [add(col, k * lanes, here, loc) for k in range(1, v)]
+    lines = codegen.offsets(body.arguments[rows[0]], r, here, loc) if r > 1 else [None]
     maps = [{col: c, **({body.arguments[rows[0]]: line} if line is not None else {})}
             for line in lines for c in cols]
     masks = [tail if tail and k % v == v - 1 else None for k in range(len(maps))]
     _Emitter(loops, accs, slopes, lanes, loc).emit(maps, masks, here)
     loops[0].erase()
-    codegen._step(parallel, d, min(v * lanes, trips))
+    codegen.set_step(parallel, d, min(v * lanes, trips))
     if r > 1:
-        codegen._step(parallel, rows[0], r)
+        codegen.set_step(parallel, rows[0], r)
     if inner:  # rows innermost: each block of vectors loaded serves every row
-        codegen._swap(parallel, d, rows[0])
+        codegen.swap(parallel, d, rows[0])
         if PACK and not tail:
             panels.pack(parallel, column=rows[0], row=d, width=v * lanes, row_bytes=row_bytes)
     if transposed and panels.standins(parallel):
         raise RuntimeError("vectile: W[j, k]'s vectors got no panel (panels.shares said "
                            "they would)")
     if r > 1 or inner:  # the rows each read of the shared operand serves
-        codegen._mark_rows(parallel, rows[1] // panels.row_blocks(parallel) if inner else r)
+        codegen.mark_rows(parallel, rows[1] // panels.row_blocks(parallel) if inner else r)
     return True
 
 
@@ -245,7 +245,7 @@ class _Emitter:
         its vectors use when fewer than all (masked loads and stores), else None."""
         inits = [self._load_vector(a.load, dict(m), here, 1, mask)
                  for a in self.accs for m, mask in zip(maps, masks, strict=True)]
-        nest = codegen._jam(self.loops, self.accs, maps, inits, here, self.loc,
+        nest = codegen.jam(self.loops, self.accs, maps, inits, here, self.loc,
                             lambda k, mapping, ip: self._body(mapping, ip, masks[k]))
         for a, acc in enumerate(self.accs):
             for k, m in enumerate(maps):
@@ -293,7 +293,7 @@ class _Emitter:
                 return list(ir.Operation.create(op.name, results=[self.vector],
                                                 operands=operands,
                                                 attributes=attributes).results)
-        return list(codegen._clone(op, dict(mapping), ip).results)
+        return list(codegen.clone(op, dict(mapping), ip).results)
 
     def _load_vector(self, load: ir.Operation, mapping: dict, ip: ir.InsertionPoint,
                      stride: int, mask: int | None) -> ir.Value:

@@ -256,7 +256,7 @@ def test_rows_run_in_blocks_where_x_is_past_the_bound_and_the_panel_small(
     assert vectile.tile(module) == 1 and panels.packed(module) == 1
     nest = next(op for op in mlir.walk(module.operation) if panels.PANELS_ATTR in op.attributes)
     assert panels.row_blocks(nest) == blocks and rows_attr(module) == [96 // blocks]
-    upper = [codegen._constant(v) for v in list(nest.operands)[2:4]]
+    upper = [codegen.constant(v) for v in list(nest.operands)[2:4]]
     assert upper == ([blocks, 32] if blocks > 1 else [32, 1])  # row blocks outside columns
     rng = np.random.default_rng(blocks)
     x, w = rng.standard_normal((96, 16)).astype(np.float32), \

@@ -38,7 +38,9 @@ from pimbuild.targets.gpus.target import GpuTarget
 NAME = "profile"
 READS = ("extract",)
 WRITES = ("kernel_times.csv", "profile.json")
-BACKENDS = ("roofline", "fitted", "table", "cuda")
+# the kernel-time backends (profile.backend with system=gpus; the PIM target's counter
+# backends are a registry, pimbuild.targets.pim.counters.BACKENDS)
+KERNEL_TIME_BACKENDS = ("roofline", "fitted", "table", "cuda")
 
 
 @dataclass(frozen=True)
@@ -52,9 +54,9 @@ class Params:
 
 def params(cfg: DictConfig) -> Params:
     backend = "fitted" if cfg.profile.backend == "auto" else cfg.profile.backend
-    if backend not in BACKENDS:
+    if backend not in KERNEL_TIME_BACKENDS:
         raise ConfigError(f"profile.backend '{backend}' is not a kernel-time backend of "
-                          f"system=gpus (choices: auto, {', '.join(BACKENDS)})")
+                          f"system=gpus (choices: auto, {', '.join(KERNEL_TIME_BACKENDS)})")
     target = GpuTarget.from_config(cfg)
     fit, found = "", ()
     if backend in ("fitted", "table"):
