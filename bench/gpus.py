@@ -31,7 +31,7 @@ from common import quiet_build  # noqa: E402
 from pimbuild.cli import CONFIG_MODULE  # noqa: E402
 from pimbuild.config import register_configs  # noqa: E402
 from pimbuild.console import console  # noqa: E402
-from pimbuild.targets.gpus import cost, ddg, simulate, workload  # noqa: E402
+from pimbuild.targets.gpus import baselines, cost, ddg, workload  # noqa: E402
 from pimbuild.targets.gpus.planners import PlanContext, place, throughput, unrolled  # noqa: E402
 from pimbuild.targets.gpus.target import GpuTarget  # noqa: E402
 
@@ -71,17 +71,17 @@ def loaded(model: str, pair: tuple[str, ...], store: Path, run: Path, target_sta
     return target, data, ctx, placement, stages
 
 
-def unit_of(data: dict) -> simulate.Unit:
-    return simulate.Unit(data["layers"], data["tokens"], data["unit"],
+def unit_of(data: dict) -> baselines.Unit:
+    return baselines.Unit(data["layers"], data["tokens"], data["unit"],
                          data["forwards_per_request"])
 
 
-def period_evaluate(one: PlanContext, placement: dict, unit: simulate.Unit, price: float
+def period_evaluate(one: PlanContext, placement: dict, unit: baselines.Unit, price: float
                     ) -> dict:
     """A placement of ``placement["period"]`` layers (``--set gpus.period=...``) evaluated
     on one layer's graph unrolled as decide placed it."""
     period = placement.get("period", 1)
-    return simulate.evaluate(unrolled(one, period), placement["place"],
+    return baselines.evaluate(unrolled(one, period), placement["place"],
                              replace(unit, period=period), price)
 
 
@@ -96,7 +96,7 @@ def pairs_table(store: Path, tmp: Path) -> list[dict]:
                 unit = unit_of(data)
                 price = sum(d.price_per_hour for d in target.devices)
                 planned = period_evaluate(ctx, placement, unit, price)
-                base = simulate.baselines(ctx, list(target.devices), unit)
+                base = baselines.baselines(ctx, list(target.devices), unit)
                 t = ctx.times
                 faster = [k for k, row in enumerate(t) if row[1] < row[0]]
                 rows.append({"pair": "+".join(pair), "model": model, "policy": policy,
@@ -126,13 +126,13 @@ def periods_table(store: Path, tmp: Path) -> list[dict]:
             if unit.layers < 2:
                 continue
             price = sum(d.price_per_hour for d in target.devices)
-            base = simulate.baselines(one, list(target.devices), unit)
+            base = baselines.baselines(one, list(target.devices), unit)
             for period in sorted({p for p in (*PERIODS, unit.layers) if unit.layers % p == 0}):
                 ctx = replace(unrolled(one, period), time_limit_s=30.0, incumbent=True)
                 began = time.perf_counter()
                 plan = place("throughput", ctx)
                 seconds = time.perf_counter() - began
-                r = simulate.evaluate(ctx, plan.place, replace(unit, period=period), price)
+                r = baselines.evaluate(ctx, plan.place, replace(unit, period=period), price)
                 rows.append({"pair": "+".join(pair), "model": model, "layers": unit.layers,
                              "period": period, "kernels": len(ctx.graph.kernels),
                              "throughput": r["throughput"], "unit": unit.label,

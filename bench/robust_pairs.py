@@ -21,7 +21,7 @@ from common import write_json  # noqa: E402
 from gpus import MODELS, PAIRS, loaded, period_evaluate, unit_of  # noqa: E402
 
 from pimbuild.config import register_configs  # noqa: E402
-from pimbuild.targets.gpus import kernelmodel, robust, simulate  # noqa: E402
+from pimbuild.targets.gpus import baselines, kernelmodel, robust  # noqa: E402
 
 BASELINES = ("request distribution", "AF disaggregation", "layer pipeline")
 
@@ -49,11 +49,11 @@ def main() -> None:
                 unit = unit_of(data)
                 price = sum(d.price_per_hour for d in devices)
                 planned = period_evaluate(ctx, placement, unit, price)
-                base = simulate.baselines(ctx, devices, unit)
+                base = baselines.baselines(ctx, devices, unit)
                 over = {k: planned["throughput"] / v["throughput"] for k, v in base.items()}
                 holds = robust.survival(ctx, ctx, placement["place"], devices,
                                         replace(unit, period=1), band, args.samples,
-                                        simulate.evaluate, simulate.baselines)
+                                        baselines.evaluate, baselines.baselines)
                 rows.append({"pair": "+".join(pair), "model": model, "speedup_over": over,
                              "holds": holds})
                 cells = [f"{over[b]:.2f}x ({holds[b]:.0%})" if b in over else "n/a"

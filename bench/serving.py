@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from gpus import loaded  # noqa: E402
 
 from pimbuild.console import console  # noqa: E402
-from pimbuild.targets.gpus import serving  # noqa: E402
+from pimbuild.targets.gpus import serving, serving_systems  # noqa: E402
 from pimbuild.targets.gpus.arrivals import Request, offline, poisson  # noqa: E402
 
 DEVICES = ["a100", "l40s"]  # --devices
@@ -56,7 +56,7 @@ def setup(store: Path, tmp: Path, link: str = "rdma200") -> dict:
         gpus.EXTRA[:] = saved
     pre = (pre_ctx, pre_pl["place"], pre_data)
     dec = (dec_ctx, dec_pl["place"], dec_data)
-    return {"systems": serving.systems(pre, dec, list(target.devices), "throughput", True),
+    return {"systems": serving_systems.systems(pre, dec, list(target.devices), "throughput", True),
             "kv": serving.kv_map(pre_data, dec_data), "link": dec_ctx.link,
             "batch": dec_data["tokens"], "prompt": pre_data["prompt"]}
 

@@ -76,7 +76,7 @@ def store_entries(store: Path) -> list[Path]:
 
 # What every command-line build in the tests adds unless it says otherwise: B_cpu's
 # calibration accepts a spread the loaded test machine can give (a build that refuses an
-# unstable B_cpu is tested on its own, in tests/test_profile.py).
+# unstable B_cpu is tested on its own, in tests/targets/pim/test_profile.py).
 CLI_DEFAULTS = ["platform.calibration_max_spread=0.5"]
 
 

@@ -6,6 +6,8 @@ import hashlib
 import json
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import store_entries
 
 SMALL = ["model=relu", "model.size.n=256", "profile.backend=timer", "profile.repetitions=3",
@@ -13,6 +15,7 @@ SMALL = ["model=relu", "model.size.n=256", "profile.backend=timer", "profile.rep
 ALL = ["lower", "extract", "runtime", "calibrate", "instrument", "profile"]
 
 
+@pytest.mark.slow
 def test_second_identical_run_executes_nothing(run_build) -> None:
     first = run_build(SMALL)
     assert first.executed == ALL
@@ -29,6 +32,7 @@ def test_pim_cores_change_reruns_neither_lower_nor_extract(run_build) -> None:
     assert again.manifest["stages"] == first.manifest["stages"]
 
 
+@pytest.mark.slow
 def test_fusion_change_reruns_lower_and_extract(run_build) -> None:
     softmax = ["model=softmax", "model.size.rows=4", "model.size.cols=64",
                "profile.backend=timer", "profile.repetitions=3", "stages=[profile]"]
@@ -40,6 +44,7 @@ def test_fusion_change_reruns_lower_and_extract(run_build) -> None:
         assert changed.manifest["stages"][stage]["key"] != first.manifest["stages"][stage]["key"]
 
 
+@pytest.mark.slow
 def test_register_block_change_reruns_code_generation_only(run_build) -> None:
     first = run_build(SMALL)
     changed = run_build([*SMALL, "lowering.register_block=1"])

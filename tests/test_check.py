@@ -118,6 +118,7 @@ def test_judge_narrow_types_get_the_wider_multiplier() -> None:
     assert verdict["fp64"]["multiplier"] == NARROW_MULTIPLIER and verdict["passed"]
 
 
+@pytest.mark.slow
 def test_a_program_closer_to_float64_than_eager_passes(run_build, monkeypatch, capsys) -> None:
     """Where eager's own result is off (here made so), the program is held to a float64 run
     of the model: no further from it than eager, it passes, and the run says how."""
@@ -156,6 +157,7 @@ def test_a_model_without_a_float64_run_fails_saying_so(run_build, monkeypatch) -
                    "model.size={n:64}", "profile.backend=timer", "policy=oracle"])
 
 
+@pytest.mark.slow
 def test_outputs_of_every_supported_dtype_go_through_every_stage(run_build) -> None:
     result = run_build(["model=relu", "model.recipe=tests.odd_recipes:mixed_dtypes",
                         "model.size={n:64}", "profile.backend=timer",
@@ -166,6 +168,7 @@ def test_outputs_of_every_supported_dtype_go_through_every_stage(run_build) -> N
     assert check["check"]["max_rel_error"] <= RTOL
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("recipe", ["tensor_constant", "empty_output", "with_nan",
                                     "only_empty", "running_sum", "scatter_rows",
                                     "sorted_values", "cached_step", "nested_outputs",
@@ -191,6 +194,7 @@ def test_tm_tensor_ir_parses_again(run_build) -> None:
     assert "tm_tensor.scan" in mlir.asm(mlir.parse_file(linalg))
 
 
+@pytest.mark.slow
 def test_bfloat16_arithmetic_is_emulated_in_float32(run_build) -> None:
     """No bf16 arithmetic or truncation to bf16 reaches LLVM, which would call compiler-rt's
     __truncsfbf2 / __truncdfbf2 on a host without AVX512-BF16 (and always in valgrind's
@@ -217,7 +221,7 @@ def test_a_lowering_that_differs_from_eager_is_told_from_the_partition(
 
     from pimbuild import frontend
 
-    monkeypatch.setattr(frontend, "decompositions", get_decomposition_table)
+    monkeypatch.setattr(frontend.exported, "decompositions", get_decomposition_table)
     with pytest.raises(StageError, match=r"against the model run in float64 the program's "
                                          r"error is .* and eager's own .*; the lowered program "
                                          r"before partitioning already differs by .*, so the "
@@ -235,6 +239,7 @@ def test_run_time_assertions_are_dropped_and_recorded(run_build) -> None:
     assert "cf.assert" not in (lower / "scf.mlir").read_text()
 
 
+@pytest.mark.slow
 def test_training_mode_is_recorded_and_said(run_build, capsys) -> None:
     """pimbuild builds the inference forward (``eval()``): a model left in training mode with
     layers that compute otherwise there is told so, and its check is against eager in

@@ -23,6 +23,7 @@ PROJECTIONS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("model", sorted(SMALL))
 def test_small_layer_pipeline(run_build, model: str) -> None:
     result = run_build([f"model={model}", *SMALL[model]])

@@ -285,7 +285,7 @@ def test_recipe_in_a_module_without_source(run_build, store: Path, tmp_path: Pat
     ("sim.cores_sweep=[32,-1]", r"sim.cores_sweep must be >= 1 \(got -1\)"),
     ("lowering.register_block_candidates=[]",
      r"lowering.register_block_candidates is empty: name at least one"),
-    ("stages=[]", r"targets is empty"),
+    ("stages=[]", r"stages is empty"),
     ("profile.auto=[]", r"profile.auto is empty"),
 ])
 def test_out_of_range_value_fails_before_any_stage(run_build, store: Path, override: str,
@@ -350,6 +350,7 @@ def test_ctrl_c_while_hydra_composes_is_one_line_and_exit_130() -> None:
     assert "Traceback" not in proc.stderr
 
 
+@pytest.mark.slow
 def test_ctrl_c_during_an_import_waits_until_the_import_is_over(tmp_path: Path) -> None:
     """Torch is imported inside the first stage: an interrupt that comes while a module is
     imported is raised once its import is over (``cli.on_interrupt``), never inside the

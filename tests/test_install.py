@@ -73,7 +73,7 @@ def test_non_editable_install_runs_from_another_directory(tmp_path: Path) -> Non
     assert (site / "pimbuild" / "conf" / "model" / "softmax.yaml").is_file()
     assert (site / "pimbuild" / "tasks" / "graph.py").is_file()
     for data in ("kernel_model.json", "measured_ops.csv.gz", "devices.csv"):  # the GPU fit's
-        assert (site / "pimbuild" / "gpus" / "data" / data).is_file()
+        assert (site / "pimbuild" / "targets" / "gpus" / "data" / data).is_file()
     assert not (site / "tasks").exists() and not (site / "recipes").exists()
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()

@@ -74,7 +74,7 @@ def test_stopped_before_completing_its_start_it_says_so_and_the_planner_keeps_th
 
     from pimbuild.targets.gpus import cost
     from pimbuild.targets.gpus.planners import PlanContext, place
-    from tests.test_gpus import LINK, random_graph
+    from tests.targets.gpus.test_gpus import LINK, random_graph
 
     m = split([3, 5, 7, 8, 9, 11])
     start = {col: 1.0 for col in range(1, 4)} | {col: 0.0 for col in range(4, 7)}

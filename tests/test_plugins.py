@@ -9,6 +9,8 @@ import subprocess
 import sys
 from types import SimpleNamespace
 
+import pytest
+
 from pimbuild.targets.pim.counters import BACKENDS, CounterRun
 from pimbuild.targets.pim.policies import POLICIES, Decision, Placement, PolicyContext
 from tests.conftest import artifact_dir
@@ -25,6 +27,7 @@ def largest_only(ctx: PolicyContext) -> Placement:
                  f"T_cpu {n.t_cpu_s:.3g} s") for n in ctx.nests])
 
 
+@pytest.mark.slow
 def test_a_policy_defined_in_a_test_is_one_registration(run_build) -> None:
     POLICIES.register("largest_only", largest_only)
     try:
@@ -53,6 +56,7 @@ def _every_nest_streams(run: CounterRun) -> list[dict]:
              "counts": {"offcore_data_rd": 10**9}} for c in run.program.candidates]
 
 
+@pytest.mark.slow
 def test_a_counter_backend_defined_in_a_test_feeds_the_rule(run_build) -> None:
     BACKENDS.register("fixed", SimpleNamespace(available=lambda run: (True, "always"),
                                                count=_every_nest_streams))

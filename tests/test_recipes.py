@@ -120,28 +120,28 @@ def test_full_fusion_matches_eager(tmp_path: Path, model: str, nests: int) -> No
     ((2, 2, 96), [1, 2], False, None),  # both at once: blocks of the long one too
 ])
 def test_long_sums_are_summed_in_levels(monkeypatch, shape, dims, keepdim, dtype) -> None:
-    # frontend._long_sum with its bounds made small: the same sums in levels, each fewer
+    # frontend.decompose._long_sum with its bounds made small: the same sums in levels, each fewer
     # than LONG_SUM terms; short sums, integers and a long dimension no block divides are
     # torch-mlir's own.
-    monkeypatch.setattr(frontend, "LONG_SUM", 32)
-    monkeypatch.setattr(frontend, "SUM_BLOCK", 8)
+    monkeypatch.setattr(frontend.decompose, "LONG_SUM", 32)
+    monkeypatch.setattr(frontend.decompose, "SUM_BLOCK", 8)
     x = torch.rand(shape, dtype=torch.float64)
-    got = frontend._long_sum(x, dims, keepdim, dtype=dtype)
+    got = frontend.decompose._long_sum(x, dims, keepdim, dtype=dtype)
     assert got is not NotImplemented
     want = x.sum(dim=dims if dims is not None else list(range(x.ndim)), keepdim=keepdim,
                  dtype=dtype)
     assert got.shape == want.shape and got.dtype == want.dtype
     torch.testing.assert_close(got, want)
-    mean = frontend._long_mean(x, dims, keepdim, dtype=dtype)
+    mean = frontend.decompose._long_mean(x, dims, keepdim, dtype=dtype)
     torch.testing.assert_close(mean, x.mean(dim=dims if dims is not None else None,
                                             keepdim=keepdim, dtype=dtype)
                                if dims is not None else x.mean().reshape(want.shape))
-    assert frontend._long_sum(torch.rand(31), [0]) is NotImplemented  # short
-    assert frontend._long_sum(torch.rand(37), [0]) is NotImplemented  # a prime length
+    assert frontend.decompose._long_sum(torch.rand(31), [0]) is NotImplemented  # short
+    assert frontend.decompose._long_sum(torch.rand(37), [0]) is NotImplemented  # a prime length
     odd = torch.rand(35, dtype=torch.float64)  # in blocks of 7, the largest that divides 35
-    torch.testing.assert_close(frontend._long_sum(odd, [0]), odd.sum(0))
-    assert frontend._block(35) == 7 and frontend._block(37) is None
-    assert frontend._long_sum(torch.ones(64, dtype=torch.int64), [0]) is NotImplemented
+    torch.testing.assert_close(frontend.decompose._long_sum(odd, [0]), odd.sum(0))
+    assert frontend.decompose._block(35) == 7 and frontend.decompose._block(37) is None
+    assert frontend.decompose._long_sum(torch.ones(64, dtype=torch.int64), [0]) is NotImplemented
 
 
 @pytest.mark.parametrize("recipe", ["long_sums", "long_scans"])

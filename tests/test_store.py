@@ -31,6 +31,7 @@ def _report(result) -> dict:
     return json.loads((artifact_dir(result, "simulate") / "report.json").read_text())
 
 
+@pytest.mark.slow
 def test_edited_artifact_is_rebuilt_not_used(run_build) -> None:
     first = run_build(SMALL)
     candidates = artifact_dir(first, "extract") / "candidates.json"
@@ -45,6 +46,7 @@ def test_edited_artifact_is_rebuilt_not_used(run_build) -> None:
     assert _report(second) == _report(first)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("stage", "name"), [("lower", "scf.mlir"),
                                              ("extract", "candidates.json"),
                                              ("profile", "timing.csv"),
@@ -68,6 +70,7 @@ def test_deleted_file_is_repaired(run_build, stage: str, name: str) -> None:
             assert second.repaired[s] == f"its input {changed[0]} changed since it was built"
 
 
+@pytest.mark.slow
 def test_same_size_same_time_edit_is_caught_with_verify(run_build) -> None:
     first = run_build(SMALL)
     scf = artifact_dir(first, "lower") / "scf.mlir"
@@ -81,6 +84,7 @@ def test_same_size_same_time_edit_is_caught_with_verify(run_build) -> None:
     assert scf.read_text() == text
 
 
+@pytest.mark.slow
 def test_folder_without_marker_is_rebuilt(run_build, store: Path) -> None:
     first = run_build(SMALL)
     (artifact_dir(first, "instrument") / ".complete").unlink()
@@ -88,6 +92,7 @@ def test_folder_without_marker_is_rebuilt(run_build, store: Path) -> None:
     assert second.repaired == {"instrument": "no completion marker"}
 
 
+@pytest.mark.slow
 def test_deleted_or_copied_doit_database_misreports_nothing(run_build, store: Path,
                                                            tmp_path: Path) -> None:
     run_build(SMALL)
@@ -103,6 +108,7 @@ def test_deleted_or_copied_doit_database_misreports_nothing(run_build, store: Pa
     assert copied.executed == [] and copied.cached == ALL
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("damage", ["garbage", "torn", "journal"])
 def test_damaged_doit_database_is_discarded_not_fatal(run_build, store: Path, damage: str) -> None:
     """A build killed while sqlite wrote doit's database (a torn file, a left-over journal) or a

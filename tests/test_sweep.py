@@ -66,7 +66,7 @@ def test_parallel_sweep_with_joblib_shares_one_store(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_a_monitor_sweep_is_one_table_and_rebuilds_only_simulate(tmp_path: Path) -> None:
-    from tests.test_gpus import TINY_LLAMA3
+    from tests.targets.gpus.test_gpus import TINY_LLAMA3
 
     args = ["-m", "system=gpus", *TINY_LLAMA3, "serve.requests=20", "serve.rate=3000",
             "serve.beta=1.01,1000", "serve.window_s=0.001", f"hydra.sweep.dir={tmp_path / 's'}"]

@@ -223,6 +223,7 @@ def _partitioned(run_build, tmp_path, model: str):
     return data, run
 
 
+@pytest.mark.slow
 def test_partitioned_program_runs_on_two_processes_and_a_dropped_edge_fails(
         run_build, tmp_path) -> None:
     """Kernels alternate between two worker processes; the exchange of exactly the graph's
@@ -555,7 +556,7 @@ def test_counted_layers_out_of_time_keep_the_start_or_fail(streams: int) -> None
 def test_the_monitors_other_placement_over_a_period_is_one_layers_repeated() -> None:
     """The online monitor's latency placement for a throughput period: the latency planner
     on one layer (``one_layer`` undoes ``unrolled``), repeated over the period."""
-    from pimbuild.targets.gpus import serving
+    from pimbuild.targets.gpus import serving_systems
     from pimbuild.targets.gpus.planners import one_layer, unrolled
 
     rng = random.Random(11)
@@ -564,11 +565,11 @@ def test_the_monitors_other_placement_over_a_period_is_one_layers_repeated() -> 
     back = one_layer(ctx)
     assert (back.graph, back.times, back.period, back.layer) == (one.graph, one.times, 1, None)
     planned = place("throughput", ctx).place
-    alt = serving.alternative("latency", ctx, planned)
+    alt = serving_systems.alternative("latency", ctx, planned)
     assert alt == alt[:6] * 8
     best = place("latency", one).objective
     assert cost.critical_path(one.graph, alt[:6], one.times, LINK, 2) == pytest.approx(best)
-    alone = serving.alternative("latency", one, planned[:6])
+    alone = serving_systems.alternative("latency", one, planned[:6])
     assert cost.critical_path(one.graph, alone, one.times, LINK, 2) == pytest.approx(best)
 
 
@@ -578,14 +579,14 @@ def test_a_period_of_layers_contains_the_layer_pipeline() -> None:
     are placements of the unrolled graph. With the second device 2.5x slower on every kernel
     one layer's placement has only load balance to trade against transfers; whole layers
     balance it cheaply, and the period finds that."""
-    from pimbuild.targets.gpus import simulate
+    from pimbuild.targets.gpus import baselines
 
     rng = random.Random(3)
     g = random_graph(rng, 5, carried=True)
     times = [[t, 2.5 * t] for t in (rng.uniform(1e-5, 1e-4) for _ in range(5))]
     devices = [type("D", (), {"key": k, "price_per_hour": 1.0})() for k in ("fast", "slow")]
     one = PlanContext(g, times, LINK, 2, 1.0)
-    pipeline = simulate.layer_pipeline(one, devices, simulate.Unit(7, 1, "tokens", 1), 2.0)
+    pipeline = baselines.layer_pipeline(one, devices, baselines.Unit(7, 1, "tokens", 1), 2.0)
     whole = place("throughput", PlanContext(ddg.unroll(g, 7), times * 7, LINK, 2, 1.0))
     reused = place("throughput", one)
     assert whole.objective / 7 <= pipeline["cycle_s"] * (1 + 1e-9)
@@ -619,7 +620,7 @@ def test_layer_pipeline_splits_whole_layers() -> None:
     of whole layers (the best split, computed by hand here); with a real one each boundary's
     carried buffer costs both devices; it never beats request distribution; one layer has
     none; on three devices it may use all three."""
-    from pimbuild.targets.gpus import simulate
+    from pimbuild.targets.gpus import baselines
 
     rng = random.Random(3)
     g = random_graph(rng, 5, carried=True)
@@ -628,23 +629,23 @@ def test_layer_pipeline_splits_whole_layers() -> None:
         row[1] = 2.5 * row[0]  # the second device 2.5x slower on every kernel
     t0, t1 = sum(r[0] for r in times), sum(r[1] for r in times)
     devices = [type("D", (), {"key": k, "price_per_hour": 1.0})() for k in ("fast", "slow")]
-    unit = simulate.Unit(7, 1, "tokens", 1)
+    unit = baselines.Unit(7, 1, "tokens", 1)
     free = PlanContext(g, times, Link(1e12, 0.0), 2, 1.0)
-    pp = simulate.layer_pipeline(free, devices, unit, 2.0)
+    pp = baselines.layer_pipeline(free, devices, unit, 2.0)
     by_hand = min(max(m * t0, (7 - m) * t1) for m in range(1, 7))  # 5 layers fast, 2 slow
     assert pp["cycle_s"] * 7 == pytest.approx(by_hand)
     assert pp["layers_on"] == {"fast": 5, "slow": 2}
     assert pp["throughput"] == pytest.approx(1 / by_hand)
-    real = simulate.layer_pipeline(PlanContext(g, times, LINK, 2, 1.0), devices, unit, 2.0)
+    real = baselines.layer_pipeline(PlanContext(g, times, LINK, 2, 1.0), devices, unit, 2.0)
     hop = LINK.seconds(g.buffer_bytes["in"])  # the hidden state over the split, and back
     assert real["cycle_s"] * 7 == pytest.approx(max(5 * t0, 2 * t1) + 2 * hop)
-    base = simulate.baselines(PlanContext(g, times, LINK, 2, 1.0), devices, unit)
+    base = baselines.baselines(PlanContext(g, times, LINK, 2, 1.0), devices, unit)
     assert base["layer pipeline"]["throughput"] <= base["request distribution"]["throughput"]
-    assert simulate.layer_pipeline(free, devices, simulate.Unit(1, 1, "tokens", 1), 2.0) is None
+    assert baselines.layer_pipeline(free, devices, baselines.Unit(1, 1, "tokens", 1), 2.0) is None
     # A third device as fast as the first: three segments beat any two (4 layers on one).
     three = PlanContext(g, [r + [r[0]] for r in times], Link(1e12, 0.0), 3, 1.0)
     twin = type("D", (), {"key": "fast2", "price_per_hour": 1.0})()
-    pp3 = simulate.layer_pipeline(three, devices + [twin], unit, 3.0)
+    pp3 = baselines.layer_pipeline(three, devices + [twin], unit, 3.0)
     assert pp3["cycle_s"] * 7 == pytest.approx(3 * t0)  # 3 + 3 fast, 1 slow (2.5 t0)
     assert sorted(pp3["layers_on"].items()) == [("fast", 3), ("fast2", 3), ("slow", 1)]
 
@@ -775,6 +776,7 @@ def _alone_s(profile_dir, key: str, layers: int) -> float:
         return layers * sum(float(r[f"t_{key}_s"]) for r in csv.DictReader(f))
 
 
+@pytest.mark.slow
 def test_a_model_with_a_prefill_phase_is_served_with_pd(run_build) -> None:
     result = run_build([*GPUS, *TINY_LLAMA3, "serve.requests=30", "serve.rate=2000"])
     phase = {"prefill.lower", "prefill.extract", "prefill.profile", "prefill.decide"}
@@ -805,6 +807,7 @@ def test_a_model_with_a_prefill_phase_is_served_with_pd(run_build) -> None:
     assert again.executed == ["simulate"]
 
 
+@pytest.mark.slow
 def test_three_devices_are_served_in_the_simulation(run_build) -> None:
     """Three devices, two of them twins (not home, the first): the serving simulation runs
     every split of the devices in two for PD and AF, one of each pair of twin splits, and
@@ -851,6 +854,7 @@ def test_a_milp_stopped_early_is_never_worse_than_its_start(policy: str) -> None
     assert plan.info["solver_status"] == "Optimal"
 
 
+@pytest.mark.slow
 def test_a_period_of_layers_is_placed_checked_and_served(run_build) -> None:
     """gpus.period=2 on a 2-layer model: decide places both layers as one graph, reinsert
     checks every distinct layer placement against eager, and the simulation (cost model and
@@ -927,6 +931,7 @@ def test_a_buffer_written_in_place_is_found_as_state(run_build) -> None:
     assert check["max_rel_error"] <= check["rtol"]
 
 
+@pytest.mark.slow
 def test_serving_from_a_trace_and_its_errors(run_build, tmp_path) -> None:
     trace = tmp_path / "trace.csv"
     trace.write_text("arrival_s,input_tokens,output_tokens\n0.0,8,3\n0.001,16,5\n"
@@ -953,7 +958,7 @@ def test_af_on_three_devices_takes_requests_in_turn() -> None:
     9 on the L40S, the rest 5 and 3; attention on both A100s and the rest on the L40S
     gives a cycle of max(4 / 2, 4 / 2, 3) = 3 us, the best of the six splits. On two devices
     the baseline is the better of attention on either, as a single placement."""
-    from pimbuild.targets.gpus import simulate, workload
+    from pimbuild.targets.gpus import baselines, workload
 
     k = (Kernel(0, "attn", "contraction", 0, {"in": 4096}, {"a": 4096}, "self_attn"),
          Kernel(1, "ffn", "contraction", 0, {"a": 4096}, {"out": 4096}, "mlp"))
@@ -962,11 +967,11 @@ def test_af_on_three_devices_takes_requests_in_turn() -> None:
     times = [[4e-6, 4e-6, 9e-6], [5e-6, 5e-6, 3e-6]]
     devices = [type("D", (), {"key": key, "price_per_hour": 1.0})()
                for key in ("a100#1", "a100#2", "l40s")]
-    unit = simulate.Unit(1, 1, "tokens", 1)
+    unit = baselines.Unit(1, 1, "tokens", 1)
     free = PlanContext(g, times, Link(1e12, 0.0), 3, 1.0)
     ways = dict(workload.af_ways(free, devices))
     assert len(ways) == 6 and ways["a100#1+a100#2"] == [[0, 2], [1, 2]]
-    af = simulate.baselines(free, devices, unit)["AF disaggregation"]
+    af = baselines.baselines(free, devices, unit)["AF disaggregation"]
     assert af["attention_on"] == "a100#1+a100#2"
     assert af["cycle_s"] == pytest.approx(3e-6)
     assert af["on_device"] == [0.5, 0.5, 1]
@@ -974,13 +979,13 @@ def test_af_on_three_devices_takes_requests_in_turn() -> None:
     # L40S, which receives one and sends one per request, stays the busiest
     real = PlanContext(g, times, LINK, 3, 1.0)
     hop = LINK.seconds(4096)
-    r = simulate.evaluate_turns(real, ways["a100#1+a100#2"], unit, 3.0)
+    r = baselines.evaluate_turns(real, ways["a100#1+a100#2"], unit, 3.0)
     assert r["cycle_s"] == pytest.approx(max(4e-6 / 2 + hop, 3e-6 + 2 * hop))
     two = PlanContext(g, [row[::2] for row in times], LINK, 2, 1.0)
     pair = [devices[0], devices[2]]
-    want = max((simulate.evaluate(two, p, unit, 2.0) for p in ([0, 1], [1, 0])),
+    want = max((baselines.evaluate(two, p, unit, 2.0) for p in ([0, 1], [1, 0])),
                key=lambda r: r["throughput"])
-    got = simulate.baselines(two, pair, unit)["AF disaggregation"]
+    got = baselines.baselines(two, pair, unit)["AF disaggregation"]
     assert got["cycle_s"] == pytest.approx(want["cycle_s"])
 
 
@@ -992,7 +997,7 @@ def test_af_with_tp_attention_runs_the_group_as_one_device() -> None:
     the group is the busiest."""
     from dataclasses import replace
 
-    from pimbuild.targets.gpus import simulate, tp
+    from pimbuild.targets.gpus import baselines, tp
     from pimbuild.targets.gpus.target import Device
 
     k = (Kernel(0, "attn", "contraction", 0, {"in": 4096}, {"a": 4096}, "self_attn"),
@@ -1011,11 +1016,11 @@ def test_af_with_tp_attention_runs_the_group_as_one_device() -> None:
     assert way.devices[0].price_per_hour == 3.0
     group = 3e-6 + 2 * nvlink.seconds(2048) + nvlink.seconds(4096)
     assert way.ctx.times == [[pytest.approx(group), 9e-6], [5e-6, 3e-6]]
-    unit = simulate.Unit(1, 1, "tokens", 1)
-    base = simulate.baselines(free, devices, unit, nvlink)
+    unit = baselines.Unit(1, 1, "tokens", 1)
+    base = baselines.baselines(free, devices, unit, nvlink)
     assert base["AF disaggregation (TP)"]["cycle_s"] == pytest.approx(group)
     assert base["AF disaggregation (TP)"]["attention_on"] == way.name
-    assert "AF disaggregation (TP)" not in simulate.baselines(free, devices, unit)
+    assert "AF disaggregation (TP)" not in baselines.baselines(free, devices, unit)
     # serving's closed form: the same grouped cycle for both phases, 4 layers
     from pimbuild.targets.gpus import workload
 

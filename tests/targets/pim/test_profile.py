@@ -31,6 +31,7 @@ def _profile_json(result) -> dict:
     return json.loads((artifact_dir(result, "profile") / "profile.json").read_text())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("overrides", [
     ["model=softmax"],
     ["model=mlp", "model.size.hidden=512", "model.size.ffn=2048"],
@@ -48,6 +49,7 @@ def test_every_nest_timed_and_coverage(run_build, overrides: list[str]) -> None:
     assert sum(float(r["median_s"]) for r in timing) <= info["forward_median_s"] * 1.05
 
 
+@pytest.mark.slow
 def test_profile_loads_the_object_instrument_compiled(run_build, monkeypatch) -> None:
     """The profile stage runs forward.o, not a second compile of llvm.mlir; where the link
     fails it compiles llvm.mlir again, says why, and times the same nests."""
@@ -67,6 +69,7 @@ def test_profile_loads_the_object_instrument_compiled(run_build, monkeypatch) ->
         [1] * len(candidates(result))
 
 
+@pytest.mark.slow
 def test_loaded_object_calls_its_own_functions(run_build, tmp_path: Path) -> None:
     """A global function the process already has under the name of one of the module's own
     (``forward``) does not take the module's calls to it (a separate process, so nothing of
@@ -98,6 +101,7 @@ print(out.shape[-1] * float(out.sum()) / out.size)
     assert float(proc.stdout.split()[-1]) == pytest.approx(1.0)  # softmax rows sum to 1
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("model,loader", [("softmax", "jit"), ("mlp", "jit"),
                                           ("softmax", "object"), ("mlp", "object")])
 def test_instrumented_program_matches_eager(run_build, tmp_path: Path, model: str,
@@ -127,6 +131,7 @@ def test_instrumented_program_matches_eager(run_build, tmp_path: Path, model: st
     assert markers.counts(FORWARD_REGION + 1)[FORWARD_REGION] == 1
 
 
+@pytest.mark.slow
 def test_valgrind_streaming_misses_match_bytes_read(run_build) -> None:
     n = 1 << 24  # 64 MB per operand
     result = run_build(["model=ew_add", f"model.size.n={n}", "profile.backend=valgrind",
@@ -142,6 +147,7 @@ def test_valgrind_streaming_misses_match_bytes_read(run_build) -> None:
     assert float(row["bw_read_gbps"]) == pytest.approx(missed_bytes / t_cpu / 1e9, rel=1e-9)
 
 
+@pytest.mark.slow
 def test_valgrind_counts_a_nest_run_in_a_loop_in_one_dump(run_build) -> None:
     """A nest inside the loop over the rows runs 4096 times: its invocations in a row make one
     callgrind dump (not one each), which counts the nest's own loads (not the markers') and
@@ -159,6 +165,7 @@ def test_valgrind_counts_a_nest_run_in_a_loop_in_one_dump(run_build) -> None:
     assert abs(int(row["event:offcore_data_rd"]) - 4096 * 4 * 4 // 64) <= 16
 
 
+@pytest.mark.slow
 def test_valgrind_cache_resident_matmul_misses_little(run_build) -> None:
     result = run_build(["model=matmul", "model.size.n=128", "profile.backend=valgrind",
                         "profile.repetitions=3", "profile.warmup=1", "stages=[profile]"])
@@ -182,6 +189,7 @@ def _papi_counts_paper_events(markers: Markers) -> tuple[bool, str]:
     return n > 0, reason
 
 
+@pytest.mark.slow
 def test_auto_falls_back_with_papi_reason(run_build, markers: Markers) -> None:
     counts, reason = _papi_counts_paper_events(markers)
     if counts:
@@ -193,6 +201,7 @@ def test_auto_falls_back_with_papi_reason(run_build, markers: Markers) -> None:
     assert reason in info["counter_backend_reason"]
 
 
+@pytest.mark.slow
 def test_auto_without_valgrind_takes_footprint(run_build, markers: Markers,
                                               monkeypatch) -> None:
     """A host with neither the PMU events nor valgrind gets the modelled counts, and says why."""
@@ -210,6 +219,7 @@ def test_auto_without_valgrind_takes_footprint(run_build, markers: Markers,
     assert int(row["event:offcore_data_rd"]) == 4096 * 4 // 64
 
 
+@pytest.mark.slow
 def test_papi_hardware_event_fails_with_papi_reason(run_build, markers: Markers) -> None:
     counts, reason = _papi_counts_paper_events(markers)
     if counts:
@@ -235,6 +245,7 @@ def test_papi_software_events_agree_with_timer(run_build, markers: Markers) -> N
         assert 0.5 * float(t["min_s"]) <= task_clock_s <= 2.0 * float(t["max_s"])
 
 
+@pytest.mark.slow
 def test_profile_settings_rerun_only_profile(run_build) -> None:
     base = ["model=relu", "model.size.n=4096", "profile.backend=timer", "stages=[profile]"]
     run_build([*base, "profile.repetitions=3"])
@@ -358,6 +369,7 @@ def test_calibration_records_its_spread_and_a_tag_measures_again(run_build) -> N
     assert again.executed == ["calibrate"]
 
 
+@pytest.mark.slow
 def test_valgrind_warm_counts_and_the_l2_as_last_level(run_build) -> None:
     """Two 1 MiB operands: more than the L2, far less than the LLC. Counted cold (after the
     driver flushes the caches) every byte read misses; counted warm (a forward after a
@@ -517,6 +529,7 @@ def test_footprint_tells_two_halves_of_one_buffer_apart() -> None:
     assert footprint_counts(plain, capacity=64 * kib, line=64)[1]["offcore_data_rd"] == 0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("overrides", "capacity"), [
     (["model=rmsnorm"], 44040192),  # icelake_sp's LLC
     (["model=mlp"], 44040192),
@@ -589,6 +602,7 @@ def test_memory_state_says_whether_the_allocator_was_changed(monkeypatch) -> Non
                                            "this process: freed memory reused (x)")
 
 
+@pytest.mark.slow
 def test_profile_records_the_allocator_and_page_faults(run_build) -> None:
     base = ["model=relu", "model.size.n=4096", "profile.backend=timer", "stages=[profile]"]
     info = _profile_json(run_build(base))

@@ -16,6 +16,7 @@ def _report(result) -> dict:
     return json.loads((artifact_dir(result, "simulate") / "report.json").read_text())
 
 
+@pytest.mark.slow
 def test_streaming_kernel_offloaded_whole(run_build) -> None:
     result = run_build(STREAM)
     r = _report(result)
@@ -40,6 +41,7 @@ def test_streaming_kernel_offloaded_whole(run_build) -> None:
     assert "call @pim_offload_begin" in hybrid and "call @pim_offload_end" in hybrid
 
 
+@pytest.mark.slow
 def test_speedup_over_eager_from_the_eager_stage(run_build) -> None:
     """The eager stage times the CPU-only program against eager; the report divides the
     speedup by their ratio, and says so in report.md. Without the comparison there is no
@@ -60,6 +62,7 @@ def test_speedup_over_eager_from_the_eager_stage(run_build) -> None:
     assert "over eager" not in (artifact_dir(off, "simulate") / "report.md").read_text()
 
 
+@pytest.mark.slow
 def test_report_invariants(run_build) -> None:
     r = _report(run_build(["model=softmax", "model.size.rows=256", "model.size.cols=4096"]))
     assert r["t_copy"]["resident"] <= r["t_copy"]["upper_bound"] + 1e-15
@@ -76,6 +79,7 @@ def test_report_invariants(run_build) -> None:
     assert len({k[0] for k in sources}) == len(sources)
 
 
+@pytest.mark.slow
 def test_false_positives_listed_costliest_first(run_build) -> None:
     """A nest of a few microseconds that C1 (the paper's, with T_ctx 0) and theta 0 let
     through loses to the switches, launch and sync under the model: the report names it
@@ -94,11 +98,13 @@ def test_false_positives_listed_costliest_first(run_build) -> None:
     assert "Costliest false positives" in text and f"#{fps[0]['id']} +" in text
 
 
+@pytest.mark.slow
 def test_cpu_policy_has_speedup_one(run_build) -> None:
     r = _report(run_build([*STREAM, "policy=cpu"]))
     assert r["speedup"] == 1.0 and r["offloaded"] == [] and r["n_region"] == 0
 
 
+@pytest.mark.slow
 def test_cores_change_reruns_decide_onward_only(run_build) -> None:
     run_build(STREAM)
     again = run_build([*STREAM, "pim.cores=32"])
@@ -106,6 +112,7 @@ def test_cores_change_reruns_decide_onward_only(run_build) -> None:
     assert _report(again)["cores"] == 32
 
 
+@pytest.mark.slow
 def test_policy_change_reuses_the_profile(run_build) -> None:
     run_build(STREAM)
     again = run_build([*STREAM, "policy.theta_ratio=0.48"])

@@ -19,7 +19,7 @@ from pimbuild.paper import experiments, fit
 from pimbuild.targets.pim import policies
 from pimbuild.targets.pim.policies import Decision, Placement, PolicyParams
 from tests.conftest import TEST_DEFAULTS, make_cfg, run_cli
-from tests.test_pim_model import nest
+from tests.targets.pim.test_pim_model import nest
 
 POLICY = PolicyParams(name="everything", theta_ratio=0.12, theta_gbps=None, sigma=0.4,
                       i_min=1.0)
@@ -102,6 +102,7 @@ def test_fig3_errors_are_geometric_and_say_so() -> None:
     assert fig3.summary(rows)[-1] == fig3.ERRORS_NOTE
 
 
+@pytest.mark.slow
 def test_fig3_rows_match_each_points_report(tmp_path, store) -> None:
     with initialize_config_module(config_module=CONFIG_MODULE, version_base="1.3"):
         cfg, over = _compose(store, "+experiment=fig3", "experiment.only=[relu]",
@@ -173,7 +174,7 @@ def test_c5_grid_points_are_the_rule_with_c5_on() -> None:
     """The experiment joins the rule's set without C5 with C5's own (``c5_offloaded``): the
     rule's set with C5 on, for memory-bound, compute-heavy, small and narrow nests."""
     from pimbuild.paper.experiments import agreement
-    from tests.test_pim_model import context
+    from tests.targets.pim.test_pim_model import context
 
     nests = [nest(0, n_iter=1 << 20, bw=50.0, t_cpu_s=1e-3),  # C3
              nest(1, n_iter=1 << 20, bw=0.0, t_cpu_s=1e-2),  # compute-heavy
@@ -192,6 +193,7 @@ def test_c5_grid_points_are_the_rule_with_c5_on() -> None:
     assert {frozenset({0}), frozenset({0, 1}), frozenset({0, 1, 2})} <= sets
 
 
+@pytest.mark.slow
 def test_agreement_experiment_matches_the_reports(tmp_path, store) -> None:
     """At one core count the paper-threshold rows are the reports' own agreement (the
     ground truth and the rule are computed again, from the stage artifacts)."""
@@ -215,7 +217,7 @@ def test_agreement_experiment_matches_the_reports(tmp_path, store) -> None:
 def test_segment_level_splits_every_region_and_only_adds_copies_and_switches() -> None:
     from pimbuild.paper.experiments import table5
     from pimbuild.targets.pim.simulate import evaluate
-    from tests.test_pim_model import MODEL, context
+    from tests.targets.pim.test_pim_model import MODEL, context
 
     first = nest(0, reads={"arg0": 4096}, writes={"tmp": 4096})
     second = nest(1, reads={"tmp": 4096}, writes={"out": 4096})

@@ -7,7 +7,7 @@ import json
 
 from pimbuild.targets.pim import policies
 from pimbuild.targets.pim.policies import Decision
-from tests.test_pim_model import POLICY, RULE, context, nest
+from tests.targets.pim.test_pim_model import POLICY, RULE, context, nest
 
 
 def _place(name: str, nests, policy=POLICY) -> list[Decision]:

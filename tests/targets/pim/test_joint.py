@@ -12,7 +12,7 @@ from pimbuild.errors import ConfigError
 from pimbuild.targets.pim import copymodels, hybrid
 from pimbuild.targets.pim.nests import Nest
 from pimbuild.targets.pim.policies import joint
-from tests.test_pim_model import MODEL, context
+from tests.targets.pim.test_pim_model import MODEL, context
 
 ALLOCS = [f"a{i}" for i in range(6)] + ["out"]
 
@@ -103,6 +103,7 @@ def test_another_copy_model_is_refused() -> None:
         joint.optimum(context(random_nests(random.Random(1), 3), copy_model="mine"))
 
 
+@pytest.mark.slow
 def test_joint_builds_and_is_the_report_upper_reference(run_build) -> None:
     import json
 

@@ -10,7 +10,7 @@ from pimbuild.targets.gpus import cost
 from pimbuild.targets.gpus.cost import Link
 from pimbuild.targets.gpus.ddg import Graph, Kernel
 from pimbuild.targets.gpus.serve import Server
-from tests.test_gpus import random_graph
+from tests.targets.gpus.test_gpus import random_graph
 
 LINK = Link(200, 5.0)
 FREE = Link(1e12, 0.0)  # transfers that cost nothing
@@ -107,7 +107,7 @@ def test_summary_percentiles_by_hand() -> None:
 
 # -- serving: prefill + decode with continuous batching (pimbuild.targets.gpus.serving) ---------
 
-from pimbuild.targets.gpus import serving  # noqa: E402
+from pimbuild.targets.gpus import serving, serving_systems  # noqa: E402
 from pimbuild.targets.gpus.arrivals import Request, offline, poisson  # noqa: E402
 from pimbuild.targets.gpus.serve import segments  # noqa: E402
 
@@ -255,7 +255,7 @@ def test_a_prefill_without_the_cache_results_is_one_error() -> None:
 
 
 def test_instances_taking_requests_in_turn_add_their_rates() -> None:
-    """PD over three devices (``serving.in_turn``): two decode devices each batch their own
+    """PD over three devices (``serving_systems.in_turn``): two decode devices each batch their own
     requests, so a decode-bound split serves twice the tokens of one decode device; two
     prefill devices feeding one decode device share its batches (split batches would halve
     it). Offline, decode-bound, it matches the closed form (``workload.pd``) but for the
@@ -273,7 +273,7 @@ def test_instances_taking_requests_in_turn_add_their_rates() -> None:
     w = workload.Workload(100, 20, batch=4)
     got = {}
     for first, rest in (([0], [1]), ([0], [1, 2]), ([0, 1], [2])):
-        turns = serving.in_turn([phase(pre_g, pre_t, p, 100) for p in first],
+        turns = serving_systems.in_turn([phase(pre_g, pre_t, p, 100) for p in first],
                                 [phase(dec_g, dec_t, d, 4) for d in rest], LINK, 3)
         for side, on in (("prefill", first), ("decode", rest)):  # shares follow the rates
             phases = {getattr(p, side).place[0]: getattr(p, side) for p in turns}
@@ -343,8 +343,8 @@ def test_twin_devices_are_simulated_once() -> None:
     devices = [l40s, a1, a2]
     sets = two_sets(3)
     order = [5, 4, 3, 2, 1, 0]
-    assert serving._picked(devices, sets, order, None) == [5, 2, 1, 0]
-    assert serving._picked(devices, sets, order, 2) == [5, 2]
+    assert serving_systems._picked(devices, sets, order, None) == [5, 2, 1, 0]
+    assert serving_systems._picked(devices, sets, order, 2) == [5, 2]
 
 
 def test_request_distribution_shares_requests_by_capacity() -> None:
