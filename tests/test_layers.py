@@ -104,3 +104,15 @@ def test_function_level_imports_only_defer_heavy_libraries() -> None:
 def test_the_heaviness_walk_sees_heavy_and_light_modules() -> None:
     assert _heavy("pimbuild.jit") and _heavy("pimbuild.frontend")  # torch-mlir, torch
     assert not _heavy("pimbuild.errors") and not _heavy("pimbuild.registry")
+
+
+def test_every_package_is_installed() -> None:
+    """pyproject's package list names every package of the source tree (a package left out
+    installs in editable mode and goes missing from a plain ``pip install``)."""
+    import tomllib
+
+    listed = set(tomllib.loads((ROOT.parent / "pyproject.toml").read_text())
+                 ["tool"]["setuptools"]["packages"])
+    found = {".".join(("pimbuild", *p.parent.relative_to(ROOT).parts))
+             for p in ROOT.rglob("__init__.py") if "__pycache__" not in p.parts}
+    assert found | {"pimbuild.conf"} == listed
