@@ -72,9 +72,22 @@ def _unwalled(x: object) -> object:
 
 
 def _unwalled_md(text: str) -> str:
-    """A report without its wall-clock numbers: solve times and the simulator's wall time."""
+    """A report without its wall-clock numbers: solve times, and the lines and table columns
+    that give the simulator's wall time."""
     text = re.sub(r"(?i)solve(?: time)? [0-9.e+-]+ ?s", "solve time", text)
-    return "\n".join(ln for ln in text.splitlines() if "wall" not in ln.lower())
+    out, walled = [], []
+    for line in text.splitlines():
+        cells = line.split("|")
+        if not line.startswith("|"):
+            walled = []
+        elif any("wall" in c.lower() for c in cells):  # a table's header: drop those columns
+            walled = [i for i, c in enumerate(cells) if "wall" in c.lower()]
+        if walled and line.startswith("|"):
+            line = "|".join(c for i, c in enumerate(cells) if i not in walled)
+        elif "wall" in line.lower():
+            continue
+        out.append(line)
+    return "\n".join(out)
 
 
 def _same_file(new: Path, old: Path) -> bool:
