@@ -13,16 +13,54 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-from omegaconf import DictConfig
+from omegaconf import MISSING, DictConfig
 
 from pimbuild import check, recipes
-from pimbuild.config import plain
 from pimbuild.errors import ConfigError
 from pimbuild.registry import Registry
-from pimbuild.stage import Inputs
+from pimbuild.stage import Inputs, plain
+
+
+@dataclass
+class ModelConfig:
+    name: str = MISSING
+    recipe: str = MISSING  # "package.module:function" returning a pimbuild.recipes.Recipe
+    # The defaults a user's model file may leave out live here, once (the shipped model files
+    # do not repeat them): no keyword arguments, float32, seed 0.
+    size: dict[str, int] = field(default_factory=dict)  # the builder's keyword arguments
+    dtype: str = "float32"
+    seed: int = 0
+    # Other phases of the same model (a prefill beside a decode step), by phase name: each a
+    # recipe and its size, dtype and seed defaulting to this model's. A stage that reads a
+    # phase (its PHASE_READS) gets that phase's stages built too (pimbuild/tasks/graph.py). None
+    # unless the model file names some.
+    phases: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class LoweringConfig:
+    fusion: str = MISSING  # a fusion mode (pimbuild.transforms.FUSIONS)
+    fastmath: bool = MISSING
+    weights: str = MISSING  # args | constants
+    register_block: int | None = MISSING  # None: chosen per host by calibrate's search
+    register_block_candidates: list[int] = MISSING  # what the search times
+
+
+# The model and lowering groups, as ``pimbuild.config`` composes them, and the ranges of
+# their numbers (``pimbuild.config.validate``).
+SCHEMAS: dict[str, Any] = {"model": ModelConfig, "lowering": LoweringConfig}
+RANGES: dict[str, tuple[Any, ...]] = {
+    "model.seed": (">=", 0),
+    "lowering.register_block": (">=", 1),
+    "lowering.register_block_candidates": (">=", 1),
+}
+# what calibrate's register-block search times
+NONEMPTY = ("lowering.register_block_candidates",)
+
 
 NAME = "lower"
 EIGHT_BIT_TENSOR = re.compile(r"!torch\.vtensor<\[[^\]]*\],[su]i8>")

@@ -26,7 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from pimbuild.artifacts import Store
@@ -67,3 +67,11 @@ def spec_errors(module: ModuleType) -> list[str]:
     elif params is not None and not params.__dataclass_params__.frozen:
         missing.append("Params is not frozen")
     return missing
+
+
+def plain(node: Any) -> Any:
+    """A config node as plain Python values (dicts, lists, scalars): what ``params`` puts in
+    a stage's frozen ``Params``."""
+    from omegaconf import OmegaConf
+
+    return OmegaConf.to_container(node, resolve=True, enum_to_str=True)

@@ -13,8 +13,8 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, ClassVar
 
-from pimbuild.config import plain
 from pimbuild.errors import ConfigError
+from pimbuild.stage import plain
 from pimbuild.targets.gpus.cost import Link
 
 PRECISION_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}

@@ -31,11 +31,10 @@ from typing import Any
 import numpy as np
 from omegaconf import DictConfig
 
-from pimbuild.config import plain
 from pimbuild.errors import ConfigError
 from pimbuild.lower import ModelParams, model_params
 from pimbuild.runtime import LIBRARY, MALLOPT, Markers
-from pimbuild.stage import Inputs
+from pimbuild.stage import Inputs, plain
 from pimbuild.targets.pim.counters import BACKENDS, CounterRun
 from pimbuild.targets.pim.hostfacts import b_cpu
 from pimbuild.targets.pim.instrument import ENTER, EXIT, FORWARD_REGION
