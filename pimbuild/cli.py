@@ -21,7 +21,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 from rich.markup import escape
 
-from pimbuild.build import build  # after Hydra parsed the overrides
+from pimbuild.build import build
 from pimbuild.config import register_configs
 from pimbuild.console import error
 from pimbuild.errors import PimbuildError
