@@ -31,7 +31,7 @@ from common import quiet_build  # noqa: E402
 from pimbuild.cli import CONFIG_MODULE  # noqa: E402
 from pimbuild.config import register_configs  # noqa: E402
 from pimbuild.console import console  # noqa: E402
-from pimbuild.targets.gpus import baselines, cost, ddg, workload  # noqa: E402
+from pimbuild.targets.gpus import baselines, closedform, cost, ddg  # noqa: E402
 from pimbuild.targets.gpus.planners import PlanContext, place, throughput, unrolled  # noqa: E402
 from pimbuild.targets.gpus.target import GpuTarget  # noqa: E402
 
@@ -167,7 +167,7 @@ def periods_markdown(periods: list[dict]) -> list[str]:
     return lines
 
 
-def serving_table(store: Path, tmp: Path, w: workload.Workload) -> list[dict]:
+def serving_table(store: Path, tmp: Path, w: closedform.Workload) -> list[dict]:
     """Llama-3-8B prefill + decode (its prefill phase): the simulate stage's serving rows,
     the throughput planner against PD, AF, RD and each device alone."""
     rows = []
@@ -284,7 +284,7 @@ def pipelining(store: Path, tmp: Path, requests: int = 60) -> list[dict]:
     """FluidGPU's Fig. 10(a) in the serving simulator: Llama-3-8B decode steps on the first
     pair, without pipelining, pipelined, pipelined with priorities, against the cycle-time
     bound with transfers overlapped (the simulator overlaps them)."""
-    from pimbuild.targets.gpus.serve import Server
+    from pimbuild.targets.gpus.engine import Server
 
     target, data, ctx, placement, _ = loaded("llama3_8b", PAIRS[0], store, tmp / "pipe",
                                              "decide")
@@ -404,7 +404,7 @@ def markdown(rows, serving, solve, checks, w) -> str:
     return "\n".join(lines) + "\n"
 
 
-def serving_markdown(serving: list[dict], w: workload.Workload) -> list[str]:
+def serving_markdown(serving: list[dict], w: closedform.Workload) -> list[str]:
     if not serving:
         return []
     lines = ["", f"## Llama-3-8B serving: {w.input_len} input, {w.output_len} output tokens, "
@@ -474,7 +474,7 @@ def main() -> None:
     EXTRA.extend(args.set)
     sections = args.sections.split(",")
     register_configs()
-    w = workload.Workload()
+    w = closedform.Workload()
     args.out.mkdir(parents=True, exist_ok=True)
     if args.render:
         saved = json.loads((args.out / "gpus.json").read_text())

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from statistics import fmean
 from typing import Any
 
-from pimbuild.targets.gpus import cost, ddg, pipeline, planners, tp, workload
+from pimbuild.targets.gpus import closedform, cost, ddg, pipeline, planners, tp
 from pimbuild.targets.gpus.cost import Link
 
 
@@ -102,7 +102,7 @@ def baselines(ctx: Any, devices: list[Any], unit: Unit, tp_link: Link | None = N
     out["request distribution"] = {"throughput": rd, "perf_per_dollar": rd / total,
                                    "price_per_hour": total}
     ways = [evaluate_turns(ctx, turns, unit, total) | {"attention_on": name}
-            for name, turns in workload.af_ways(ctx, devices)]
+            for name, turns in closedform.af_ways(ctx, devices)]
     if ways:
         out["AF disaggregation"] = max(ways, key=lambda r: r["throughput"])
     grouped = [evaluate_turns(way.ctx, way.turns, unit, total) | {"attention_on": way.name}

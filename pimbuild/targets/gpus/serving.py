@@ -1,5 +1,5 @@
 """Serving requests on placed prefill and decode graphs: a discrete-event simulation on
-``pimbuild.targets.gpus.serve``'s engine (simpy), with continuous batching and FluidGPU's online
+``pimbuild.targets.gpus.engine``'s engine (simpy), with continuous batching and FluidGPU's online
 monitor (§III-C, §III-D, §V-B; issue 12; docs/design.md §10).
 
 A request arrives, waits for a prefill forward (one request's prompt), which yields its first
@@ -44,7 +44,7 @@ from pimbuild.targets.gpus import arrivals, cost
 from pimbuild.targets.gpus.arrivals import Request, offline, poisson
 from pimbuild.targets.gpus.cost import Link
 from pimbuild.targets.gpus.ddg import Graph, rename
-from pimbuild.targets.gpus.serve import Forward, Server, percentile, segments
+from pimbuild.targets.gpus.engine import Forward, Server, percentile, segments
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ from math import lcm
 from typing import Any
 
 from pimbuild.targets.gpus import planners
+from pimbuild.targets.gpus.closedform import af_ways, first_of_kind, two_sets
 from pimbuild.targets.gpus.cost import Link
 from pimbuild.targets.gpus.serving import (
     Phase,
@@ -20,7 +21,6 @@ from pimbuild.targets.gpus.serving import (
     weighted,
     without_home_results,
 )
-from pimbuild.targets.gpus.workload import af_ways, first_of_kind, two_sets
 
 
 def _phase(ctx: Any, place: list[int], data: dict[str, Any], device: int | None = None,
@@ -49,7 +49,7 @@ def systems(pre: tuple, dec: tuple, devices: list[Any], policy: str, monitor: bo
     baselines: each device alone, request distribution (a replica on every device), PD and
     AF (where the model has attention and other kernels) on the splits of the devices in
     two. ``pre``/``dec``: (planner context, planned placement, kernels.json) of the prefill
-    and decode phases; ``order``: PD's and AF's splits best first (``workload.ranked``), of
+    and decode phases; ``order``: PD's and AF's splits best first (``closedform.ranked``), of
     which the first ``limit`` are simulated (default: every split); ``tp_ways``: AF with TP
     attention on a group of twins, ``tp.ways``' prefill and decode way of each group."""
     (pc, pp, pd_), (dc, dp, dd) = pre, dec
@@ -101,7 +101,7 @@ def pd_systems(pre: tuple, dec: tuple, devices: list[Any], kept: set[str],
     """PD disaggregation on the splits of the devices in two (``order``: indices into
     ``two_sets``, best first; the first ``limit`` of them): each prefill device and each
     decode device an instance of its own (``in_turn``). On two devices "PD (prefill on X)";
-    on more the decode set is named too; of twin splits (``workload.first_of_kind``) only the
+    on more the decode set is named too; of twin splits (``closedform.first_of_kind``) only the
     first."""
     (pc, pp, pd_), (dc, dp, dd) = pre, dec
     n, price = len(devices), sum(d.price_per_hour for d in devices)
@@ -120,7 +120,7 @@ def pd_systems(pre: tuple, dec: tuple, devices: list[Any], kept: set[str],
 def af_systems(pre: tuple, dec: tuple, devices: list[Any], kept: set[str],
                order: list[int] | None = None, limit: int | None = None
                ) -> dict[str, System]:
-    """AF disaggregation on the splits of the devices in two (``workload.af_ways``: a set
+    """AF disaggregation on the splits of the devices in two (``closedform.af_ways``: a set
     of several devices takes the requests in turn, a request's prefill and decode on the
     same turn, so its KV cache stays where its attention runs; ``order`` and ``limit`` as in
     ``pd_systems``); none without that structure; of twin splits only the first."""
@@ -141,7 +141,7 @@ def af_systems(pre: tuple, dec: tuple, devices: list[Any], kept: set[str],
 def _picked(devices: list[Any], sets: list, order: list[int] | None, limit: int | None
             ) -> list[int]:
     """The indices ``i`` in ``order`` (default: all, in turn) whose ``sets[i]`` is no
-    twin's (``workload.first_of_kind``), at most ``limit``."""
+    twin's (``closedform.first_of_kind``), at most ``limit``."""
     chosen = [i for i in (range(len(sets)) if order is None else order)
               if first_of_kind(devices, list(sets[i]))]
     return chosen if limit is None else chosen[:limit]

@@ -10,7 +10,7 @@ per USD-hour of the devices it rents. Baselines: each device alone; request dist
 one device, the rest on the other, the better way round) where the model has attention and
 other kernels. A model with a prefill phase (``model.phases.prefill``; the stage's
 ``PHASE_READS``) is also served: prefill + ``serve.output_len`` decode steps per request, in
-the closed forms of ``pimbuild.targets.gpus.workload`` (PD disaggregation among the baselines)
+the closed forms of ``pimbuild.targets.gpus.closedform`` (PD disaggregation among the baselines)
 and in the discrete-event simulation of ``pimbuild.targets.gpus.serving`` (every baseline, the
 online monitor, the highest rate within the SLO). Writes ``report.json`` and ``report.md``.
 """
@@ -26,7 +26,7 @@ from omegaconf import DictConfig
 
 from pimbuild.errors import ConfigError, StageError
 from pimbuild.stage import Inputs
-from pimbuild.targets.gpus import decide, robust, serving_systems, tp, workload
+from pimbuild.targets.gpus import closedform, decide, robust, serving_systems, tp
 from pimbuild.targets.gpus import serving as des  # the discrete-event simulation
 from pimbuild.targets.gpus.arrivals import ARRIVALS
 from pimbuild.targets.gpus.baselines import Unit, baselines, evaluate
@@ -148,7 +148,7 @@ def serving(inputs: Inputs, p: Params, ctx: Any, placement: dict[str, Any],
     """Prefill + ``output_len`` decode steps per request: the planned placements of both
     phases against each device alone, request distribution, PD and AF disaggregation (and
     AF with TP attention on twins, ``pimbuild.targets.gpus.tp``), in the cost model's closed forms
-    (``pimbuild.targets.gpus.workload``) and in the discrete-event serving simulation
+    (``pimbuild.targets.gpus.closedform``) and in the discrete-event serving simulation
     (``pimbuild.targets.gpus.serving``)."""
     pre_inputs = inputs.phase("prefill")
     pre_ctx = decide.context(pre_inputs, p.decide)
@@ -158,13 +158,13 @@ def serving(inputs: Inputs, p: Params, ctx: Any, placement: dict[str, Any],
                           p.decide.period)
     pre_place = json.loads((pre_inputs["decide"] / "placement.json").read_text())["place"]
     devices = list(p.decide.profile.target.devices)
-    w = workload.Workload(output_len=p.serve.output_len, batch=unit.tokens)
+    w = closedform.Workload(output_len=p.serve.output_len, batch=unit.tokens)
     pre_tp, dec_tp = tp.ways(pre_ctx, devices, p.tp_link), tp.ways(ctx, devices, p.tp_link)
-    pre = workload.phase(pre_ctx, pre_place, pre_data.get("layers", 1),
-                         workload.af_ways(pre_ctx, devices), pre_tp)
-    dec = workload.phase(ctx, placement["place"], dec_data["layers"],
-                         workload.af_ways(ctx, devices), dec_tp)
-    rows = workload.compare(w, pre, dec, [d.key for d in devices],
+    pre = closedform.phase(pre_ctx, pre_place, pre_data.get("layers", 1),
+                         closedform.af_ways(pre_ctx, devices), pre_tp)
+    dec = closedform.phase(ctx, placement["place"], dec_data["layers"],
+                         closedform.af_ways(ctx, devices), dec_tp)
+    rows = closedform.compare(w, pre, dec, [d.key for d in devices],
                             [d.price_per_hour for d in devices], ctx.link)
     planned = rows["planned"]["tokens_per_s"]
     out = {"output_len": w.output_len, "batch": w.batch, "rows": rows,
@@ -173,7 +173,7 @@ def serving(inputs: Inputs, p: Params, ctx: Any, placement: dict[str, Any],
                             if k != "planned"}}
     return out | {"simulated": simulated(p, (pre_ctx, pre_place, pre_data),
                                          (ctx, placement["place"], dec_data), devices,
-                                         workload.ranked(w, pre, dec, ctx.link),
+                                         closedform.ranked(w, pre, dec, ctx.link),
                                          list(zip(pre_tp, dec_tp, strict=True)))}
 
 

@@ -18,7 +18,7 @@ device:
 
 The KV cache stays with the heads each member owns: nothing of it moves. The group's price
 is its members'. The rest of the devices take the FFN side in turn, as in
-``workload.af_ways``.
+``closedform.af_ways``.
 """
 
 from __future__ import annotations
@@ -27,9 +27,9 @@ from dataclasses import dataclass, replace
 from math import ceil, log2
 from typing import Any, NamedTuple
 
+from pimbuild.targets.gpus.closedform import af_split, first_of_kind, twins, two_sets
 from pimbuild.targets.gpus.cost import Link
 from pimbuild.targets.gpus.ddg import HOME
-from pimbuild.targets.gpus.workload import af_split, first_of_kind, twins, two_sets
 
 
 @dataclass(frozen=True)
@@ -57,8 +57,8 @@ class Group:
 
 def groups(devices: list[Any]) -> list[Group]:
     """Every split of ``devices`` into a TP group of two or more twins and the rest (one
-    device or more), in ``workload.two_sets``' order; of splits that differ only by which
-    twins they take, the first (``workload.first_of_kind``)."""
+    device or more), in ``closedform.two_sets``' order; of splits that differ only by which
+    twins they take, the first (``closedform.first_of_kind``)."""
     return [Group(tuple(a), tuple(r)) for a, r in two_sets(len(devices))
             if len(a) >= 2 and all(twins(devices[a[0]], devices[d]) for d in a)
             and first_of_kind(devices, [a, r])]
@@ -129,7 +129,7 @@ class Way(NamedTuple):
 
 def ways(ctx: Any, devices: list[Any], tp_link: Link) -> list[Way]:
     """AF with TP attention on every group (``groups``). Empty without twins or without
-    attention and other kernels (``workload.af_split``)."""
+    attention and other kernels (``closedform.af_split``)."""
     split = af_split(ctx)
     if split is None:
         return []

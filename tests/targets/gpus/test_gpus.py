@@ -315,25 +315,25 @@ def test_a_forward_without_kernels_is_refused(run_build) -> None:
 def test_serving_formulas_by_hand() -> None:
     from dataclasses import replace
 
-    from pimbuild.targets.gpus import workload
+    from pimbuild.targets.gpus import closedform
 
-    w = workload.Workload(input_len=100, output_len=10, batch=4)
+    w = closedform.Workload(input_len=100, output_len=10, batch=4)
     # 4 prefills of 1 s and 10 decode steps of 0.5 s give 40 tokens in 9 s.
-    assert workload.mixed(w, 1.0, 0.5) == pytest.approx(40 / 9)
+    assert closedform.mixed(w, 1.0, 0.5) == pytest.approx(40 / 9)
     link = Link(8.0, 0.0)  # 1 GB/s
     # Prefill 1 request/s, decode 4 / (10 x 0.5) = 0.8 requests/s, KV 0.5 GB: 2 requests/s.
-    assert workload.pd(w, [1.0], [0.5], 500_000_000, link) == pytest.approx(0.8 * 10)
-    assert workload.pd_bottleneck(w, [1.0], [0.5], 500_000_000, link) == "decode"
-    assert workload.pd_bottleneck(w, [1.0], [0.1], 4_000_000_000, link) == "KV transfer"
+    assert closedform.pd(w, [1.0], [0.5], 500_000_000, link) == pytest.approx(0.8 * 10)
+    assert closedform.pd_bottleneck(w, [1.0], [0.5], 500_000_000, link) == "decode"
+    assert closedform.pd_bottleneck(w, [1.0], [0.1], 4_000_000_000, link) == "KV transfer"
     # Two decode instances (the paper's 2 A100 + 1 L40S): 1.6 requests/s of decode, so the
     # one prefill device (1 request/s) bounds it; two prefill devices and one decode: the
     # one link a KV cache of 0.5 GB crosses at a time bounds it at 2 requests/s.
-    assert workload.pd(w, [1.0], [0.5, 0.5], 500_000_000, link) == pytest.approx(1.0 * 10)
-    assert workload.pd(w, [0.5, 0.5], [0.1], 500_000_000, link) == pytest.approx(2.0 * 10)
-    assert workload.pd_bottleneck(w, [0.5, 0.5], [0.1], 500_000_000, link) == "KV transfer"
+    assert closedform.pd(w, [1.0], [0.5, 0.5], 500_000_000, link) == pytest.approx(1.0 * 10)
+    assert closedform.pd(w, [0.5, 0.5], [0.1], 500_000_000, link) == pytest.approx(2.0 * 10)
+    assert closedform.pd_bottleneck(w, [0.5, 0.5], [0.1], 500_000_000, link) == "KV transfer"
     # compare's PD is the best split of the devices; one device has none
-    phase = workload.Phase(1.0, [1.0, 1.0, 2.0], None, 500_000_000)
-    rows = workload.compare(w, phase, replace(phase, alone=[0.5, 0.5, 0.5]),
+    phase = closedform.Phase(1.0, [1.0, 1.0, 2.0], None, 500_000_000)
+    rows = closedform.compare(w, phase, replace(phase, alone=[0.5, 0.5, 0.5]),
                             ["a", "b", "c"], [1.0] * 3, link)
     # prefill on a (1/s), decode on b and c (0.8/s each): 1 request/s; prefill on a and b
     # leaves c's 0.8/s of decode; the slow c prefilling alone gives 0.5/s
@@ -342,13 +342,13 @@ def test_serving_formulas_by_hand() -> None:
             rows["PD disaggregation"]["decode_on"]) == ("a", "b+c")
     # the simulation's splits best first: PD on ([0], [1, 2]) first, ([2], [0, 1]) (the
     # slow c prefilling alone at 0.5/s) last of the single-prefill splits; no AF
-    pd_order, af_order = workload.ranked(w, phase, replace(phase, alone=[0.5, 0.5, 0.5]),
+    pd_order, af_order = closedform.ranked(w, phase, replace(phase, alone=[0.5, 0.5, 0.5]),
                                          link)
-    sets = workload.two_sets(3)
+    sets = closedform.two_sets(3)
     assert sets[pd_order[0]] == ([0], [1, 2]) and af_order == []
     assert sorted(pd_order) == list(range(6))
     assert pd_order.index(sets.index(([2], [0, 1]))) > pd_order.index(sets.index(([1], [0, 2])))
-    one = workload.compare(w, workload.Phase(1.0, [1.0], None, 0), workload.Phase(
+    one = closedform.compare(w, closedform.Phase(1.0, [1.0], None, 0), closedform.Phase(
         0.5, [0.5], None, 0), ["a"], [1.0], link)
     assert set(one) == {"planned", "a alone", "request distribution"}
 
@@ -958,7 +958,7 @@ def test_af_on_three_devices_takes_requests_in_turn() -> None:
     9 on the L40S, the rest 5 and 3; attention on both A100s and the rest on the L40S
     gives a cycle of max(4 / 2, 4 / 2, 3) = 3 us, the best of the six splits. On two devices
     the baseline is the better of attention on either, as a single placement."""
-    from pimbuild.targets.gpus import baselines, workload
+    from pimbuild.targets.gpus import baselines, closedform
 
     k = (Kernel(0, "attn", "contraction", 0, {"in": 4096}, {"a": 4096}, "self_attn"),
          Kernel(1, "ffn", "contraction", 0, {"a": 4096}, {"out": 4096}, "mlp"))
@@ -969,7 +969,7 @@ def test_af_on_three_devices_takes_requests_in_turn() -> None:
                for key in ("a100#1", "a100#2", "l40s")]
     unit = baselines.Unit(1, 1, "tokens", 1)
     free = PlanContext(g, times, Link(1e12, 0.0), 3, 1.0)
-    ways = dict(workload.af_ways(free, devices))
+    ways = dict(closedform.af_ways(free, devices))
     assert len(ways) == 6 and ways["a100#1+a100#2"] == [[0, 2], [1, 2]]
     af = baselines.baselines(free, devices, unit)["AF disaggregation"]
     assert af["attention_on"] == "a100#1+a100#2"
@@ -1022,14 +1022,14 @@ def test_af_with_tp_attention_runs_the_group_as_one_device() -> None:
     assert base["AF disaggregation (TP)"]["attention_on"] == way.name
     assert "AF disaggregation (TP)" not in baselines.baselines(free, devices, unit)
     # serving's closed form: the same grouped cycle for both phases, 4 layers
-    from pimbuild.targets.gpus import workload
+    from pimbuild.targets.gpus import closedform
 
-    w = workload.Workload(output_len=10, batch=4)
-    ph = workload.phase(free, [0, 0], 4, workload.af_ways(free, devices), [way])
+    w = closedform.Workload(output_len=10, batch=4)
+    ph = closedform.phase(free, [0, 0], 4, closedform.af_ways(free, devices), [way])
     assert ph.af_tp == {way.name: pytest.approx(4 * group)}
-    row = workload.compare(w, ph, ph, [d.key for d in devices], [1.5, 1.5, 1.0], LINK)[
+    row = closedform.compare(w, ph, ph, [d.key for d in devices], [1.5, 1.5, 1.0], LINK)[
         "AF disaggregation (TP)"]
-    assert row["tokens_per_s"] == pytest.approx(workload.mixed(w, 4 * group, 4 * group))
+    assert row["tokens_per_s"] == pytest.approx(closedform.mixed(w, 4 * group, 4 * group))
     assert row["attention_on"] == way.name
     # no twins, no group; the group is second when home is not in it
     assert tp.ways(PlanContext(g, [r[1:] for r in times], LINK, 2, 1.0), devices[1:],

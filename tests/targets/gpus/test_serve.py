@@ -9,7 +9,7 @@ import pytest
 from pimbuild.targets.gpus import cost
 from pimbuild.targets.gpus.cost import Link
 from pimbuild.targets.gpus.ddg import Graph, Kernel
-from pimbuild.targets.gpus.serve import Server
+from pimbuild.targets.gpus.engine import Server
 from tests.targets.gpus.test_gpus import random_graph
 
 LINK = Link(200, 5.0)
@@ -95,7 +95,7 @@ def test_arrivals(tmp_path) -> None:
 
 
 def test_summary_percentiles_by_hand() -> None:
-    from pimbuild.targets.gpus.serve import percentile
+    from pimbuild.targets.gpus.engine import percentile
 
     values = [float(v) for v in range(1, 101)]
     assert percentile(values, 50) == 50.0 and percentile(values, 99) == 99.0
@@ -109,7 +109,7 @@ def test_summary_percentiles_by_hand() -> None:
 
 from pimbuild.targets.gpus import serving, serving_systems  # noqa: E402
 from pimbuild.targets.gpus.arrivals import Request, offline, poisson  # noqa: E402
-from pimbuild.targets.gpus.serve import segments  # noqa: E402
+from pimbuild.targets.gpus.engine import segments  # noqa: E402
 
 
 @pytest.mark.parametrize("seed", range(8))
@@ -258,9 +258,9 @@ def test_instances_taking_requests_in_turn_add_their_rates() -> None:
     """PD over three devices (``serving_systems.in_turn``): two decode devices each batch their own
     requests, so a decode-bound split serves twice the tokens of one decode device; two
     prefill devices feeding one decode device share its batches (split batches would halve
-    it). Offline, decode-bound, it matches the closed form (``workload.pd``) but for the
+    it). Offline, decode-bound, it matches the closed form (``closedform.pd``) but for the
     first token, which prefill gives: output_len - 1 decode steps per request."""
-    from pimbuild.targets.gpus import workload
+    from pimbuild.targets.gpus import closedform
 
     pre_g, pre_t, _ = _case(1)
     dec_g, dec_t, _ = _case(101, carried=True)
@@ -270,7 +270,7 @@ def test_instances_taking_requests_in_turn_add_their_rates() -> None:
     def phase(g, times, device: int, tokens: int) -> serving.Phase:
         return serving.Phase(g, [device] * len(g.kernels), times, 1, tokens)
 
-    w = workload.Workload(100, 20, batch=4)
+    w = closedform.Workload(100, 20, batch=4)
     got = {}
     for first, rest in (([0], [1]), ([0], [1, 2]), ([0, 1], [2])):
         turns = serving_systems.in_turn([phase(pre_g, pre_t, p, 100) for p in first],
@@ -284,7 +284,7 @@ def test_instances_taking_requests_in_turn_add_their_rates() -> None:
             offline(200, 100, w.output_len))
         assert len(out.requests) == 200 and out.forwards["prefill"] == 200
         got[len(first), len(rest)] = out.summary()["tokens_per_s"]
-        closed = workload.pd(w, [sum(r[0] for r in pre_t)] * len(first),
+        closed = closedform.pd(w, [sum(r[0] for r in pre_t)] * len(first),
                              [sum(r[0] for r in dec_t)] * len(rest), 0, LINK)
         assert got[len(first), len(rest)] * (w.output_len - 1) / w.output_len == \
             pytest.approx(closed, rel=0.01)
@@ -321,22 +321,22 @@ def test_a_request_keeps_its_turn_from_prefill_to_decode() -> None:
 def test_twin_devices_are_simulated_once() -> None:
     """Twins (equal but for their label) serve alike, except home, the first device, where
     requests enter and results leave: it has no twin, but alone a device is its own home."""
-    from pimbuild.targets.gpus import workload
+    from pimbuild.targets.gpus import closedform
+    from pimbuild.targets.gpus.closedform import two_sets
     from pimbuild.targets.gpus.target import Device
-    from pimbuild.targets.gpus.workload import two_sets
 
     def device(key: str, price: float) -> Device:
         return Device(key, key.split("#")[0], 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, price)
 
     def kept(devices: list[Device]) -> list:
-        return [s for s in two_sets(3) if workload.first_of_kind(devices, list(s))]
+        return [s for s in two_sets(3) if closedform.first_of_kind(devices, list(s))]
 
     l40s, a1, a2 = device("l40s", 1.0), device("a100#1", 2.0), device("a100#2", 2.0)
     assert kept([l40s, a1, a2]) == [([0], [1, 2]), ([1], [0, 2]), ([0, 1], [2]),
                                     ([1, 2], [0])]
-    assert [d for d in range(3) if workload.first_of_kind([l40s, a1, a2], [[d]])] == [0, 1]
+    assert [d for d in range(3) if closedform.first_of_kind([l40s, a1, a2], [[d]])] == [0, 1]
     assert len(kept([a1, a2, l40s])) == 6  # a100#1 is home
-    assert [d for d in range(3) if workload.first_of_kind([a1, a2, l40s], [[d]], home=None)
+    assert [d for d in range(3) if closedform.first_of_kind([a1, a2, l40s], [[d]], home=None)
             ] == [0, 2]
     assert len(kept([l40s, a1, device("a100#2", 2.5)])) == 6  # priced apart: not twins
     # the simulation's splits in a given order (best first), twins dropped, at most a limit

@@ -1,4 +1,5 @@
-"""Offline serving of a prefill + decode workload in the cost model (docs/design.md §10).
+"""Offline serving of a prefill + decode workload in the cost model, in closed form
+(docs/design.md §10).
 
 A request has ``input_len`` prompt tokens and ``output_len`` output tokens; decode runs in
 batches of ``batch`` requests. With a placement that pipelines requests over the devices (a
