@@ -48,7 +48,7 @@ EXTRA: list[str] = []  # --set: more overrides for every build
 
 def overrides(model: str, pair: tuple[str, ...], policy: str = "throughput") -> list[str]:
     return ["system=gpus", f"model={model}", f"devices=[{','.join(pair)}]",
-            f"policy={policy}", *EXTRA]
+            f"gpus.planner={policy}", *EXTRA]
 
 
 def loaded(model: str, pair: tuple[str, ...], store: Path, run: Path, target_stage: str,

@@ -199,7 +199,7 @@ def build(name: str, n: int, extra: list[str], store: Path, run: Path,
     keep = [line for line in lines if line.startswith(("error:", "speedup", "agreement",
                                                        "partitioned", "note:", "offloaded",
                                                        "CPU-only program"))
-            or "tokens/s with policy" in line]
+            or " with planner " in line]
     policy = next((e.split("=", 1)[1] for e in extra if e.startswith("policy=")), "")
     return {"model": name, "target": "gpus" if "system=gpus" in extra else "pim",
             "policy": policy, "rc": proc.returncode,

@@ -137,18 +137,26 @@ def hydra_error_line(e: HydraException) -> str:
 RELOCATED = {"tp_link": "link"}  # conf/config.yaml's `- link@tp_link: nvlink3`
 
 
-# Overrides renamed: old key -> new key (the old one gets one line saying the new one)
-RENAMED = {"targets": "stages"}
+# Overrides renamed: old key -> (new key, what it is); the old one gets one line saying the new.
+RENAMED = {"targets": ("stages", "the stages to build")}
+# The GPU target's planners were once options of the ``policy`` group.
+PLANNERS_WERE_POLICIES = {"throughput", "latency"}
 
 
 def renamed_override(args: list[str]) -> str | None:
-    """The error line for an override that uses a key's old name (``targets=[lower]``), or
-    None. Checked before Hydra composes, which would only say that the key is unknown."""
+    """The error line for an override that uses a key's old name (``targets=[lower]``,
+    ``policy=latency``), or None. Checked before Hydra composes, which would only say that the
+    key or option is unknown."""
     for arg in args:
-        key = arg.lstrip("+~").partition("=")[0]
-        if key in RENAMED and "=" in arg:
-            return (f"`{key}=` is now `{RENAMED[key]}=` (the stages to build): "
-                    f"{RENAMED[key]}={arg.partition('=')[2]}")
+        key, eq, value = arg.lstrip("+~").partition("=")
+        if not eq:
+            continue
+        if key in RENAMED:
+            new, what = RENAMED[key]
+            return f"`{key}=` is now `{new}=` ({what}): {new}={value}"
+        if key in ("policy", "policy.name") and set(value.split(",")) <= PLANNERS_WERE_POLICIES:
+            return (f"`{key}={value}` is now `gpus.planner={value}` (the GPU target's "
+                    f"planner; `policy` is the PIM target's): gpus.planner={value}")
     return None
 
 

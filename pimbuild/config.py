@@ -11,9 +11,9 @@ The schemas hold types, and the few defaults a user's own file may leave out (a 
 under ``conf/`` (one home for each value). Each YAML file under ``conf/<group>/`` starts from
 the schema ``<group>_schema``, so that a badly typed override (``pim.cores=abc``) fails while
 Hydra composes the config. Options that name a pluggable part (``lowering.fusion``,
-``profile.backend``, ``policy.name``, ``sim.copy_model``, ``system.name``) are strings
-checked against their registry when the build is planned, before anything runs; a value no
-file sets is one error line naming its key (``validate``).
+``profile.backend``, ``policy.name``, ``gpus.planner``, ``sim.copy_model``, ``system.name``)
+are strings checked against their registry when the build is planned, before anything runs;
+a value no file sets is one error line naming its key (``validate``).
 """
 
 from __future__ import annotations
@@ -109,12 +109,6 @@ RANGES: dict[str, tuple[Any, ...]] = {**lower.RANGES, **pim_config.RANGES,
 NONEMPTY = ("stages", *lower.NONEMPTY, *pim_config.NONEMPTY, *gpus_config.NONEMPTY)
 
 
-def _rule_field_of_a_planner(cfg: Any, key: str) -> bool:
-    """The PIM rule's fields, which the GPU target's planners (policy=throughput, latency)
-    share the ``policy`` group with but leave unset."""
-    return key.startswith("policy.") and cfg.system.name != "pim"
-
-
 def validate(cfg: Any) -> None:
     """Raise a ConfigError for the first value outside its range (or not finite), e.g.
     ``pim.cores must be >= 1 (got -4)``, or the first list of ``NONEMPTY`` that is empty."""
@@ -122,7 +116,7 @@ def validate(cfg: Any) -> None:
 
     from omegaconf import OmegaConf
 
-    missing = sorted(k for k in OmegaConf.missing_keys(cfg) if not _rule_field_of_a_planner(cfg, k))
+    missing = sorted(OmegaConf.missing_keys(cfg))
     if missing:
         more = f" (nor {', '.join(missing[1:4])}{', ...' if len(missing) > 4 else ''})" \
             if len(missing) > 1 else ""

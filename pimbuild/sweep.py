@@ -75,7 +75,7 @@ def _plot(rows: list[dict[str, Any]], path: Path) -> None:
     fig, ax = plt.subplots(figsize=(max(5, 0.6 * len(rows)), 3.5))
     labels = [" ".join(r["overrides"]) or r["job"] for r in rows]
     heads = [r["headline"] for r in rows]
-    ax.bar(range(len(rows)), [h["value"] for h in heads], label="policy")
+    ax.bar(range(len(rows)), [h["value"] for h in heads], label="planned")
     marked = [(i, h["reference"]) for i, h in enumerate(heads) if h.get("reference")]
     if marked:
         ax.plot(*zip(*marked, strict=True), "k_", ms=20, mew=2,

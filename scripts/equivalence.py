@@ -43,7 +43,7 @@ EQUAL_JSON = {"decide": "decisions.json", "reinsert": "reinsert.json",
               "simulate": "report.json"}
 # system=gpus workloads: name -> overrides
 GPUS = {"llama3_8b_a100_l40s": ["model=llama3_8b", "devices=[a100,l40s]"],
-        "mmdit_h100_l40s_latency": ["model=mmdit", "devices=[h100,l40s]", "policy=latency"],
+        "mmdit_h100_l40s_latency": ["model=mmdit", "devices=[h100,l40s]", "gpus.planner=latency"],
         "gptj6b_h100_a100": ["model=gptj6b", "devices=[h100,a100]"]}
 WALL = {"solve_s", "wall_s", "simulated_per_wall", "solve s"}
 FAST = ["show_candidates=false", "profile.repetitions=3", "profile.warmup=1",

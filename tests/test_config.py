@@ -121,7 +121,10 @@ def test_a_user_model_file_without_a_required_key_is_one_line(tmp_path: Path,
         validate(cfg)
 
 
-def test_the_gpu_planners_need_no_rule_fields(tmp_path: Path) -> None:
+def test_the_gpu_planner_is_an_option_of_the_gpus_group(tmp_path: Path) -> None:
     from pimbuild.config import validate
 
-    validate(make_cfg(tmp_path, ["system=gpus", "policy=latency"]))
+    assert make_cfg(tmp_path, ["system=gpus"]).gpus.planner == "throughput"
+    cfg = make_cfg(tmp_path, ["system=gpus", "gpus.planner=latency"])
+    validate(cfg)
+    assert cfg.gpus.planner == "latency" and cfg.policy.name == "torchpim"

@@ -195,6 +195,16 @@ def test_old_stage_list_name_says_the_new_one() -> None:
     assert renamed_override(["+targets=[extract]"]).endswith("stages=[extract]")
 
 
+def test_a_planner_chosen_as_a_policy_says_the_new_key() -> None:
+    from pimbuild.cli import renamed_override
+
+    assert renamed_override(["system=gpus", "gpus.planner=latency"]) is None
+    assert renamed_override(["policy=torchpim", "policy.name=oracle"]) is None
+    for old in ("policy=latency", "policy.name=throughput", "policy=throughput,latency"):
+        line = renamed_override(["system=gpus", old])
+        assert line is not None and f"gpus.planner={old.partition('=')[2]}" in line, old
+
+
 @pytest.mark.slow
 def test_cli_old_stage_list_name_is_one_line(tmp_path: Path) -> None:
     proc = run_cli(["model=relu", "targets=[lower]"], cwd=tmp_path)

@@ -112,10 +112,11 @@ def test_gpu_keys_follow_their_params(tmp_path: Path) -> None:
     over = ["system=gpus", "model=relu"]
     base = make_cfg(tmp_path, over)
     link = make_cfg(tmp_path, [*over, "link=rdma25"])
-    latency = make_cfg(tmp_path, [*over, "policy=latency"])
+    latency = make_cfg(tmp_path, [*over, "gpus.planner=latency"])
 
     def changed(other) -> set[str]:
         return {s for s in pipeline("gpus") if stage_module(s, "gpus").params(base)
                 != stage_module(s, "gpus").params(other)}
     assert changed(link) == {"profile", "decide", "simulate"}
     assert changed(latency) == {"decide", "simulate"}
+    assert changed(make_cfg(tmp_path, [*over, "policy=oracle"])) == set()  # the PIM target's

@@ -38,6 +38,7 @@ class LinkConfig:
 
 @dataclass
 class GpusConfig:
+    planner: str = MISSING  # throughput | latency | a planner module (planners/)
     precision: str = MISSING  # bf16 | fp16 | fp32: the served model's element type
     tensor_efficiency: float = MISSING
     cuda_efficiency: float = MISSING

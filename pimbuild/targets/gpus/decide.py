@@ -1,5 +1,5 @@
 """Stage ``decide`` of the GPU target: the placement of every kernel by a planner
-(``policy.name``: ``throughput`` or ``latency``, ``pimbuild.targets.gpus.planners``) over the data
+(``gpus.planner``: ``throughput`` or ``latency``, ``pimbuild.targets.gpus.planners``) over the data
 dependency graph of ``gpus.period`` of the model's identical layers (one layer by default,
 ``ddg.unroll``'s copies otherwise); the model's layers repeat it. Writes ``placement.json``:
 the device of every kernel with its times on each device, the objective and the solver's
@@ -28,7 +28,7 @@ ON_TIME_LIMIT = ("error", "best")
 
 @dataclass(frozen=True)
 class Params:
-    policy: str
+    planner: str
     time_limit_s: float
     mip_gap: float
     on_time_limit: str  # error | best
@@ -37,11 +37,11 @@ class Params:
 
 
 def params(cfg: DictConfig) -> Params:
-    PLANNERS.check(cfg.policy.name)
+    PLANNERS.check(cfg.gpus.planner)
     if cfg.gpus.on_time_limit not in ON_TIME_LIMIT:
         raise ConfigError(f"gpus.on_time_limit={cfg.gpus.on_time_limit}: choose one of "
                           f"{', '.join(ON_TIME_LIMIT)}")
-    return Params(policy=cfg.policy.name, time_limit_s=cfg.gpus.time_limit_s,
+    return Params(planner=cfg.gpus.planner, time_limit_s=cfg.gpus.time_limit_s,
                   mip_gap=cfg.gpus.mip_gap, on_time_limit=cfg.gpus.on_time_limit,
                   period=cfg.gpus.period, profile=profile.params(cfg))
 
@@ -73,13 +73,13 @@ def context(inputs: Inputs, p: Params, one: Any = None) -> Any:
     return planners.unrolled(one, p.period)
 
 
-def objective(policy: str, ctx: Any):
-    """What planner ``policy`` minimises, as a function of a placement of ``ctx``'s graph
+def objective(planner: str, ctx: Any):
+    """What ``planner`` minimises, as a function of a placement of ``ctx``'s graph
     (None for a planner other than the built-in two)."""
-    if policy == "throughput":
+    if planner == "throughput":
         return lambda place: cost.cycle_time(ctx.graph, place, ctx.times, ctx.link, ctx.n_dev,
                                              ctx.comm_on_device)
-    if policy == "latency":
+    if planner == "latency":
         return lambda place: cost.critical_path(ctx.graph, place, ctx.times, ctx.link,
                                                 ctx.n_dev)
     return None
@@ -91,7 +91,7 @@ def period_start(p: Params, one: Any, ctx: Any) -> tuple[tuple[int, ...], dict[s
     whole layers between two devices (the first ``m`` on one, the rest on the other) and the
     split with the least cycle time over any of them (``pipeline.best``); with what it is."""
     reused = tuple(solve(p, one).place * p.period)
-    n, score = len(one.graph.kernels), objective(p.policy, ctx)
+    n, score = len(one.graph.kernels), objective(p.planner, ctx)
     if score is None:
         return reused, {"kind": "one layer's placement reused"}
     keys = [d.key for d in p.profile.target.devices]
@@ -118,9 +118,9 @@ def period_start(p: Params, one: Any, ctx: Any) -> tuple[tuple[int, ...], dict[s
 
 def solve(p: Params, ctx: Any) -> Any:
     try:
-        return planners.place(p.policy, ctx)
+        return planners.place(p.planner, ctx)
     except RuntimeError as e:  # HiGHS stopped without a placement it can stand behind
-        raise StageError(NAME, f"planner {p.policy} on {len(ctx.graph.kernels)} kernels: {e} "
+        raise StageError(NAME, f"planner {p.planner} on {len(ctx.graph.kernels)} kernels: {e} "
                                f"(gpus.time_limit_s={p.time_limit_s}, gpus.mip_gap="
                                f"{p.mip_gap}; raise the limit, accept a gap, or keep the best "
                                f"placement found: gpus.on_time_limit=best)") from None
@@ -138,7 +138,7 @@ def run(inputs: Inputs, p: Params, out: Path) -> None:
     keys = [d.key for d in p.profile.target.devices]
     per_layer = len(ctx.graph.kernels) // p.period
     (out / "placement.json").write_text(json.dumps({
-        "policy": p.policy, "devices": keys, "objective_s": plan.objective,
+        "planner": p.planner, "devices": keys, "objective_s": plan.objective,
         "solve_s": plan.solve_s, **plan.info, "period": p.period,
         **({"start": start} if start else {}),
         "place": plan.place,

@@ -41,7 +41,7 @@ def period_note(r: dict[str, Any]) -> str:
 def summary(r: dict[str, Any]) -> list[str]:
     pl, f2 = r["planned"], r["fig2"]
     over = ", ".join(f"{k} {v:.2f}x" for k, v in r["speedup_over"].items())
-    lines = [f"[bold]{pl['throughput']:.4g} {r['unit']}[/] with policy {r['policy']} on "
+    lines = [f"[bold]{pl['throughput']:.4g} {r['unit']}[/] with planner {r['planner']} on "
              f"{' + '.join(r['devices'])} ({r['target']['link']}): cycle "
              f"{pl['cycle_s'] * 1e6:.4g} us x {r['layers']} layer(s){period_note(r)}, "
              f"forward latency "
@@ -162,8 +162,8 @@ def solver_note(r: dict[str, Any]) -> str:
 
 
 def markdown(r: dict[str, Any], placement: dict[str, Any]) -> str:
-    rows = [("planned: " + r["policy"], r["planned"]), *r["baselines"].items()]
-    lines = [f"# pimbuild report: policy `{r['policy']}` on {' + '.join(r['devices'])}", "",
+    rows = [("planned: " + r["planner"], r["planned"]), *r["baselines"].items()]
+    lines = [f"# pimbuild report: planner `{r['planner']}` on {' + '.join(r['devices'])}", "",
              f"Model: {r['kernels']} kernels per layer, {r['layers']} identical layer(s), "
              f"{r['tokens']} output token(s) or request(s) per forward, "
              f"{r['forwards_per_request']} forward(s) per request{period_note(r)}; link "

@@ -32,20 +32,20 @@ def _phase(ctx: Any, place: list[int], data: dict[str, Any], device: int | None 
                  data.get("layers", 1), data.get("prompt", 0))
 
 
-def alternative(policy: str, ctx: Any, planned: list[int]) -> list[int]:
-    """The monitor's other placement: planner ``policy`` started from the planned placement.
+def alternative(planner: str, ctx: Any, planned: list[int]) -> list[int]:
+    """The monitor's other placement: ``planner`` started from the planned placement.
     Over a period of layers, one layer's placement repeated (FluidGPU's reuse): the
     latency MILP over a whole model's layers does not finish (Llama-3-8B's 32: past 60 s)."""
     one = planners.one_layer(ctx)
     n = len(one.graph.kernels)
-    plan = planners.place(policy, replace(one, start=tuple(planned[:n])))
+    plan = planners.place(planner, replace(one, start=tuple(planned[:n])))
     return plan.place * (len(planned) // n)
 
 
-def systems(pre: tuple, dec: tuple, devices: list[Any], policy: str, monitor: bool,
+def systems(pre: tuple, dec: tuple, devices: list[Any], planner: str, monitor: bool,
             order: tuple[list[int], list[int]] | None = None, limit: int | None = None,
             tp_ways: list[tuple[Any, Any]] = ()) -> dict[str, System]:
-    """The planned system (with the other policy's placements for the monitor) and the
+    """The planned system (with the other planner's placements for the monitor) and the
     baselines: each device alone, request distribution (a replica on every device), PD and
     AF (where the model has attention and other kernels) on the splits of the devices in
     two. ``pre``/``dec``: (planner context, planned placement, kernels.json) of the prefill
@@ -55,9 +55,9 @@ def systems(pre: tuple, dec: tuple, devices: list[Any], policy: str, monitor: bo
     (pc, pp, pd_), (dc, dp, dd) = pre, dec
     kept = set(kv_map(pd_, dd))
     n, price = len(devices), sum(d.price_per_hour for d in devices)
-    plans = {policy: Plan(_phase(pc, pp, pd_, kept=kept), _phase(dc, dp, dd))}
-    other = {"throughput": "latency", "latency": "throughput"}.get(policy)
-    if monitor and other:  # the other policy's placements, started from the planned ones
+    plans = {planner: Plan(_phase(pc, pp, pd_, kept=kept), _phase(dc, dp, dd))}
+    other = {"throughput": "latency", "latency": "throughput"}.get(planner)
+    if monitor and other:  # the other planner's placements, started from the planned ones
         alt = [alternative(other, c, p) for c, p in ((pc, pp), (dc, dp))]
         plans[other] = Plan(_phase(pc, alt[0], pd_, kept=kept), _phase(dc, alt[1], dd))
     out = {"planned": System(plans, n, price)}

@@ -110,7 +110,7 @@ def run(inputs: Inputs, p: Params, out: Path) -> None:
                       key=lambda r: r["throughput"])
     speedups = {k: planned["throughput"] / v["throughput"] for k, v in base.items()}
     speedups["best single device"] = planned["throughput"] / best_single["throughput"]
-    report = {"policy": placement["policy"], "devices": [d.key for d in devices],
+    report = {"planner": placement["planner"], "devices": [d.key for d in devices],
               "target": target.describe(), "layers": unit.layers, "tokens": unit.tokens,
               "unit": unit.label, "forwards_per_request": unit.forwards_per_request,
               "kernels": len(one.graph.kernels), "period": p.decide.period,
@@ -193,7 +193,7 @@ def simulated(p: Params, pre: tuple, dec: tuple, devices: list[Any],
 
     s = p.serve
     try:
-        systems = serving_systems.systems(pre, dec, devices, p.decide.policy, monitor=s.monitor,
+        systems = serving_systems.systems(pre, dec, devices, p.decide.planner, monitor=s.monitor,
                                   order=order, limit=s.splits, tp_ways=tp_ways)
     except RuntimeError as e:  # HiGHS stopped on the monitor's other placement
         raise StageError(NAME, f"the online monitor's alternative placement: {e} "

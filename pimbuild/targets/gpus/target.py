@@ -64,8 +64,8 @@ class GpuTarget:
             raise ConfigError(f"devices {unknown} not in the device catalogue "
                               f"(choices: {', '.join(catalogue)})")
         g = {k: v for k, v in plain(cfg.gpus).items()
-             if k not in ("time_limit_s", "mip_gap", "on_time_limit", "period",  # decide's
-                          "kernel_model", "tables", "robust_samples")}  # profile's, simulate's
+             if k not in ("planner", "time_limit_s", "mip_gap", "on_time_limit",  # decide's
+                          "period", "kernel_model", "tables", "robust_samples")}
         if g["precision"] not in PRECISION_BYTES:
             raise ConfigError(f"gpus.precision '{g['precision']}' is not one of "
                               f"{', '.join(PRECISION_BYTES)}")

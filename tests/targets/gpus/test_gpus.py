@@ -171,14 +171,14 @@ def test_pipeline_end_to_end(run_build) -> None:
     behind = [k for k, v in report["speedup_over"].items() if v < 1]
     noted = [line for line in report["summary"] if "more throughput than the planned" in line]
     assert len(noted) == (1 if behind else 0) and all(k in noted[0] for k in behind)
-    again = run_build([*GPUS, "model=mlp", "policy=latency"])
+    again = run_build([*GPUS, "model=mlp", "gpus.planner=latency"])
     assert set(again.executed) <= {"decide", "reinsert", "simulate"}
     assert "lower" not in again.executed and "profile" not in again.executed
 
 
-def test_a_pim_policy_is_refused_on_gpus(run_build) -> None:
+def test_a_pim_policy_is_refused_as_a_planner(run_build) -> None:
     with pytest.raises(ConfigError, match="planner"):
-        run_build([*GPUS, "model=relu", "policy.name=torchpim"])
+        run_build([*GPUS, "model=relu", "gpus.planner=torchpim"])
 
 
 def test_a_pim_stage_is_refused_on_gpus(run_build) -> None:
@@ -298,7 +298,7 @@ def test_odd_models_run_partitioned(run_build, alternate: str, recipe: str) -> N
     """Outputs of every dtype, NaN, empty tensors, constants, TMTensor ops and results that
     are slices of one tensor all go through the GPU pipeline split over two processes."""
     result = run_build([*GPUS, "model=relu", f"model.recipe=tests.odd_recipes:{recipe}",
-                        "model.size={n:64}", f"policy.name={alternate}"])
+                        "model.size={n:64}", f"gpus.planner={alternate}"])
     check = json.loads((artifact_dir(result, "reinsert") / "reinsert.json").read_text())
     assert check["max_rel_error"] <= check["rtol"]
     kernels = json.loads((artifact_dir(result, "extract") / "kernels.json").read_text())

@@ -1,4 +1,4 @@
-"""Planners of the heterogeneous-GPU target (``policy.name`` with ``system=gpus``).
+"""Planners of the heterogeneous-GPU target (``gpus.planner`` with ``system=gpus``).
 
 A planner is a module ``pimbuild/targets/gpus/planners/<name>.py`` (or ``package.module:place``)
 with ``place(ctx: PlanContext) -> Plan``. ``throughput`` and ``latency`` are FluidGPU's two
@@ -17,7 +17,7 @@ from pimbuild.targets.gpus import ddg
 from pimbuild.targets.gpus.cost import Link
 from pimbuild.targets.gpus.ddg import Graph
 
-PLANNERS = Registry("planner", "policy.name", package="pimbuild.targets.gpus.planners",
+PLANNERS = Registry("planner", "gpus.planner", package="pimbuild.targets.gpus.planners",
                     attribute="place")
 
 
