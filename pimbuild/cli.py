@@ -21,6 +21,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 from rich.markup import escape
 
+from pimbuild import usage
 from pimbuild.build import build
 from pimbuild.config import register_configs
 from pimbuild.console import error
@@ -131,7 +132,8 @@ def hydra_error_line(e: HydraException) -> str:
     if relocated and relocated.group(1) in RELOCATED:  # a group chosen under another name
         key, name = relocated.groups()
         detail = f"{key} is chosen from the {RELOCATED[key]} group: {RELOCATED[key]}@{key}={name}"
-    return f"{head}: {detail}" if detail else head
+    line = f"{head}: {detail}" if detail else head
+    return line.replace("::", ":")
 
 
 RELOCATED = {"tp_link": "link"}  # conf/config.yaml's `- link@tp_link: nvlink3`
@@ -160,6 +162,46 @@ def renamed_override(args: list[str]) -> str | None:
     return None
 
 
+def schema_chosen(args: list[str]) -> str | None:
+    """The error line for a group's schema picked as an option (``model=model_schema``: the
+    types its options start from, with no values), or None."""
+    for arg in args:
+        key, eq, value = arg.lstrip("+~").partition("=")
+        group = key.partition("@")[0]
+        for name in value.split(",") if eq and group in usage.GROUPS else ():
+            if name.endswith("_schema"):
+                return (f"{key}={name}: {name} is the {group} group's schema (types, no values), "
+                        f"not an option; choose one of "
+                        f"{', '.join(usage.choices(group, usage.config_dir(args)))}")
+    return None
+
+
+def with_user_devices(args: list[str]) -> list[str]:
+    """``args`` with the device files of the ``--config-dir`` that ``devices=`` names added to
+    the catalogue (``+device@device.<name>=<name>``, unless the command line adds it itself).
+    Only those: a device file of the user's that a build does not use cannot stop it."""
+    keys = {a.lstrip("+").partition("=")[0] for a in args}
+    named = {n for a in args if a.startswith("devices=")
+             for n in re.findall(r"[^\[\],\s]+", a.partition("=")[2])}
+    return [*args, *(f"+device@device.{n}={n}" for n in usage.user_devices(usage.config_dir(args))
+                     if n in named and f"device@device.{n}" not in keys)]
+
+
+def first_contact(args: list[str]) -> None:
+    """Answer ``--help`` and ``--version`` (then exit), and refuse in one line an override
+    that names an old key or a schema; before Hydra sees the command line."""
+    if {"--help", "-h"} & set(args):
+        print(usage.help_text(usage.config_dir(args)), end="")
+        sys.exit(0)
+    if "--version" in args:
+        print(usage.versions(), end="")
+        sys.exit(0)
+    refused = renamed_override(args) or schema_chosen(args)
+    if refused is not None:
+        error(escape(refused))
+        sys.exit(1)
+
+
 def report_crashes() -> None:
     """A crash in native code (a pass of torch-mlir or LLVM, a compiled program) prints the
     signal and the Python stack it hit, which names the stage, instead of ending the process
@@ -174,10 +216,8 @@ def main() -> None:
     full_trace = os.environ.get("HYDRA_FULL_ERROR") == "1"
     os.environ["HYDRA_FULL_ERROR"] = "1"
     defer_interrupts_in_imports()
-    old = renamed_override(sys.argv[1:])
-    if old is not None:
-        error(escape(old))
-        sys.exit(1)
+    first_contact(sys.argv[1:])
+    sys.argv[1:] = with_user_devices(sys.argv[1:])
     try:
         app()
     except HydraException as e:

@@ -47,6 +47,9 @@ def run(cfg: DictConfig, run_overrides: list[str], out_dir: Path) -> list[dict[s
 
     spec = cfg.experiment
     module = EXPERIMENTS.get(spec.name)
+    if "simulate" not in cfg.stages:
+        raise ConfigError(f"stages=[{','.join(cfg.stages)}]: an experiment builds every point "
+                          f"through simulate (its tables read the reports); drop stages=")
     points = dict(spec.points)
     only = list(spec.get("only") or [])
     unknown = [name for name in only if name not in points]

@@ -1,0 +1,189 @@
+"""First contact: the help page, ``--version``, every option the help lists composing and
+planning (or refused in one line), a schema refused as an option, a user's own GPU from a
+``--config-dir``."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_module
+
+from pimbuild import cli, usage
+from pimbuild.artifacts import Store
+from pimbuild.config import validate
+from pimbuild.errors import PimbuildError
+from pimbuild.paper.experiments import point_overrides
+from pimbuild.tasks import plan
+from tests.conftest import CONFIG_MODULE, TEST_DEFAULTS, make_cfg
+
+RTX4090 = """\
+# NVIDIA GeForce RTX 4090 (AD102), spec sheet: 82.6 TFLOPS FP32, 165.2 BF16 dense, 1008 GB/s.
+name: RTX 4090
+fp32_tflops: 82.6
+bf16_tflops: 165.2
+mem_gbps: 1008
+l2_mb: 72
+memory_gb: 24
+launch_us: 2.0
+price_per_hour: 0.35
+sms: 128
+boost_mhz: 2520
+tdp_w: 450
+"""
+
+
+def listed(text: str) -> dict[str, list[str]]:
+    """How each group is chosen (``model=``, ``devices=[a,b]``) -> the options the help page
+    lists under it."""
+    section = text.split("Config groups")[1].split("\nTop-level keys")[0]
+    groups: dict[str, list[str]] = {}
+    for line in section.splitlines()[1:]:
+        if re.match(r"  \S", line):
+            how = line.split()[0]
+            groups[how] = []
+        elif line.strip():
+            groups[how] += [o.strip() for o in line.split(",") if o.strip()]
+    return groups
+
+
+def test_every_group_and_top_level_key_has_a_line() -> None:
+    """A group added under conf/ or a key added to the root schema must be introduced."""
+    dirs = {p.parent.name for p in usage.CONF.glob("*/*.yaml")}
+    assert set(usage.GROUPS) == dirs
+    assert list(usage.KEYS) == usage.top_level_keys()
+
+
+def test_the_help_page_introduces_pimbuild_and_lists_no_schema() -> None:
+    text = usage.help_text()
+    assert text.startswith(f"pimbuild {usage.__version__}:")
+    assert "system=gpus" in text and "pim.cores=128" in text and "_schema" not in text
+    groups = listed(text)
+    assert groups["model="] == usage.choices("model") and "llama7b" in groups["model="]
+    assert groups["system="] == ["gpus", "pim"]
+    assert groups["devices=[a,b]"] == usage.choices("device") and "a100" in groups["devices=[a,b]"]
+    assert all(groups.values())
+
+
+def walk_overrides(how: str, option: str) -> list[list[str]]:
+    """The builds that try ``option`` of the group chosen by ``how``: on both targets where
+    both read it."""
+    if how == "model=":
+        return [[f"model={option}"], ["system=gpus", f"model={option}"]]
+    if how == "devices=[a,b]":
+        return [["system=gpus", f"devices=[a100,{option}]"]]
+    if how == "link=":
+        return [["system=gpus", f"link={option}"], ["system=gpus", f"link@tp_link={option}"]]
+    if how in ("gpus=", "serve="):
+        return [["system=gpus", f"{how}{option}"]]
+    return [[f"{how}{option}"]]
+
+
+def plan_or_refuse(overrides: list[str], tmp_path: Path) -> str | None:
+    """Compose and plan (nothing runs); None, or the one-line refusal. Any other exception
+    (a traceback) fails the test."""
+    try:
+        cfg = make_cfg(tmp_path / "store", overrides)
+        if cfg.get("experiment") is None:
+            assert plan(cfg, Store(tmp_path / "store"), tmp_path / "failure")
+            return None
+        validate(cfg)
+        for point in cfg.experiment.points.values():
+            with initialize_config_module(config_module=CONFIG_MODULE, version_base="1.3"):
+                sub = compose("config", overrides=[
+                    f"store={tmp_path / 'store'}", *TEST_DEFAULTS,
+                    *point_overrides(overrides, list(point))])
+            assert plan(sub, Store(tmp_path / "store"), tmp_path / "failure")
+    except PimbuildError as e:
+        assert "\n" not in str(e).strip(), str(e)
+        return str(e)
+    return None
+
+
+@pytest.mark.slow
+def test_every_option_the_help_lists_plans_or_refuses_in_one_line(tmp_path: Path) -> None:
+    walked, refused = 0, []
+    for how, options in listed(usage.help_text()).items():
+        for option in options:
+            for overrides in walk_overrides(how, option):
+                walked += 1
+                line = plan_or_refuse(overrides, tmp_path)
+                if line is not None:
+                    refused.append(f"{' '.join(overrides)}: {line}")
+    for key in usage.KEYS:
+        for target in usage.choices("system"):
+            values = {"stages": [f"[{s}]" for s in usage.stages(target)],  # as the help lists
+                      "store": ["elsewhere"], "show_candidates": ["true", "false"],
+                      "verify": ["true"], "devices": ["[l40s,a100,h100]"]}[key]
+            for value in values:
+                walked += 1
+                line = plan_or_refuse([f"system={target}", f"{key}={value}"], tmp_path)
+                if line is not None:
+                    refused.append(f"system={target} {key}={value}: {line}")
+    print(f"{walked} option(s) walked, {len(refused)} refused in one line")
+    assert walked > 100 and refused == []
+
+
+def test_a_schema_is_refused_as_an_option() -> None:
+    for arg in ("model=model_schema", "link@tp_link=link_schema", "policy=torchpim,policy_schema"):
+        line = cli.schema_chosen(["system=pim", arg])
+        assert line is not None and "schema" in line and "choose one of" in line, arg
+    assert cli.schema_chosen(["model=relu", "system=gpus", "store=x_schema"]) is None
+    assert "relu" in cli.schema_chosen(["model=model_schema"])
+
+
+def test_a_user_device_joins_the_catalogue_when_named(tmp_path: Path) -> None:
+    (tmp_path / "device").mkdir()
+    (tmp_path / "device" / "rtx4090.yaml").write_text(RTX4090)
+    (tmp_path / "device" / "unused.yaml").write_text("tflops: 1\n")  # wrong, but not named
+    assert usage.user_devices(tmp_path) == ["rtx4090", "unused"]
+    assert "rtx4090" in usage.help_text(tmp_path)
+    args = ["--config-dir", str(tmp_path), "system=gpus", "devices=[a100,rtx4090]"]
+    assert cli.with_user_devices(args) == [*args, "+device@device.rtx4090=rtx4090"]
+    assert cli.with_user_devices(["system=pim", f"--config-dir={tmp_path}"]) == \
+        ["system=pim", f"--config-dir={tmp_path}"]
+    mine = [*args, "+device@device.rtx4090=rtx4090"]  # the spelling of old: not added twice
+    assert cli.with_user_devices(mine) == mine
+
+
+def run_cli(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "pimbuild.cli", *args], cwd=cwd,
+                          capture_output=True, text=True, timeout=600)
+
+
+@pytest.mark.slow
+def test_help_and_version_from_the_command(tmp_path: Path) -> None:
+    shown = run_cli(["--help"], tmp_path)
+    assert shown.returncode == 0 and shown.stdout == usage.help_text()
+    version = run_cli(["--version"], tmp_path)
+    assert version.returncode == 0 and version.stdout.startswith("pimbuild ")
+    assert re.search(r"torch 2\.\d+", version.stdout) and "torch-mlir" in version.stdout
+    refused = run_cli(["model=model_schema"], tmp_path)
+    assert refused.returncode == 1 and len(refused.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "outputs").exists()
+
+
+@pytest.mark.slow
+def test_a_gpu_of_the_users_own_is_used_in_a_build(tmp_path: Path) -> None:
+    conf = tmp_path / "my_conf"
+    (conf / "device").mkdir(parents=True)
+    (conf / "device" / "rtx4090.yaml").write_text(RTX4090)
+    proc = run_cli(["--config-dir", str(conf), "system=gpus", "model=mlp",
+                    "devices=[a100,rtx4090]", "gpus.robust_samples=0"], tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    [report] = (tmp_path / "outputs" / "artifacts" / "simulate").glob("*/report.json")
+    import json
+
+    r = json.loads(report.read_text())
+    assert r["devices"] == ["a100", "rtx4090"]
+    # Its kernel times came from its spec sheet through the fitted model; a missing field is
+    # one line naming it.
+    (conf / "device" / "rtx4090.yaml").write_text(RTX4090.replace("sms: 128\n", ""))
+    proc = run_cli(["--config-dir", str(conf), "system=gpus", "model=mlp",
+                    "devices=[a100,rtx4090]"], tmp_path)
+    assert proc.returncode == 1
+    assert proc.stderr.strip() == ("error: device.rtx4090.sms has no value: set it in its "
+                                   "config file or on the command line (device.rtx4090.sms=...)")
