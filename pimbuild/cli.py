@@ -128,6 +128,10 @@ def hydra_error_line(e: HydraException) -> str:
     if not detail and e.__cause__ is not None:  # e.g. a value of the wrong type
         detail = str(e.__cause__).partition("\n")[0]
     head = head.rstrip(".")
+    listed = re.match(r"Error merging override ([\w.]+)=(.*)", head)
+    if listed and "is not a ListConfig, list or tuple" in detail:  # a list given one value
+        key, value = listed.groups()
+        return f"{key} is a list: write {key}=[{value}]"
     relocated = re.match(r"Error merging override (\w+)=(\w+)", head)
     if relocated and relocated.group(1) in RELOCATED:  # a group chosen under another name
         key, name = relocated.groups()
@@ -162,6 +166,17 @@ def renamed_override(args: list[str]) -> str | None:
     return None
 
 
+def experiment_overridden(args: list[str]) -> str | None:
+    """The error line for ``experiment=<name>`` without its ``+`` (which Hydra answers with a
+    ValueError for a number, or a page), or None."""
+    for arg in args:
+        key, eq, value = arg.partition("=")
+        if key == "experiment" and eq:
+            return (f"an experiment is added, not overridden: +experiment={value} (choices: "
+                    f"{', '.join(usage.choices('experiment'))})")
+    return None
+
+
 def schema_chosen(args: list[str]) -> str | None:
     """The error line for a group's schema picked as an option (``model=model_schema``: the
     types its options start from, with no values), or None."""
@@ -189,14 +204,15 @@ def with_user_devices(args: list[str]) -> list[str]:
 
 def first_contact(args: list[str]) -> None:
     """Answer ``--help`` and ``--version`` (then exit), and refuse in one line an override
-    that names an old key or a schema; before Hydra sees the command line."""
+    that names an old key, an experiment without its ``+`` or a schema; before Hydra sees the
+    command line."""
     if {"--help", "-h"} & set(args):
         print(usage.help_text(usage.config_dir(args)), end="")
         sys.exit(0)
     if "--version" in args:
         print(usage.versions(), end="")
         sys.exit(0)
-    refused = renamed_override(args) or schema_chosen(args)
+    refused = renamed_override(args) or experiment_overridden(args) or schema_chosen(args)
     if refused is not None:
         error(escape(refused))
         sys.exit(1)

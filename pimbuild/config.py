@@ -110,8 +110,9 @@ NONEMPTY = ("stages", *lower.NONEMPTY, *pim_config.NONEMPTY, *gpus_config.NONEMP
 
 
 def validate(cfg: Any) -> None:
-    """Raise a ConfigError for the first value outside its range (or not finite), e.g.
-    ``pim.cores must be >= 1 (got -4)``, or the first list of ``NONEMPTY`` that is empty."""
+    """Raise a ConfigError for the first key no file set, the first list of ``NONEMPTY`` that
+    is empty, or the first number that is not finite (``link.gbps must be a finite number (got
+    inf)``) or outside its range (``pim.cores must be >= 1 (got -4)``)."""
     import math
 
     from omegaconf import OmegaConf
@@ -136,9 +137,12 @@ def validate(cfg: Any) -> None:
         for v in values:
             if v is None:
                 continue
-            ok = (isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-                  and (v >= bound if op == ">=" else v > bound))
-            if ok and upper and v > upper[0]:
-                raise ConfigError(f"{path} must be <= {upper[0]:g} (got {v})")
-            if not ok:
+            if not isinstance(v, (int, float)) or isinstance(v, bool):
+                raise ConfigError(f"{path} must be a number (got {v!r})")
+            if not math.isfinite(v):
+                raise ConfigError(f"{path} must be a finite number (got {v}): "
+                                  f"give a value {op} {bound:g}")
+            if not (v >= bound if op == ">=" else v > bound):
                 raise ConfigError(f"{path} must be {op} {bound:g} (got {v})")
+            if upper and v > upper[0]:
+                raise ConfigError(f"{path} must be <= {upper[0]:g} (got {v})")

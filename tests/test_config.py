@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
 from hydra.errors import ConfigCompositionException, MissingConfigException
 
+from pimbuild.errors import ConfigError
 from tests.conftest import make_cfg
 
 MODELS = sorted(p.stem for p in (Path(__file__).parent.parent / "conf" / "model").glob("*.yaml"))
@@ -128,3 +130,14 @@ def test_the_gpu_planner_is_an_option_of_the_gpus_group(tmp_path: Path) -> None:
     cfg = make_cfg(tmp_path, ["system=gpus", "gpus.planner=latency"])
     validate(cfg)
     assert cfg.gpus.planner == "latency" and cfg.policy.name == "torchpim"
+
+
+@pytest.mark.parametrize("override", ["link.gbps=inf", "serve.rate=inf", "pim.freq_ghz=nan",
+                                      "tp_link.latency_us=-inf", "device.a100.mem_gbps=nan"])
+def test_a_non_finite_number_is_refused_as_non_finite(tmp_path: Path, override: str) -> None:
+    from pimbuild.config import validate
+
+    key, _, value = override.partition("=")
+    with pytest.raises(ConfigError, match=rf"^{re.escape(key)} must be a finite number "
+                                          rf"\(got {re.escape(value)}\): give a value [>=]+ "):
+        validate(make_cfg(tmp_path, ["system=gpus", override]))

@@ -187,3 +187,31 @@ def test_a_gpu_of_the_users_own_is_used_in_a_build(tmp_path: Path) -> None:
     assert proc.returncode == 1
     assert proc.stderr.strip() == ("error: device.rtx4090.sms has no value: set it in its "
                                    "config file or on the command line (device.rtx4090.sms=...)")
+
+
+@pytest.mark.parametrize(("args", "line"), [
+    (["experiment=0"], "an experiment is added, not overridden: +experiment=0 (choices: "),
+    (["experiment=fig3"], "+experiment=fig3"),
+])
+def test_an_experiment_without_its_plus_is_one_line(args: list[str], line: str) -> None:
+    assert line in cli.experiment_overridden(args)
+    assert cli.experiment_overridden(["+experiment=fig3", "experiment.only=[a]"]) is None
+
+
+def test_an_experiment_refuses_a_stage_list(tmp_path: Path) -> None:
+    from pimbuild.paper import experiments
+
+    cfg = make_cfg(tmp_path, ["+experiment=fig3", "stages=[lower]"])
+    with pytest.raises(PimbuildError, match=r"^stages=\[lower\]: an experiment builds every "):
+        experiments.run(cfg, ["+experiment=fig3", "stages=[lower]"], tmp_path)
+
+
+@pytest.mark.parametrize(("detail", "line"), [
+    ("Invalid value assigned: int is not a ListConfig, list or tuple.",
+     "sim.cores_sweep is a list: write sim.cores_sweep=[64]"),
+])
+def test_a_list_given_one_value_says_how_to_write_it(detail: str, line: str) -> None:
+    from hydra.errors import ConfigCompositionException
+
+    e = ConfigCompositionException(f"Error merging override sim.cores_sweep=64\n{detail}")
+    assert cli.hydra_error_line(e) == line

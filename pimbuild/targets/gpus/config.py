@@ -93,6 +93,7 @@ RANGES: dict[str, tuple[Any, ...]] = {
     "gpus.robust_samples": (">=", 0),
     "serve.output_len": (">=", 1),
     "serve.requests": (">=", 1),
+    "serve.seed": (">=", 0),
     "serve.rate": (">", 0),
     "serve.depth": (">=", 1),
     "serve.slo_s_per_token": (">", 0),

@@ -93,6 +93,7 @@ RANGES: dict[str, tuple[Any, ...]] = {
     "platform.cache_line": (">=", 1),
     "platform.l1d_bytes": (">=", 1),
     "platform.l1d_assoc": (">=", 1),
+    "platform.l2_assoc": (">=", 1),
     "platform.l2_bytes": (">=", 1),
     "platform.llc_bytes": (">=", 1),
     "platform.llc_assoc": (">=", 1),
