@@ -78,6 +78,8 @@ def judge(results: list[np.ndarray], expected: list[np.ndarray], signature: dict
     worst = max(errors, default=0.0)
     verdict = {"max_rel_error": worst, "rtol": rtol, "passed": worst <= rtol,
                "errors": errors}
+    if signature.get("scalars"):  # Python scalars of the forward, compared as 0-d tensors
+        verdict["scalar_outputs"] = signature["scalars"]
     past = [i for i, e in enumerate(errors) if e > rtol]
     if past:
         i = errors.index(worst)
@@ -114,15 +116,24 @@ def where(got: np.ndarray, want: np.ndarray, i: int) -> str:
     return f"{head}: max relative error {difference(got, want):.3g}"
 
 
+def scalar_note(scalars: list[dict]) -> str:
+    """The outputs that were Python scalars, as a clause ("" where none were)."""
+    if not scalars:
+        return ""
+    named = ", ".join(f"{s['output']} ({s['type']})" for s in scalars)
+    return f"; Python scalar output(s) {named} compared as 0-d tensors (bool and int exactly)"
+
+
 def outcome(verdict: dict) -> str:
     """How a passed check reads in a run's summary: within the tolerance, or (the float64
     referee) past it but no further from the float64 run than eager."""
+    scalars = scalar_note(verdict.get("scalar_outputs", []))
     if "fp64" not in verdict:
-        return f"matches eager (max rel. error {verdict['max_rel_error']:.2g})"
+        return f"matches eager (max rel. error {verdict['max_rel_error']:.2g}){scalars}"
     r = verdict["fp64"]
     return (f"differs from eager by {verdict['max_rel_error']:.2g} (> {verdict['rtol']:.2g}) "
             f"but is no further from the model run in float64 than eager ({r['program']:.2g} "
-            f"against eager's {r['eager']:.2g})")
+            f"against eager's {r['eager']:.2g}){scalars}")
 
 
 def referee_note(verdict: dict) -> str:

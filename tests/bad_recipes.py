@@ -69,9 +69,9 @@ def scalar_output(n: int = 8) -> Recipe:
     return Recipe(_Fn(lambda x: float(x.sum())), {"x": torch.randn(n)})
 
 
-def int_in_tuple(n: int = 8) -> Recipe:
-    """The forward returns a tuple with a Python int in it."""
-    return Recipe(_Fn(lambda x: (torch.relu(x), 3)), {"x": torch.randn(n)})
+def string_output(n: int = 8) -> Recipe:
+    """The forward returns a string beside a tensor (a Python scalar of no number type)."""
+    return Recipe(_Fn(lambda x: (torch.relu(x), "done")), {"x": torch.randn(n)})
 
 
 class KeyValueCache:

@@ -97,6 +97,19 @@ def nested_outputs(n: int = 64) -> Recipe:
                   {"x": torch.randn(n)})
 
 
+def scalar_outputs(n: int = 64) -> Recipe:
+    """Python scalars beside a tensor, one nested: an int and a bool from the shapes, a float
+    constant (torch-mlir lowers them; both sides return them as 0-d tensors)."""
+    return Recipe(_Fn(lambda x: (torch.relu(x) * 2, x.shape[0] * 3,
+                                 {"scale": 0.5, "square": x.shape[0] == x.numel()})),
+                  {"x": torch.randn(n)})
+
+
+def only_a_scalar(n: int = 64) -> Recipe:
+    """The forward returns a Python int and nothing else: no nest, no kernel."""
+    return Recipe(_Fn(lambda x: x.shape[0] * 2 + 1), {"x": torch.randn(n)})
+
+
 def tensor_literal(n: int = 64) -> Recipe:
     """A tensor built from a literal inside forward: torch.export lifts it as an argument no
     module attribute holds."""

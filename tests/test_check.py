@@ -174,7 +174,8 @@ def test_outputs_of_every_supported_dtype_go_through_every_stage(run_build) -> N
                                     "sorted_values", "cached_step", "nested_outputs",
                                     "tensor_literal", "returns_input", "gelu_tanh_mlp",
                                     "reciprocal_of_zero", "uint8_arithmetic",
-                                    "constant_result", "topk_router"])
+                                    "constant_result", "topk_router", "scalar_outputs",
+                                    "only_a_scalar"])
 def test_unusual_models_go_through_every_stage(run_build, recipe: str) -> None:
     result = run_build(["model=relu", f"model.recipe=tests.odd_recipes:{recipe}",
                         "model.size={n:64}", "profile.backend=timer"])
@@ -286,3 +287,55 @@ def test_float_types_cast_to_model_dtype_are_recorded_and_said(run_build, capsys
     assert "2 bfloat16 parameter(s)/buffer(s), input 'x' in float16" in " ".join(out.split())
     run_build(["model=relu", "model.size={n:16}", "stages=[lower]"])
     assert "note: model" not in capsys.readouterr().out
+
+
+def test_a_python_scalar_output_is_a_0d_tensor_of_its_exact_value() -> None:
+    """Both sides return a Python scalar as a 0-d tensor (bool, int64, float64); the module
+    keeps its class name and its parameters' names; a forward with none is untouched."""
+    import torch
+
+    from pimbuild.frontend.recipe import scalars_as_tensors
+    from tests.odd_recipes import scalar_outputs
+
+    recipe = scalar_outputs(8)
+    names = [n for n, _ in recipe.module.named_parameters()]
+    kind = type(recipe.module).__name__
+    scalars_as_tensors(recipe)
+    out = recipe.module(*recipe.inputs.values())
+    assert out[1].dtype == torch.int64 and out[1].shape == () and int(out[1]) == 24
+    assert out[2]["scale"].dtype == torch.float64 and float(out[2]["scale"]) == 0.5
+    assert out[2]["square"].dtype == torch.bool and bool(out[2]["square"])
+    assert recipe.scalars == {1: "int", 2: "float", 3: "bool"}
+    assert type(recipe.module).__name__ == kind
+    assert [n for n, _ in recipe.module.named_parameters()] == names
+    plain = torch.nn.Linear(4, 2)
+    from pimbuild.recipes import Recipe
+
+    r = Recipe(plain, {"x": torch.randn(3, 4)})
+    scalars_as_tensors(r)
+    assert isinstance(r.module(*r.inputs.values()), torch.Tensor) and r.scalars == {}
+
+
+def test_a_scalar_output_that_differs_fails_the_check() -> None:
+    sig = {"outputs": [{"dtype": "int64"}], "scalars": [{"output": 0, "type": "int"}]}
+    bad = judge([np.array(193)], [np.array(192)], sig)
+    assert not bad["passed"] and bad["scalar_outputs"] == sig["scalars"]
+    good = judge([np.array(192)], [np.array(192)], sig)
+    from pimbuild.check import outcome
+
+    assert good["passed"] and "Python scalar output(s) 0 (int)" in outcome(good)
+
+
+@pytest.mark.slow
+def test_python_scalar_outputs_go_through_every_stage(run_build) -> None:
+    result = run_build(["model=relu", "model.recipe=tests.odd_recipes:scalar_outputs",
+                        "model.size={n:64}", "profile.backend=timer"])
+    sig = json.loads((artifact_dir(result, "lower") / "signature.json").read_text())
+    assert sig["scalars"] == [{"output": 1, "type": "int"}, {"output": 2, "type": "float"},
+                              {"output": 3, "type": "bool"}]
+    assert [o["dtype"] for o in sig["outputs"]] == ["float32", "int64", "float64", "bool"]
+    report = json.loads((artifact_dir(result, "simulate") / "report.json").read_text())
+    assert report["hybrid_check"]["passed"]
+    assert report["hybrid_check"]["scalar_outputs"] == sig["scalars"]
+    assert "Python scalar output(s) 1 (int), 2 (float), 3 (bool)" in \
+        (artifact_dir(result, "simulate") / "report.md").read_text()

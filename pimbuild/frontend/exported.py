@@ -33,8 +33,9 @@ def export(p: ModelParams, recipe: recipes.Recipe) -> ExportedProgram:
     except Exception as e:
         from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode
 
-        hint = (" (the forward's control flow depends on a tensor's values; pimbuild needs "
-                "one static graph)" if isinstance(e, GuardOnDataDependentSymNode) else "")
+        hint = (" (the forward's control flow, or a Python number it computes: .item(), "
+                "float(t), depends on a tensor's values; pimbuild needs one static graph: keep "
+                "such a value a tensor)" if isinstance(e, GuardOnDataDependentSymNode) else "")
         raise RecipeError(f"model '{p.name}' cannot be exported: {type(e).__name__}: "
                           f"{str(e).splitlines()[0] if str(e) else ''}{hint}") from None
     _reject_dynamic_dims(p, prog, list(recipe.inputs))
@@ -292,7 +293,9 @@ def signature(prog: ExportedProgram, recipe: recipes.Recipe, outputs: list[torch
             "carry": {k: _shifted(v, layout) for k, v in recipe.carry.items()},
             "state": {**{k: _shifted(v, layout) for k, v in recipe.state.items()}, **written},
             "cast": recipe.cast, "evaluated": recipe.evaluated,
-            "mutations": written}
+            "mutations": written,
+            **({"scalars": [{"output": i, "type": t} for i, t in sorted(recipe.scalars.items())]}
+               if recipe.scalars else {})}
 
 
 LITERAL_MAX = 4096  # elements of a tensor literal kept in signature.json

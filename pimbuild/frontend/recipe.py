@@ -53,9 +53,40 @@ def build_recipe(p: ModelParams) -> recipes.Recipe:
     recipe.cast = foreign_floats(recipe, dtype)
     recipe.evaluated = training_layers(recipe.module)
     recipe.module = recipe.module._apply(functools.partial(_cast, dtype=dtype)).eval()
+    scalars_as_tensors(recipe)
     recipe.inputs = {k: _cast(v, dtype) for k, v in recipe.inputs.items()}
     _reject_input_dtypes(p, recipe)
     return recipe
+
+
+# A Python scalar output, as the 0-d tensor that holds its value exactly.
+SCALAR_DTYPES = {bool: torch.bool, int: torch.int64, float: torch.float64}
+
+
+def scalars_as_tensors(recipe: recipes.Recipe) -> None:
+    """Make the module return each Python scalar (``bool``, ``int``, ``float``) among its
+    outputs as a 0-d tensor, recording which in ``recipe.scalars``: its class becomes a
+    subclass, of the same name, whose ``forward`` converts them (and returns the results
+    untouched when there are none), so that eager, torch.export and every stage see one
+    forward, and the parameters keep their names."""
+    from torch.utils import _pytree as pytree
+
+    cls, seen = type(recipe.module), recipe.scalars
+
+    @functools.wraps(cls.forward)  # its signature: torch.export names the inputs from it
+    def forward(self, *args, **kwargs):
+        out = super(wrapped, self).forward(*args, **kwargs)
+        leaves = pytree.tree_leaves(out)
+        found = {i: type(v).__name__ for i, v in enumerate(leaves) if type(v) in SCALAR_DTYPES}
+        if not found:
+            return out
+        seen.update(found)
+        return pytree.tree_map(lambda v: torch.tensor(v, dtype=SCALAR_DTYPES[type(v)])
+                               if type(v) in SCALAR_DTYPES else v, out)
+
+    wrapped = type(cls.__name__, (cls,), {"forward": forward, "__module__": cls.__module__,
+                                          "__qualname__": cls.__qualname__})
+    recipe.module.__class__ = wrapped
 
 
 def _check_size(p: ModelParams, builder) -> None:

@@ -56,6 +56,10 @@ class Recipe:
     # Set by pimbuild: the kinds of layer that were in training mode and compute otherwise
     # in inference (dropout, batch norm's statistics) before pimbuild called ``eval()``.
     evaluated: list[str] = field(default_factory=list, init=False)
+    # Set by pimbuild: the outputs the forward returns as Python scalars (output index ->
+    # bool, int or float), which both eager and the lowered program return as 0-d tensors
+    # (bool, int64, float64: the scalar's exact value).
+    scalars: dict[int, str] = field(default_factory=dict, init=False)
 
 
 def split(path: str) -> tuple[str, str]:
