@@ -24,11 +24,14 @@ from pimbuild.mlir import NP_DTYPES
 from pimbuild.runtime import compiler
 
 # scf + memref -> LLVM dialect. Deallocation runs here, after extract has counted the nests.
+# lower-affine runs again after expand-strided-metadata, which computes a view's offset
+# with affine.apply where it depends on a loop's induction variable (a triangular loop's
+# subviews).
 SCF_TO_LLVM = (
     "builtin.module("
     "func.func(buffer-deallocation-pipeline),"
     " lower-affine, convert-scf-to-cf, convert-vector-to-llvm, expand-strided-metadata,"
-    " finalize-memref-to-llvm,"
+    " lower-affine, finalize-memref-to-llvm,"
     " convert-math-to-llvm, convert-math-to-libm, convert-arith-to-llvm,"
     " convert-func-to-llvm, convert-cf-to-llvm, convert-ub-to-llvm,"
     " reconcile-unrealized-casts)"

@@ -12,6 +12,7 @@ does not address) and ``next_invariant_reads`` (those the next parallel loop doe
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections import Counter
 from pathlib import Path
@@ -41,27 +42,125 @@ def constant_index(value: ir.Value) -> int:
     return ir.IntegerAttr(defining.attributes["value"]).value
 
 
+# The index arithmetic a loop bound may be computed with from induction variables and
+# constants (what torch-mlir writes for a triangular loop: ``%n = arith.subi %c7, %i``).
+INDEX_OPS = {
+    "arith.addi": lambda a, b: a + b, "arith.subi": lambda a, b: a - b,
+    "arith.muli": lambda a, b: a * b, "arith.divui": lambda a, b: a // b,
+    "arith.divsi": lambda a, b: abs(a) // abs(b) * (1 if (a >= 0) == (b > 0) else -1),
+    "arith.floordivsi": lambda a, b: a // b, "arith.ceildivsi": lambda a, b: -(-a // b),
+    "arith.remui": lambda a, b: a % b,
+    "arith.remsi": lambda a, b: abs(a) % abs(b) * (1 if a >= 0 else -1),
+    "arith.minsi": min, "arith.minui": min, "arith.maxsi": max, "arith.maxui": max,
+    "arith.index_cast": lambda a: a, "arith.index_castui": lambda a: a,
+}
+# Iteration points pimbuild enumerates to count a nest whose bounds vary: the enclosing
+# loops' iterations, times the nest's own where an inner loop's bounds depend on them.
+MAX_POINTS = 1 << 16
+
+
+def index_value(value: ir.Value, env: dict[Any, int]) -> int:
+    """The value of an index computed from constants and the induction variables in ``env``
+    (value -> its value) by ``INDEX_OPS``; ValueError for anything else (a bound loaded from
+    memory, an induction variable not in ``env``)."""
+    if value in env:
+        return env[value]
+    defining = owner(value)
+    if isinstance(defining, ir.Block):
+        raise ValueError(f"loop bound is not a constant: {value}")
+    if defining.name == "arith.constant":
+        return ir.IntegerAttr(defining.attributes["value"]).value
+    if defining.name == "memref.dim":  # of a dimension the type fixes
+        shaped, dim = ir.MemRefType(defining.operands[0].type), defining.operands[1]
+        i = index_value(dim, env)
+        if not shaped.is_dynamic_dim(i):
+            return shaped.shape[i]
+    if defining.name not in INDEX_OPS:
+        raise ValueError(f"loop bound is computed by {defining.name}, which pimbuild cannot "
+                         f"evaluate: {value}")
+    return INDEX_OPS[defining.name](*(index_value(v, env) for v in defining.operands))
+
+
 def view_root(memref: ir.Value) -> ir.Value:
-    """The buffer a memref value is a view of: an allocation, a global or an argument."""
-    while not isinstance(owner(memref), ir.Block) and owner(memref).name in VIEW_OPS:
-        memref = owner(memref).operands[0]
-    return memref
+    """The buffer a memref value is a view of: an allocation, a global or an argument. A
+    loop-carried memref (an ``scf.for``'s ``iter_args`` inside it, its result after it) is
+    the buffer it starts as."""
+    while True:
+        defining = owner(memref)
+        if isinstance(defining, ir.Block):
+            number, loop = ir.BlockArgument(memref).arg_number, defining.owner
+            loop = loop.operation if loop is not None else None
+            if loop is None or loop.name != "scf.for" or number == 0:
+                return memref
+            memref = loop.operands[2 + number]  # iter_arg k: init operand k (after lb, ub, step)
+        elif defining.name == "scf.for":
+            memref = defining.operands[3 + ir.OpResult(memref).result_number]
+        elif defining.name in VIEW_OPS:
+            memref = defining.operands[0]
+        else:
+            return memref
 
 
-def trip_counts(op: ir.Operation) -> list[int]:
-    """Trip count of each dimension of an ``scf.parallel`` or ``scf.for`` (whose block also
-    carries its ``iter_args``: one dimension)."""
+def bounds(op: ir.Operation, env: dict[Any, int] | None = None) -> list[tuple[int, int, int]]:
+    """(lower, upper, step) of each dimension of an ``scf.parallel`` or ``scf.for`` (whose
+    block also carries its ``iter_args``: one dimension), evaluated with the enclosing
+    induction variables of ``env``."""
     n = len(op.regions[0].blocks[0].arguments) if op.name == "scf.parallel" else 1
-    ops = list(op.operands)
-    lbs, ubs, steps = ops[:n], ops[n:2 * n], ops[2 * n:3 * n]
-    return [max(0, -(-(constant_index(u) - constant_index(lb)) // constant_index(s)))
-            for lb, u, s in zip(lbs, ubs, steps, strict=True)]
+    values = [index_value(v, env or {}) for v in list(op.operands)[:3 * n]]
+    return list(zip(values[:n], values[n:2 * n], values[2 * n:], strict=True))
 
 
-def memref_bytes(t: ir.Type) -> tuple[list[int], str, int]:
+def trip_counts(op: ir.Operation, env: dict[Any, int] | None = None) -> list[int]:
+    """Trip count of each dimension of an ``scf.parallel`` or ``scf.for``, under ``env``."""
+    return [max(0, -(-(u - lb) // s)) for lb, u, s in bounds(op, env)]
+
+
+def points(loops: list[ir.Operation], env: dict[Any, int] | None = None):
+    """Every assignment of values to the induction variables of ``loops`` (outermost first;
+    ``scf.for`` or ``scf.parallel``), each loop's bounds evaluated under the outer ones'."""
+    env = env or {}
+    if not loops:
+        yield env
+        return
+    first, ivs = loops[0], list(loops[0].regions[0].blocks[0].arguments)
+    ranges = [range(lb, ub, step) for lb, ub, step in bounds(first, env)]
+    for values in itertools.product(*ranges):
+        yield from points(loops[1:], {**env, **dict(zip(ivs, values, strict=False))})
+
+
+def memref_bytes(t: ir.Type, sizes: list[int] | None = None) -> tuple[list[int], str, int]:
+    """Shape, element type and bytes of a memref type; ``sizes``: the values of its dynamic
+    dimensions, in order (a dynamic one without counts as 0 bytes)."""
     mt = ir.MemRefType(t)
     element = str(mt.element_type)
-    return list(mt.shape), element, math.prod(mt.shape) * ELEMENT_BYTES.get(element, 4)
+    given = iter(sizes or [])
+    shape = [d if not mt.is_dynamic_dim(i) else next(given, 0) for i, d in enumerate(mt.shape)]
+    return shape, element, math.prod(shape) * ELEMENT_BYTES.get(element, 4)
+
+
+def enclosing_loops(op: ir.Operation) -> list[ir.Operation]:
+    """The ``scf.for`` and ``scf.parallel`` ops around ``op``, outermost first."""
+    loops, parent = [], op.parent
+    while parent is not None:
+        if parent.name in ("scf.for", "scf.parallel"):
+            loops.append(parent.operation)
+        parent = parent.parent
+    return loops[::-1]
+
+
+def largest_sizes(alloc: ir.Operation) -> list[int]:
+    """The dynamic sizes of an allocation at their largest over the iterations of the loops
+    around it (a buffer sized by a triangular loop's bound: its first, largest one)."""
+    sizes = list(alloc.operands)
+    if not sizes:
+        return []
+    largest = [0] * len(sizes)
+    for count, env in enumerate(points(enclosing_loops(alloc))):
+        if count >= MAX_POINTS:
+            raise ValueError(f"an allocation's size varies over more than {MAX_POINTS} "
+                             f"iterations of the loops around it")
+        largest = [max(m, index_value(v, env)) for m, v in zip(largest, sizes, strict=True)]
+    return largest
 
 
 class Allocations:
@@ -81,7 +180,7 @@ class Allocations:
         for op in mlir.walk(func):
             if op.name in ("memref.alloc", "memref.alloca"):
                 self._add(self._key(op.results[0]), f"alloc{k}", op.results[0].type, "alloc",
-                          "")
+                          "", largest_sizes(op))
                 k += 1
             elif op.name == "memref.get_global":
                 name = str(op.attributes["name"]).lstrip("@")
@@ -91,12 +190,14 @@ class Allocations:
     @staticmethod
     def _key(value: ir.Value) -> Any:
         defining = owner(value)
-        if isinstance(defining, ir.Block):
-            return ("arg", ir.BlockArgument(value).arg_number)
+        if isinstance(defining, ir.Block):  # the function's argument, or another block's
+            entry = defining.owner is not None and defining.owner.operation.name == "func.func"
+            return ("arg", ir.BlockArgument(value).arg_number) if entry else (value,)
         return (defining, ir.OpResult(value).result_number)
 
-    def _add(self, key: Any, ident: str, t: ir.Type, role: str, name: str) -> None:
-        shape, element, nbytes = memref_bytes(t)
+    def _add(self, key: Any, ident: str, t: ir.Type, role: str, name: str,
+             sizes: list[int] | None = None) -> None:
+        shape, element, nbytes = memref_bytes(t, sizes)
         self._ids[key] = ident
         self.table[ident] = {"role": role, "name": name, "shape": shape, "dtype": element,
                              "bytes": nbytes}
@@ -119,16 +220,18 @@ def _op_class(name: str) -> str | None:
     return None
 
 
-def _body_stats(block: ir.Block, weight: int, mix: Counter, accesses: list) -> int:
+def _body_stats(block: ir.Block, weight: int, mix: Counter, accesses: list,
+                env: dict[Any, int] | None = None) -> int:
     """Accumulate op mix and memory accesses of ``block`` executed ``weight`` times per
-    parallel iteration; return innermost-body executions per parallel iteration."""
+    parallel iteration; return innermost-body executions per parallel iteration. ``env``:
+    the values of induction variables the bounds of its loops are computed from; an inner
+    loop whose bounds depend on the loop around it (``for j in range(i)``) is counted one
+    iteration of that loop at a time."""
     inner = 0
     for op in block.operations:
         op = op.operation
         if op.name == "scf.for":
-            trips = trip_counts(op)[0]
-            inner += trips * _body_stats(op.regions[0].blocks[0], weight * trips, mix,
-                                         accesses)
+            inner += _for_stats(op, weight, mix, accesses, env or {})
             continue
         cls = _op_class(op.name)
         if cls:
@@ -139,8 +242,33 @@ def _body_stats(block: ir.Block, weight: int, mix: Counter, accesses: list) -> i
             accesses.append(("write", op.operands[1], op))
         for region in op.regions:
             for b in region.blocks:
-                inner += _body_stats(b, weight, mix, accesses)
+                inner += _body_stats(b, weight, mix, accesses, env)
     return max(inner, 1)
+
+
+def _for_stats(op: ir.Operation, weight: int, mix: Counter, accesses: list,
+               env: dict[Any, int]) -> int:
+    """``_body_stats`` of an ``scf.for``: its body's times its trips, or, where a loop inside
+    takes its bounds from its induction variable, the sum over its iterations."""
+    body = op.regions[0].blocks[0]
+    trips = trip_counts(op, env)[0]
+    once, seen = Counter(), []
+    try:
+        inner = _body_stats(body, weight * trips, once, seen, env)
+    except ValueError:
+        lb, ub, step = bounds(op, env)[0]
+        if trips > MAX_POINTS:
+            raise
+        inner, seen = 0, []
+        for i in range(lb, ub, step):  # the accesses once, the op mix of every iteration
+            inner += _body_stats(body, weight, once, [] if seen else seen,
+                                 {**env, body.arguments[0]: i})
+        mix.update(once)
+        accesses.extend(seen)
+        return inner
+    mix.update(once)
+    accesses.extend(seen)
+    return trips * inner
 
 
 def source_of(op: ir.Operation) -> dict[str, str]:
@@ -226,24 +354,78 @@ def read_views(op: ir.Operation, accesses: list, allocs: Allocations
     return {name: seen for name, seen in views.items() if name not in whole}
 
 
-def analyze(op: ir.Operation, ident: int, enclosing: int, allocs: Allocations) -> dict:
-    dims = trip_counts(op)
+def counts(op: ir.Operation, loops: list[ir.Operation]) -> dict[str, Any]:
+    """The nest's iteration counts, op mix and accesses. With constant bounds: ``dims``,
+    ``n_iter`` and ``n_total`` of one invocation, ``enclosing`` invocations. Where its
+    bounds, or an inner loop's, are computed from an enclosing loop's induction variable (a
+    triangular loop) or from its own: each invocation's exact (n_iter, n_total) in
+    ``per_invocation``, ``dims`` at their largest, and the means per invocation."""
+    body = op.regions[0].blocks[0]
     mix: Counter = Counter()
     accesses: list = []
-    inner = _body_stats(op.regions[0].blocks[0], 1, mix, accesses)
+    try:
+        dims = trip_counts(op)
+        n_iter = math.prod(dims)
+        n_total = n_iter * _body_stats(body, 1, mix, accesses)
+        enclosing = math.prod(math.prod(trip_counts(loop)) for loop in loops)
+        return {"dims": dims, "n_iter": n_iter, "n_total": n_total, "enclosing": enclosing,
+                "mix": mix, "accesses": accesses, "per_invocation": None}
+    except ValueError:
+        mix, accesses = Counter(), []
+    per, dims, walked = [], [], 0
+    for env in points(loops):
+        d = trip_counts(op, env)
+        dims = [max(a, b) for a, b in itertools.zip_longest(dims, d, fillvalue=0)]
+        n_iter, once = math.prod(d), Counter()
+        try:
+            n_total = n_iter * _body_stats(body, 1, once, [] if accesses else accesses, env)
+            once = Counter({k: v * n_iter for k, v in once.items()})
+            walked += 1
+        except ValueError:  # an inner loop's bounds come from the nest's own induction variables
+            n_total = 0
+            for inner_env in points([op], env):
+                n_total += _body_stats(body, 1, once, [] if accesses else accesses, inner_env)
+                walked += 1
+        if walked > MAX_POINTS:
+            raise ValueError(f"the nest's bounds vary over more than {MAX_POINTS} iteration "
+                             f"points; pimbuild counts at most that many")
+        mix.update(once)
+        per.append((n_iter, n_total))
+    iters = sum(n for n, _ in per)
+    mix = Counter({k: v / max(iters, 1) for k, v in mix.items()})
+    return {"dims": dims, "n_iter": mean(n for n, _ in per), "n_total": mean(t for _, t in per),
+            "enclosing": len(per), "mix": mix, "accesses": accesses, "per_invocation": per}
+
+
+def mean(values) -> int | float:
+    """The mean of integers: an int where it is one, else a float."""
+    values = list(values)
+    total = sum(values)
+    return total // len(values) if values and total % len(values) == 0 else \
+        (total / len(values) if values else 0)
+
+
+def analyze(op: ir.Operation, ident: int, loops: list[ir.Operation], allocs: Allocations
+            ) -> dict:
+    c = counts(op, loops)
+    dims, mix, accesses, enclosing = c["dims"], c["mix"], c["accesses"], c["enclosing"]
     reads, writes = {}, {}
     for kind, value, _ in accesses:
         alloc = allocs.resolve(value)
         (reads if kind == "read" else writes)[alloc] = allocs.table.get(alloc, {}).get("bytes", 0)
     moved = {**reads, **writes}
-    n_iter = math.prod(dims)
+    varying = {} if c["per_invocation"] is None else {
+        "per_invocation": [list(pair) for pair in c["per_invocation"]],
+        "bounds": "vary with an enclosing loop (triangular): n_iter and n_total are the "
+                  "means per invocation, exact over the forward"}
     return {
         "id": ident,
         **source_of(op),
         "parallel_dims": dims,
-        "n_iter": n_iter,
-        "n_total": n_iter * inner,
+        "n_iter": c["n_iter"],
+        "n_total": c["n_total"],
         "enclosing_trips": enclosing,
+        **varying,
         "reads": reads,
         "writes": writes,
         "read_extents": read_extents(op, accesses, reads, allocs),
@@ -257,17 +439,42 @@ def analyze(op: ir.Operation, ident: int, enclosing: int, allocs: Allocations) -
     }
 
 
-def find_nests(block: ir.Block, enclosing: int = 1):
-    """Yield ``(scf.parallel op, enclosing trip count)`` for every top-level parallel nest."""
+def find_nests(block: ir.Block, loops: tuple[ir.Operation, ...] = ()):
+    """Yield ``(scf.parallel op, the scf.for loops around it)`` for every top-level parallel
+    nest."""
     for op in block.operations:
         op = op.operation
         if op.name == "scf.parallel":
-            yield op, enclosing
+            yield op, list(loops)
             continue
-        trips = math.prod(trip_counts(op)) if op.name == "scf.for" else 1
+        around = (*loops, op) if op.name == "scf.for" else loops
         for region in op.regions:
             for b in region.blocks:
-                yield from find_nests(b, enclosing * trips)
+                yield from find_nests(b, around)
+
+
+def scopes(nests: list[ir.Operation]) -> list[str]:
+    """Where each nest sits: "" in the function's body, else ``<op>#<k>`` naming the op
+    around it (the k-th distinct one, in program order: ``scf.for#0``). Consecutive nests of
+    one scope can form one host<->device segment; nests of two cannot."""
+    around: list[ir.Operation] = []
+    names = []
+    for op in nests:
+        parent = op.parent.operation
+        if parent.name == "func.func":
+            names.append("")
+            continue
+        k = next((i for i, seen in enumerate(around) if seen == parent), None)
+        if k is None:
+            k, around = len(around), [*around, parent]
+        names.append(f"{parent.name}#{k}")
+    return names
+
+
+def executions(loops: list[ir.Operation]) -> int:
+    """How many times the body of the innermost of ``loops`` runs (each loop's bounds
+    evaluated under the outer ones')."""
+    return sum(1 for _ in itertools.islice(points(loops), MAX_POINTS + 1))
 
 
 def extract(scf_path: Path, signature: dict[str, Any]) -> dict[str, Any]:
@@ -277,8 +484,11 @@ def extract(scf_path: Path, signature: dict[str, Any]) -> dict[str, Any]:
                 and ir.StringAttr(op.operation.attributes["sym_name"]).value
                 == signature["function"])
     allocs = Allocations(func, signature)
-    nests = find_nests(func.regions[0].blocks[0])
+    nests = list(find_nests(func.regions[0].blocks[0]))
     candidates = [analyze(op, i, enc, allocs) for i, (op, enc) in enumerate(nests)]
+    for c, scope in zip(candidates, scopes([op for op, _ in nests]), strict=True):
+        if scope:  # inside a loop (or another op): its own segments
+            c["scope"] = scope
     return {"function": signature["function"], "allocations": allocs.table,
             "candidates": candidates}
 

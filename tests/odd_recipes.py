@@ -110,6 +110,20 @@ def only_a_scalar(n: int = 64) -> Recipe:
     return Recipe(_Fn(lambda x: x.shape[0] * 2 + 1), {"x": torch.randn(n)})
 
 
+def triangular_det(n: int = 8) -> Recipe:
+    """Determinants of a batch of matrices: torch-mlir's LU elimination runs nests whose
+    bounds are ``n - 1 - i`` of the loop around them (triangular loops)."""
+    return Recipe(_Fn(lambda a: torch.linalg.det(a) + 1.0), {"a": torch.randn(4, n, n)})
+
+
+def everything_offloaded(ctx):
+    """A policy: every nest on the device (tests the partition of every kind of nest)."""
+    from pimbuild.targets.pim.policies import Decision, Placement
+
+    return Placement({}, [Decision(n.id, ctx.target.device, "all", "every nest offloaded")
+                          for n in ctx.nests])
+
+
 def tensor_literal(n: int = 64) -> Recipe:
     """A tensor built from a literal inside forward: torch.export lifts it as an argument no
     module attribute holds."""

@@ -175,7 +175,7 @@ def test_outputs_of_every_supported_dtype_go_through_every_stage(run_build) -> N
                                     "tensor_literal", "returns_input", "gelu_tanh_mlp",
                                     "reciprocal_of_zero", "uint8_arithmetic",
                                     "constant_result", "topk_router", "scalar_outputs",
-                                    "only_a_scalar"])
+                                    "only_a_scalar", "triangular_det"])
 def test_unusual_models_go_through_every_stage(run_build, recipe: str) -> None:
     result = run_build(["model=relu", f"model.recipe=tests.odd_recipes:{recipe}",
                         "model.size={n:64}", "profile.backend=timer"])
@@ -339,3 +339,26 @@ def test_python_scalar_outputs_go_through_every_stage(run_build) -> None:
     assert report["hybrid_check"]["scalar_outputs"] == sig["scalars"]
     assert "Python scalar output(s) 1 (int), 2 (float), 3 (bool)" in \
         (artifact_dir(result, "simulate") / "report.md").read_text()
+
+
+@pytest.mark.slow
+def test_triangular_nests_offloaded_inside_their_loop_match_eager(run_build) -> None:
+    """det's LU elimination: nests whose bounds are an enclosing loop's ``n - 1 - i``, all
+    offloaded: each invocation costed with its own counts, the segment inside the loop
+    entered and left once per iteration (N_region), the program checked against eager."""
+    result = run_build(["model=relu", "model.recipe=tests.odd_recipes:triangular_det",
+                        "model.size={n:8}", "profile.backend=timer",
+                        "policy.name=tests.odd_recipes:everything_offloaded"])
+    nests = json.loads((artifact_dir(result, "extract") / "candidates.json").read_text())
+    varying = [c for c in nests["candidates"] if "per_invocation" in c]
+    assert varying and all(c["scope"] for c in varying)
+    assert all([p[0] for p in c["per_invocation"]] == sorted(
+        (p[0] for p in c["per_invocation"]), reverse=True) for c in varying)
+    reinsert = json.loads((artifact_dir(result, "reinsert") / "reinsert.json").read_text())
+    assert reinsert["check"]["passed"]
+    looped = [s for s in reinsert["segments"] if nests["candidates"][s[0]].get("scope")]
+    trips = nests["candidates"][looped[0][0]]["enclosing_trips"]
+    assert reinsert["n_region"] == 2 * (trips * len(looped) + len(reinsert["segments"])
+                                        - len(looped))
+    report = json.loads((artifact_dir(result, "simulate") / "report.json").read_text())
+    assert report["n_region"] == reinsert["n_region"]

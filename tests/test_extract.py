@@ -98,12 +98,17 @@ def test_enclosing_trip_count_and_steps(tmp_path: Path) -> None:
     assert nest["op_mix"]["math"] == 1
 
 
-def test_non_constant_bound_is_rejected(tmp_path: Path) -> None:
+def test_a_bound_of_a_static_dim_counts_and_a_dynamic_one_is_rejected(tmp_path: Path) -> None:
     path = tmp_path / "scf.mlir"
     path.write_text(SCF_IN_LOOP.replace("to (%c4, %c8)", "to (%n, %c8)").replace(
         "%c2 = arith.constant 2 : index", "%c2 = arith.constant 2 : index\n"
         "  %n = memref.dim %arg0, %c0 : memref<4x8xf32>"))
-    with pytest.raises(ValueError, match="not a constant"):
+    (nest,) = loops.extract(path, {"function": "forward", "args": [{"source": "x"}]})[
+        "candidates"]  # the dim of a static shape is a constant
+    assert nest["parallel_dims"] == [4, 4]  # j steps by 2
+    path.write_text(path.read_text().replace("memref<4x8xf32>", "memref<?x8xf32>"))
+    with pytest.raises(ValueError, match="loop bound is computed by memref.dim, which pimbuild "
+                                         "cannot evaluate"):
         loops.extract(path, {"function": "forward", "args": [{"source": "x"}]})
 
 
@@ -157,3 +162,69 @@ def test_read_extents_and_outer_invariant_reads(run_build) -> None:
     x = next(b for b in mm["reads"] if b not in mm["outer_invariant_reads"]
              and b not in mm["writes"])
     assert x in mm["next_invariant_reads"] and weight not in mm["next_invariant_reads"]
+
+
+TRIANGULAR = """
+module {
+  func.func @forward(%a: memref<8x8xf32>, %out: memref<8x8xf32>) {
+    %c0 = arith.constant 0 : index
+    %c1 = arith.constant 1 : index
+    %c4 = arith.constant 4 : index
+    %c7 = arith.constant 7 : index
+    %c8 = arith.constant 8 : index
+    scf.for %i = %c0 to %c7 step %c1 {
+      %rest = arith.subi %c7, %i : index
+      scf.parallel (%r, %k) = (%c0, %c0) to (%rest, %c8) step (%c1, %c1) {
+        %x = memref.load %a[%r, %k] : memref<8x8xf32>
+        memref.store %x, %out[%r, %k] : memref<8x8xf32>
+        scf.reduce
+      }
+      scf.parallel (%k) = (%c0) to (%c4) step (%c1) {
+        %x = memref.load %a[%i, %k] : memref<8x8xf32>
+        memref.store %x, %out[%i, %k] : memref<8x8xf32>
+        scf.reduce
+      }
+    }
+    scf.parallel (%r) = (%c0) to (%c8) step (%c1) {
+      scf.for %j = %c0 to %r step %c1 {
+        %x = memref.load %a[%r, %j] : memref<8x8xf32>
+        %y = arith.addf %x, %x : f32
+        memref.store %y, %out[%r, %j] : memref<8x8xf32>
+      }
+      scf.reduce
+    }
+    return
+  }
+}
+"""
+SIGNATURE = {"function": "forward",
+             "args": [{"name": "a", "source": "a", "kind": "input"}]}
+
+
+def test_triangular_nests_count_exactly(tmp_path: Path) -> None:
+    """A nest whose bound is an enclosing loop's ``7 - i``, and one whose inner loop runs
+    ``j < r`` of its own parallel variable: each invocation's counts, exact sums, their
+    means; a nest of constant bounds inside the loop keeps its counts and gets a scope."""
+    (tmp_path / "scf.mlir").write_text(TRIANGULAR)
+    nests = loops.extract(tmp_path / "scf.mlir", SIGNATURE)["candidates"]
+    outer, row, lower = nests
+    assert outer["per_invocation"] == [[(7 - i) * 8, (7 - i) * 8] for i in range(7)]
+    assert outer["enclosing_trips"] == 7 and outer["parallel_dims"] == [7, 8]
+    assert outer["n_iter"] == outer["n_total"] == sum((7 - i) * 8 for i in range(7)) // 7
+    assert outer["scope"] == row["scope"] == "scf.for#0"
+    assert "per_invocation" not in row and row["n_iter"] == 4 and row["enclosing_trips"] == 7
+    # an iteration whose inner loop runs no times counts once, as with constant bounds
+    assert lower["per_invocation"] == [[8, sum(max(r, 1) for r in range(8))]]
+    assert "scope" not in lower and lower["n_iter"] == 8 and lower["n_total"] == 29
+    # one parallel iteration's mix: 28 loads and adds over 8 rows
+    assert lower["op_mix"]["loads"] == lower["op_mix"]["arith"] == 28 / 8
+
+
+def test_a_bound_loaded_from_memory_is_one_line(tmp_path: Path) -> None:
+    text = TRIANGULAR.replace("%rest = arith.subi %c7, %i : index",
+                              "%rest = memref.load %n[] : memref<index>").replace(
+        "%out: memref<8x8xf32>)", "%out: memref<8x8xf32>, %n: memref<index>)")
+    (tmp_path / "scf.mlir").write_text(text)
+    with pytest.raises(ValueError, match="loop bound is computed by memref.load, which "
+                                         "pimbuild cannot evaluate"):
+        loops.extract(tmp_path / "scf.mlir", SIGNATURE)

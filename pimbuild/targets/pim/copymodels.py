@@ -25,10 +25,14 @@ COPY_MODELS = Registry("copy model", "sim.copy_model", builtins={
 
 
 def segments(nests: list[Nest], offloaded: set[int]) -> list[list[Nest]]:
-    """Maximal runs of consecutive offloaded nests, in program order."""
+    """Maximal runs of consecutive offloaded nests of one scope (a loop's body, or the
+    function's), in program order."""
     runs: list[list[Nest]] = []
     current: list[Nest] = []
     for n in nests:
+        if current and n.scope != current[-1].scope:
+            runs.append(current)
+            current = []
         if n.id in offloaded:
             current.append(n)
         elif current:

@@ -48,7 +48,8 @@ def hybrid(nests: list[Nest], offloaded: set[int], forward_s: float, target: Off
     t_device = sum(target.unit_time(n) for n in nests if n.id in offloaded)
     t_host = outside + sum(n.t_cpu_s for n in nests if n.id not in offloaded)
     fetch, flush = COPY_MODELS.get(copy_model)(nests, offloaded, outputs)
-    n_region = 2 * len(segments(nests, offloaded))
+    # every run of a segment enters and leaves (a segment inside a loop: once per iteration)
+    n_region = 2 * sum(max(seg[0].invocations, 1) for seg in segments(nests, offloaded))
     return Breakdown(t_cpu_only_s=t_cpu_only, t_host_s=t_host, t_device_s=t_device,
                      t_copy_s=target.copy_time(fetch, flush),
                      t_switch_s=target.switch_time(n_region), n_region=n_region,

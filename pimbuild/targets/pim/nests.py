@@ -17,8 +17,8 @@ class Nest:
     source_op: str
     source_module: str
     source_node: str
-    n_iter: int
-    n_total: int  # iterations of one invocation
+    n_iter: int | float  # parallel iterations of one invocation (a mean where they vary)
+    n_total: int | float  # iterations of one invocation, inner loops' too (likewise)
     invocations: int
     t_cpu_s: float  # time per forward, over its invocations (profile.estimator)
     bw_read_gbps: float | None
@@ -29,6 +29,12 @@ class Nest:
     # How far this host's lower-quartile repetition sits above the best (p25 / min - 1, the
     # measure calibrate uses for B_cpu): another run's T_cpu lands about this far away.
     t_spread: float = 0.0
+    # A nest whose bounds vary with an enclosing loop (a triangular loop): each invocation's
+    # exact (n_iter, n_total), in order; empty where every invocation is alike.
+    per_invocation: tuple[tuple[int, int], ...] = ()
+    # The op around the nest ("" for the function's body; ``loops.scopes``): a segment of
+    # consecutive offloaded nests does not cross from one scope to another.
+    scope: str = ""
 
     @property
     def moved_bytes(self) -> int:
@@ -58,7 +64,9 @@ def load_nests(candidates_path: Path, timing_path: Path, counters_path: Path) ->
                  bw_read_gbps=_number(counters[c["id"]]["bw_read_gbps"]),
                  store_bound=_number(counters[c["id"]]["store_bound"]),
                  reads=c["reads"], writes=c["writes"], op_mix=c["op_mix"],
-                 t_spread=_spread(timing[c["id"]]))
+                 t_spread=_spread(timing[c["id"]]),
+                 per_invocation=tuple(tuple(pair) for pair in c.get("per_invocation", ())),
+                 scope=c.get("scope", ""))
             for c in candidates]
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from torch_mlir import ir
 
 from pimbuild import mlir
-from pimbuild.loops import find_nests
+from pimbuild.loops import executions, find_nests, scopes
 from pimbuild.targets.pim.offload import Boundary
 
 
@@ -48,16 +48,21 @@ def outline(module: ir.Module, nest: ir.Operation, ident: int, boundary: Boundar
 
 
 def reinsert(module: ir.Module, function: str, offloaded: set[int],
-             boundary: Boundary) -> list[list[int]]:
-    """Outline the offloaded nests and mark the segments; returns the segments (nest ids)."""
+             boundary: Boundary) -> tuple[list[list[int]], int]:
+    """Outline the offloaded nests and mark the segments (consecutive offloaded nests of one
+    scope, ``loops.scopes``); returns the segments (nest ids) and the host<->device
+    transitions a forward makes through them (two per run of a segment)."""
     func = mlir.function(module, function)
-    nests = [op for op, _ in find_nests(func.regions[0].blocks[0])]
+    found = list(find_nests(func.regions[0].blocks[0]))
+    nests = [op for op, _ in found]
+    scope = scopes(nests)
     segments: list[list[int]] = []
     for ident in sorted(offloaded):
-        if segments and segments[-1][-1] == ident - 1:
+        if segments and segments[-1][-1] == ident - 1 and scope[ident] == scope[ident - 1]:
             segments[-1].append(ident)
         else:
             segments.append([ident])
+    transitions = 2 * sum(executions(found[seg[0]][1]) for seg in segments)
     ops = dict(enumerate(nests))
     for s, seg in enumerate(segments):
         first, last = ops[seg[0]], ops[seg[-1]]
@@ -72,4 +77,4 @@ def reinsert(module: ir.Module, function: str, offloaded: set[int],
     if segments:
         for name in (boundary.begin, boundary.end):
             mlir.declare(module, name)
-    return segments
+    return segments, transitions

@@ -79,7 +79,8 @@ def build(lower_dir: Path, offloaded: set[int], runtime_lib: Path, p: Params, bl
 
     signature = json.loads((lower_dir / "signature.json").read_text())
     module = mlir.parse_file(lower_dir / "scf.mlir")
-    segments = outline.reinsert(module, signature["function"], offloaded, p.boundary)
+    segments, transitions = outline.reinsert(module, signature["function"], offloaded,
+                                             p.boundary)
     mlir.write_ir(module, out / "hybrid.mlir")
     jit.to_llvm(module, block, stage=NAME, failure_dir=failure_dir)
     markers = Markers(runtime_lib)
@@ -90,7 +91,7 @@ def build(lower_dir: Path, offloaded: set[int], runtime_lib: Path, p: Params, bl
     args, expected = frontend.materialize(p.model, signature)
     exact = functools.cache(lambda: frontend.reference64(p.model, signature))
     result = check(engine, markers, signature, args, expected, exact)
-    report = {"segments": segments, "n_region": 2 * len(segments),
+    report = {"segments": segments, "n_region": transitions,
               "outlined": sorted(offloaded), "check": result}
     (out / "reinsert.json").write_text(json.dumps(report, indent=2) + "\n")
     if not result["passed"]:
@@ -106,10 +107,10 @@ def build(lower_dir: Path, offloaded: set[int], runtime_lib: Path, p: Params, bl
                                f"relative error {result['max_rel_error']:.3g} > "
                                f"{result['rtol']:.3g} ({result['where']})"
                                f"{referee_note(result)}; {why}")
-    if result["transitions"] != report["n_region"]:
+    if result["transitions"] != transitions:
         raise StageError(NAME, f"the hybrid program made {result['transitions']} "
                                f"transitions to and from {p.boundary.device}, expected "
-                               f"{report['n_region']}")
+                               f"{transitions}")
 
 
 def run(inputs: Inputs, p: Params, out: Path) -> None:

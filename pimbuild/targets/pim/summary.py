@@ -29,6 +29,15 @@ DETAIL = {"dims", "n_total", "moved MB", "ld/st/ar/m", "share"}
 WIDE = 120
 
 
+def _count(c: dict, k: int) -> str:
+    """A nest's n_iter (k=0) or n_total (1): its value, or, where its bounds vary with an
+    enclosing loop, the range over its invocations (``dims`` then shows the largest)."""
+    per = c.get("per_invocation")
+    if not per:
+        return f"{c[('n_iter', 'n_total')[k]]:,}"
+    return f"{min(p[k] for p in per):,}..{max(p[k] for p in per):,}"
+
+
 def candidates_table(candidates: dict, title: str, profile: dict[int, dict] | None = None,
                      decisions: dict[int, dict] | None = None, width: int = WIDE) -> Table:
     """One row per nest; with ``profile`` (timing + counters rows by id), its measurements;
@@ -48,9 +57,11 @@ def candidates_table(candidates: dict, title: str, profile: dict[int, dict] | No
     for c in candidates["candidates"]:
         mix = c["op_mix"]
         cells = {"id": str(c["id"]), "source": display_name(c["source_module"], c["source_op"]),
-                 "dims": "x".join(map(str, c["parallel_dims"])), "n_iter": f"{c['n_iter']:,}",
-                 "n_total": f"{c['n_total']:,}", "moved MB": _mb(c["moved_bytes"]),
-                 "ld/st/ar/m": f"{mix['loads']}/{mix['stores']}/{mix['arith']}/{mix['math']}"}
+                 "dims": "x".join(map(str, c["parallel_dims"])), "n_iter": _count(c, 0),
+                 "n_total": _count(c, 1), "moved MB": _mb(c["moved_bytes"]),
+                 "ld/st/ar/m": "/".join(str(v) if isinstance(v, int) else f"{v:.3g}"
+                                        for v in (mix[k] for k in ("loads", "stores", "arith",
+                                                                   "math")))}
         if profile:
             m = profile[c["id"]]
             cells |= {"T_cpu ms": _fmt(float(m["t_cpu_s"]) * 1e3, ".3g"),

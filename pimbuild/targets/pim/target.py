@@ -107,10 +107,18 @@ class PimTarget:
         return min(cores * self.b_bank_gbps, self.stack_bw_gbps or math.inf)
 
     def unit_time(self, nest: Nest) -> float:
-        """T_pim: seconds the nest takes on ``n_core`` PIM cores, per forward."""
-        cores = max(1, min(self.n_core, nest.n_iter))
-        per_core_iters = math.ceil(nest.n_iter / cores)
-        inner = nest.n_total / max(nest.n_iter, 1)  # innermost iterations per parallel one
+        """T_pim: seconds the nest takes on ``n_core`` PIM cores, per forward: every
+        invocation alike, or (a nest whose bounds vary) the sum of each one's."""
+        if nest.per_invocation:
+            return sum(self.invocation_time(nest, n_iter, n_total)
+                       for n_iter, n_total in nest.per_invocation)
+        return max(nest.invocations, 1) * self.invocation_time(nest, nest.n_iter, nest.n_total)
+
+    def invocation_time(self, nest: Nest, n_iter: float, n_total: float) -> float:
+        """One invocation of ``nest`` with ``n_iter`` parallel and ``n_total`` iterations."""
+        cores = max(1, min(self.n_core, n_iter))
+        per_core_iters = math.ceil(n_iter / cores)
+        inner = n_total / max(n_iter, 1)  # innermost iterations per parallel one
         mix = nest.op_mix
         cycles = ((mix["loads"] * self.c_load + mix["stores"] * self.c_store
                    + mix["arith"] * self.c_arith + inner * self.c_loop) / self.lanes
@@ -120,7 +128,7 @@ class PimTarget:
         busy = compute + memory - self.overlap * min(compute, memory)
         synced = self.n_core if self.sync_all else cores
         overhead = self.launch_us * 1e-6 + synced * self.sync_ns_per_core * 1e-9
-        return max(nest.invocations, 1) * (overhead + busy)
+        return overhead + busy
 
     def copy_time(self, fetch_bytes: int, flush_bytes: int) -> float:
         return (fetch_bytes + flush_bytes) / (self.b_mem_gbps * 1e9)

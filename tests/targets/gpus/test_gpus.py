@@ -293,7 +293,8 @@ def alternate():
                                     "with_nan", "only_empty", "running_sum", "scatter_rows",
                                     "sorted_values", "output_slices", "cached_step",
                                     "nested_outputs", "tensor_literal", "constant_result",
-                                    "topk_router", "scalar_outputs", "only_a_scalar"])
+                                    "topk_router", "scalar_outputs", "only_a_scalar",
+                                    "triangular_det"])
 def test_odd_models_run_partitioned(run_build, alternate: str, recipe: str) -> None:
     """Outputs of every dtype, NaN, empty tensors, constants, TMTensor ops and results that
     are slices of one tensor all go through the GPU pipeline split over two processes."""

@@ -84,6 +84,28 @@ def test_joint_equals_brute_force(seed: int, copy_model: str) -> None:
 
 
 @pytest.mark.parametrize("copy_model", ["upper_bound", "resident"])
+@pytest.mark.parametrize("seed", range(60))  # a fifth of them place a segment across a loop
+def test_joint_equals_brute_force_with_nests_in_loops(seed: int, copy_model: str) -> None:
+    """Nests inside loops (``scope``: segments do not cross into or out of them; each run of
+    a segment switches twice), a triangular one among them."""
+    rng = random.Random(100 + seed)
+    nests = random_nests(rng, rng.randint(4, 11))
+    a = rng.randint(0, len(nests) - 2)
+    b = rng.randint(a + 1, len(nests))
+    for i in range(a, b):  # one loop of 5 iterations around nests a..b-1
+        per = tuple((max(nests[i].n_iter >> k, 1),) * 2 for k in range(5)) if i == a else ()
+        nests[i] = dataclasses.replace(nests[i], scope="scf.for#0", invocations=5,
+                                       per_invocation=per)
+    target = dataclasses.replace(MODEL, t_sw_us=rng.choice([0.1, 5.0]),
+                                 b_mem_gbps=rng.choice([2.0, 20.0]))
+    ctx = context(nests, target=target, copy_model=copy_model)
+    offloaded, _ = joint.optimum(ctx)
+    got = hybrid.hybrid(ctx.nests, offloaded, ctx.forward_s, ctx.target, copy_model,
+                        ctx.outputs).t_hybrid_s
+    assert got == pytest.approx(brute_force(ctx), rel=1e-9)
+
+
+@pytest.mark.parametrize("copy_model", ["upper_bound", "resident"])
 def test_joint_is_never_above_the_local_search(copy_model: str) -> None:
     rng = random.Random(42)
     for _ in range(5):

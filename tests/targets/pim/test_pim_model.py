@@ -118,6 +118,28 @@ def test_transitions_are_two_per_segment() -> None:
     assert b.t_switch_s == pytest.approx(4 * MODEL.t_sw_us * 1e-6)
 
 
+def test_a_segment_stays_in_its_loop_and_counts_each_run() -> None:
+    """Nests 0-1 run in a loop of 7 iterations, 2-3 after it: offloading all four makes two
+    segments (not one across the loop's end), the first entered and left 7 times."""
+    looped = [dataclasses.replace(n, scope="scf.for#0", invocations=7) for n in chain()[:2]]
+    nests = [*looped, *chain()[2:4]]
+    assert [[n.id for n in s] for s in copymodels.segments(nests, {0, 1, 2, 3})] == [[0, 1],
+                                                                                    [2, 3]]
+    b = hybrid.hybrid(nests, {0, 1, 2, 3}, 6e-3, MODEL, "upper_bound", {"out"})
+    assert b.n_region == 2 * 7 + 2
+
+
+def test_a_nest_of_varying_bounds_costs_each_invocation() -> None:
+    """T_pim of a triangular nest: the sum of its invocations' own times, not the mean's
+    times the count (PIM cores idle in the short ones)."""
+    per = tuple((n * 8, n * 8) for n in range(7, 0, -1))
+    varying = dataclasses.replace(nest(n_iter=32, inner=1), invocations=7, per_invocation=per)
+    expected = sum(MODEL.invocation_time(varying, a, b) for a, b in per)
+    assert MODEL.unit_time(varying) == pytest.approx(expected)
+    mean = dataclasses.replace(varying, per_invocation=())
+    assert MODEL.unit_time(varying) != pytest.approx(MODEL.unit_time(mean))
+
+
 @pytest.mark.parametrize("copy_model", ["upper_bound", "resident"])
 def test_oracle_beats_every_policy(copy_model: str) -> None:
     nests = [dataclasses.replace(n, t_cpu_s=t, bw_read_gbps=bw)

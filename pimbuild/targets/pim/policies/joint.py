@@ -3,13 +3,14 @@ model, exactly: every placement of the nests is considered, with the copy model'
 the switch cost of every region (docs/design.md §7).
 
 ``sim.copy_model=upper_bound`` (eq. 8): the cost of a placement is the host nests' time plus,
-per segment (maximal run of consecutive offloaded nests), its device time, its copies (a
-function of that segment alone) and two switches. So the optimum is a shortest path over
-segment boundaries: node ``k`` = "nest ``k`` runs on the host", an arc ``k -> k+1`` keeps nest
-``k+1`` on the host, an arc ``k -> l+1`` offloads nests ``k+1..l`` as one segment and keeps
-nest ``l+1`` on the host. An exact dynamic program over O(n^2) segments; a segment's copies
-are extended nest by nest (``copymodels.segment_bytes``, the function ``upper_bound`` itself
-sums), so each costs only its last nest's buffers.
+per segment (maximal run of consecutive offloaded nests of one scope, ``loops.scopes``), its
+device time, its copies (a function of that segment alone) and two switches per run of it.
+So the optimum is a shortest path over segment boundaries: node ``k`` = "nest ``k`` runs on
+the host" (or starts another scope), an arc ``k -> k+1`` keeps nest ``k+1`` on the host, an
+arc ``k -> l+1`` offloads nests ``k+1..l`` as one segment and keeps nest ``l+1`` on the host.
+An exact dynamic program over O(n^2) segments; a segment's copies are extended nest by nest
+(``copymodels.segment_bytes``, the function ``upper_bound`` itself sums), so each costs only
+its last nest's buffers.
 
 ``sim.copy_model=resident``: a buffer moves when a nest reads it on the side that does not
 hold its latest version; the cost is not a sum over segments, so the optimum is a MILP
@@ -78,16 +79,24 @@ def by_segments(ctx: PolicyContext) -> set[int]:
         if best[k] + host[k] < best[k + 1]:
             best[k + 1], came[k + 1] = best[k] + host[k], (k, None)
         run = 0.0
-        # ... or nests k..last offloaded as one segment (its copies extended nest by nest)
+        # ... or nests k..last offloaded as one segment (its copies extended nest by nest;
+        # inside one scope, entered and left once per run of its first nest)
+        switches = t.switch_time(2 * max(nests[k].invocations, 1))
         for last, (fetch, flush) in enumerate(segment_bytes(nests[k:]), start=k):
+            if nests[last].scope != nests[k].scope:
+                break
             run += device[last]
-            cost = best[k] + run + t.copy_time(fetch, flush) + t.switch_time(2)
+            cost = best[k] + run + t.copy_time(fetch, flush) + switches
             if last + 1 == n:
                 if cost < finish:
                     finish, finish_from = cost, (k, n)
-            elif cost + host[last + 1] < best[last + 2]:
+                continue
+            if cost + host[last + 1] < best[last + 2]:
                 best[last + 2] = cost + host[last + 1]
                 came[last + 2] = (k, last + 1)
+            if nests[last + 1].scope != nests[k].scope and cost < best[last + 1]:
+                best[last + 1] = cost  # the next scope may start a segment of its own
+                came[last + 1] = (k, last + 1)
     offloaded: set[int] = set()
     k = n
     if finish < best[n]:
@@ -114,9 +123,10 @@ def by_milp(ctx: PolicyContext) -> set[int]:
 
     for i, x in enumerate(nests):
         add(y[i], US * (t.unit_time(x) - x.t_cpu_s))
-        s = m.var(0, 1)
-        m.row({s: 1.0, y[i]: -1.0, **({y[i - 1]: 1.0} if i else {})}, 0)
-        add(s, US * t.switch_time(2))
+        s = m.var(0, 1)  # a segment starts here: after a host nest, or in a new scope
+        joined = i and nests[i - 1].scope == x.scope
+        m.row({s: 1.0, y[i]: -1.0, **({y[i - 1]: 1.0} if joined else {})}, 0)
+        add(s, US * t.switch_time(2 * max(x.invocations, 1)))
     per_byte = US * t.copy_time(1, 0)
     for alloc, intervals in _intervals(nests).items():
         for writer, readers, final_bytes in intervals:
