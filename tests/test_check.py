@@ -315,6 +315,16 @@ def test_a_python_scalar_output_is_a_0d_tensor_of_its_exact_value() -> None:
     scalars_as_tensors(r)
     assert isinstance(r.module(*r.inputs.values()), torch.Tensor) and r.scalars == {}
 
+    class Numbers(torch.nn.Module):  # a shape, numpy's scalars, a None (no output)
+        def forward(self, x):
+            return x * 2, x.shape, np.float32(0.25), np.int64(3), np.bool_(True), None
+
+    r = Recipe(Numbers(), {"x": torch.randn(3, 2)})
+    scalars_as_tensors(r)
+    out = r.module(*r.inputs.values())
+    assert r.scalars == {1: "int", 2: "int", 3: "float", 4: "int", 5: "bool"}
+    assert [int(v) for v in out[1]] == [3, 2] and out[4].dtype == torch.bool and out[5] is None
+
 
 def test_a_scalar_output_that_differs_fails_the_check() -> None:
     sig = {"outputs": [{"dtype": "int64"}], "scalars": [{"output": 0, "type": "int"}]}

@@ -59,8 +59,26 @@ def build_recipe(p: ModelParams) -> recipes.Recipe:
     return recipe
 
 
-# A Python scalar output, as the 0-d tensor that holds its value exactly.
+# A Python scalar output, as the 0-d tensor that holds its value exactly (numpy's scalars
+# count as the Python type they register as).
 SCALAR_DTYPES = {bool: torch.bool, int: torch.int64, float: torch.float64}
+
+
+def scalar_kind(value: Any) -> type | None:
+    """``bool``, ``int`` or ``float`` for a Python (or numpy) scalar of that kind, else None."""
+    import numbers
+
+    import numpy as np
+
+    if isinstance(value, torch.Tensor):
+        return None
+    if isinstance(value, bool | np.bool_):
+        return bool
+    if isinstance(value, numbers.Integral):
+        return int
+    if isinstance(value, numbers.Real):
+        return float
+    return None
 
 
 def scalars_as_tensors(recipe: recipes.Recipe) -> None:
@@ -76,13 +94,12 @@ def scalars_as_tensors(recipe: recipes.Recipe) -> None:
     @functools.wraps(cls.forward)  # its signature: torch.export names the inputs from it
     def forward(self, *args, **kwargs):
         out = super(wrapped, self).forward(*args, **kwargs)
-        leaves = pytree.tree_leaves(out)
-        found = {i: type(v).__name__ for i, v in enumerate(leaves) if type(v) in SCALAR_DTYPES}
-        if not found:
+        kinds = [scalar_kind(v) for v in pytree.tree_leaves(out)]
+        if not any(kinds):
             return out
-        seen.update(found)
-        return pytree.tree_map(lambda v: torch.tensor(v, dtype=SCALAR_DTYPES[type(v)])
-                               if type(v) in SCALAR_DTYPES else v, out)
+        seen.update({i: kind.__name__ for i, kind in enumerate(kinds) if kind})
+        return pytree.tree_map(lambda v: torch.tensor(kind(v), dtype=SCALAR_DTYPES[kind])
+                               if (kind := scalar_kind(v)) else v, out)
 
     wrapped = type(cls.__name__, (cls,), {"forward": forward, "__module__": cls.__module__,
                                           "__qualname__": cls.__qualname__})
