@@ -31,7 +31,7 @@ def _overrides(command: str) -> list[str] | None:
     """The config overrides of one command (a sweep's first value of each list), or None
     for a command that needs files of the user's (``--config-dir``) or composes nothing."""
     words = shlex.split(command)[1:]
-    if {"--config-dir", "--help", "--cfg"} & set(words):
+    if {"--config-dir", "--help", "--version", "--cfg"} & set(words):
         return None
     out = []
     for word in words:
