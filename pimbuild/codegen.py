@@ -52,7 +52,8 @@ from torch_mlir import ir
 from torch_mlir.dialects import scf
 
 from pimbuild import mlir
-from pimbuild.loops import constant_index, memref_bytes, owner, view_root
+from pimbuild.bounds import constant_index, owner
+from pimbuild.loops import memref_bytes, view_root
 
 # Rows of a product jammed together at most (``_block``): each shares the weight row loaded.
 ROWS = 4

@@ -28,8 +28,9 @@ from torch_mlir import ir
 from torch_mlir.dialects import memref, scf
 
 from pimbuild import codegen, mlir, panels
+from pimbuild.bounds import trip_counts
 from pimbuild.codegen import index_constant
-from pimbuild.loops import trip_counts, view_root
+from pimbuild.loops import view_root
 
 MIN_BYTES = codegen.ROW_OPERAND_BYTES  # operands smaller than this are left as they are
 # Iterations of the parallel dimensions the operand's address does not move with, at least:

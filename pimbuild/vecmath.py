@@ -46,7 +46,7 @@ from torch_mlir import ir
 from torch_mlir.dialects import arith, math
 
 from pimbuild import mlir
-from pimbuild.loops import owner
+from pimbuild.bounds import owner
 
 LOG2E = 1.44269504088896341
 LN2_HI, LN2_LO = 0.693359375, -2.12194440e-4  # ln 2 = LN2_HI + LN2_LO; LN2_HI * n is exact

@@ -12,7 +12,8 @@ from __future__ import annotations
 from torch_mlir import ir
 
 from pimbuild import mlir
-from pimbuild.loops import executions, find_nests, scopes
+from pimbuild.bounds import executions
+from pimbuild.loops import find_nests, scopes
 from pimbuild.targets.pim.offload import Boundary
 
 
