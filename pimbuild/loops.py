@@ -179,7 +179,7 @@ def _for_stats(op: ir.Operation, weight: int, mix: Counter, accesses: list,
         lb, ub, step = bounds(op, env)[0]
         if trips > MAX_POINTS:
             raise
-        inner, seen = 0, []
+        inner, once, seen = 0, Counter(), []  # what the failed walk counted is dropped
         for i in range(lb, ub, step):  # the accesses once, the op mix of every iteration
             inner += _body_stats(body, weight, once, [] if seen else seen,
                                  {**env, body.arguments[0]: i})
@@ -292,29 +292,33 @@ def counts(op: ir.Operation, loops: list[ir.Operation]) -> dict[str, Any]:
                 "mix": mix, "accesses": accesses, "per_invocation": None}
     except ValueError:
         mix, accesses = Counter(), []
-    per, dims, walked = [], [], 0
+    per, dims, walked = [], [], itertools.count(1)
     for env in points(loops):
         d = trip_counts(op, env)
         dims = [max(a, b) for a, b in itertools.zip_longest(dims, d, fillvalue=0)]
-        n_iter, once = math.prod(d), Counter()
-        try:
-            n_total = n_iter * _body_stats(body, 1, once, [] if accesses else accesses, env)
+        n_iter, once, seen = math.prod(d), Counter(), []
+        _within(next(walked))
+        try:  # one walk of the body serves every parallel iteration
+            n_total = n_iter * _body_stats(body, 1, once, seen, env)
             once = Counter({k: v * n_iter for k, v in once.items()})
-            walked += 1
         except ValueError:  # an inner loop's bounds come from the nest's own induction variables
-            n_total = 0
+            n_total, once, seen = 0, Counter(), []
             for inner_env in points([op], env):
-                n_total += _body_stats(body, 1, once, [] if accesses else accesses, inner_env)
-                walked += 1
-        if walked > MAX_POINTS:
-            raise ValueError(f"the nest's bounds vary over more than {MAX_POINTS} iteration "
-                             f"points; pimbuild counts at most that many")
+                _within(next(walked))
+                n_total += _body_stats(body, 1, once, [] if seen else seen, inner_env)
         mix.update(once)
+        accesses = accesses or seen
         per.append((n_iter, n_total))
     iters = sum(n for n, _ in per)
     mix = Counter({k: v / max(iters, 1) for k, v in mix.items()})
     return {"dims": dims, "n_iter": mean(n for n, _ in per), "n_total": mean(t for _, t in per),
             "enclosing": len(per), "mix": mix, "accesses": accesses, "per_invocation": per}
+
+
+def _within(walks: int) -> None:
+    if walks > MAX_POINTS:
+        raise ValueError(f"the nest's bounds vary over more than {MAX_POINTS} iteration "
+                         f"points; pimbuild counts at most that many")
 
 
 def mean(values) -> int | float:

@@ -220,6 +220,24 @@ def test_triangular_nests_count_exactly(tmp_path: Path) -> None:
     assert lower["op_mix"]["loads"] == lower["op_mix"]["arith"] == 28 / 8
 
 
+def test_a_walk_that_stops_at_a_varying_loop_counts_nothing_twice(tmp_path: Path) -> None:
+    """A constant inner loop before one of ``j < r``: the first walk of the body counts the
+    constant loop and then stops; the counts start again, so each op counts once."""
+    before = (
+        "      scf.for %q = %c0 to %c4 step %c1 {\n"
+        "        %z = memref.load %a[%r, %q] : memref<8x8xf32>\n"
+        "        memref.store %z, %out[%r, %q] : memref<8x8xf32>\n"
+        "      }\n")
+    text = TRIANGULAR.replace("      scf.for %j = %c0 to %r step %c1 {",
+                              before + "      scf.for %j = %c0 to %r step %c1 {")
+    (tmp_path / "scf.mlir").write_text(text)
+    lower = loops.extract(tmp_path / "scf.mlir", SIGNATURE)["candidates"][2]
+    # per row r: 4 + r innermost runs; loads 4 + r, stores 4 + r, adds r
+    assert lower["per_invocation"] == [[8, sum(4 + r for r in range(8))]]
+    assert lower["op_mix"]["loads"] == lower["op_mix"]["stores"] == (32 + 28) / 8
+    assert lower["op_mix"]["arith"] == 28 / 8
+
+
 def test_a_bound_loaded_from_memory_is_one_line(tmp_path: Path) -> None:
     text = TRIANGULAR.replace("%rest = arith.subi %c7, %i : index",
                               "%rest = memref.load %n[] : memref<index>").replace(
