@@ -137,7 +137,7 @@ def hydra_error_line(e: HydraException) -> str:
         key, name = relocated.groups()
         detail = f"{key} is chosen from the {RELOCATED[key]} group: {RELOCATED[key]}@{key}={name}"
     line = f"{head}: {detail}" if detail else head
-    return line.replace("::", ":")
+    return line.replace("while composing config::", "while composing config:")  # Hydra's "::"
 
 
 RELOCATED = {"tp_link": "link"}  # conf/config.yaml's `- link@tp_link: nvlink3`
