@@ -38,7 +38,7 @@ def test_sweep_then_same_sweep_executes_nothing(tmp_path: Path) -> None:
 def test_cli_help_and_cfg(tmp_path: Path) -> None:
     helped = run_cli(["--help"], cwd=tmp_path)
     assert helped.returncode == 0
-    assert "model: " in helped.stdout and "softmax" in helped.stdout
+    assert "model=" in helped.stdout and "softmax" in helped.stdout
     shown = run_cli(["--cfg", "job", "model=gemv", "pim.cores=32"], cwd=tmp_path)
     assert shown.returncode == 0
     assert "name: gemv" in shown.stdout and "cores: 32" in shown.stdout
