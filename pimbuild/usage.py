@@ -64,7 +64,7 @@ Targets (system=):
 
 Common commands:
   pimbuild model=llama7b pim.cores=128                         # the PIM target
-  pimbuild system=gpus model=llama3_8b devices=[a100,l40s]      # a GPU pair
+  pimbuild system=gpus model=llama3_8b devices=[a100,l40s]     # a GPU pair
   pimbuild system=gpus model=llama3_8b gpus.planner=latency link=rdma25
   pimbuild -m model=relu,softmax pim.cores=64,128              # a sweep, one summary table
   pimbuild --config-dir my_conf model=mymodel                  # your own model/device files
