@@ -14,7 +14,7 @@ import pimbuild.conf
 from pimbuild import __version__
 from pimbuild.config import Config
 from pimbuild.errors import PimbuildError
-from pimbuild.tasks.graph import STAGES, pipeline
+from pimbuild.tasks.graph import stage_names
 
 CONF = Path(pimbuild.conf.__file__).parent  # the package's config tree (conf/ in the repo)
 
@@ -148,10 +148,9 @@ def stages(target: str) -> list[str]:
     """The stages of a shipped target, in build order ("?" for one not importable here: a
     user's target whose package is not on the path until the build)."""
     try:
-        modules = pipeline(target)
+        return stage_names(target)
     except PimbuildError:
         return ["?"]
-    return [s for s in STAGES if s in modules]
 
 
 def top_level_keys() -> list[str]:

@@ -4,9 +4,8 @@ planning (or refused in one line), a schema refused as an option, a user's own G
 
 from __future__ import annotations
 
+import json
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -18,7 +17,7 @@ from pimbuild.config import validate
 from pimbuild.errors import PimbuildError
 from pimbuild.paper.experiments import point_overrides
 from pimbuild.tasks import plan
-from tests.conftest import CONFIG_MODULE, TEST_DEFAULTS, make_cfg
+from tests.conftest import CONFIG_MODULE, TEST_DEFAULTS, make_cfg, run_cli
 
 RTX4090 = """\
 # NVIDIA GeForce RTX 4090 (AD102), spec sheet: 82.6 TFLOPS FP32, 165.2 BF16 dense, 1008 GB/s.
@@ -149,11 +148,6 @@ def test_a_user_device_joins_the_catalogue_when_named(tmp_path: Path) -> None:
     assert cli.with_user_devices(mine) == mine
 
 
-def run_cli(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "pimbuild.cli", *args], cwd=cwd,
-                          capture_output=True, text=True, timeout=600)
-
-
 @pytest.mark.slow
 def test_help_and_version_from_the_command(tmp_path: Path) -> None:
     shown = run_cli(["--help"], tmp_path)
@@ -175,8 +169,6 @@ def test_a_gpu_of_the_users_own_is_used_in_a_build(tmp_path: Path) -> None:
                     "devices=[a100,rtx4090]", "gpus.robust_samples=0"], tmp_path)
     assert proc.returncode == 0, proc.stderr
     [report] = (tmp_path / "outputs" / "artifacts" / "simulate").glob("*/report.json")
-    import json
-
     r = json.loads(report.read_text())
     assert r["devices"] == ["a100", "rtx4090"]
     # Its kernel times came from its spec sheet through the fitted model; a missing field is

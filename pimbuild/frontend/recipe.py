@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import functools
 import inspect
+import numbers
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import torch
+from torch.utils import _pytree as pytree
 
 from pimbuild import recipes
 from pimbuild.errors import ConfigError, RecipeError, first_line
@@ -66,10 +69,6 @@ SCALAR_DTYPES = {bool: torch.bool, int: torch.int64, float: torch.float64}
 
 def scalar_kind(value: Any) -> type | None:
     """``bool``, ``int`` or ``float`` for a Python (or numpy) scalar of that kind, else None."""
-    import numbers
-
-    import numpy as np
-
     if isinstance(value, torch.Tensor):
         return None
     if isinstance(value, bool | np.bool_):
@@ -87,8 +86,6 @@ def scalars_as_tensors(recipe: recipes.Recipe) -> None:
     subclass, of the same name, whose ``forward`` converts them (and returns the results
     untouched when there are none), so that eager, torch.export and every stage see one
     forward, and the parameters keep their names."""
-    from torch.utils import _pytree as pytree
-
     cls, seen = type(recipe.module), recipe.scalars
 
     @functools.wraps(cls.forward)  # its signature: torch.export names the inputs from it

@@ -29,11 +29,17 @@ def pipeline(system: str) -> dict[str, str]:
     return TARGETS.get(system).pipeline
 
 
+def stage_names(system: str) -> list[str]:
+    """The stages of the target ``system``, in pipeline order."""
+    modules = pipeline(system)
+    return [s for s in STAGES if s in modules]
+
+
 def stage_module(name: str, system: str) -> ModuleType:
     modules = pipeline(system)
     if name not in modules:
         raise ConfigError(f"system={system} has no stage '{name}'; its stages are: "
-                          f"{', '.join(s for s in STAGES if s in modules)}")
+                          f"{', '.join(stage_names(system))}")
     return importlib.import_module(modules[name])
 
 
@@ -73,7 +79,7 @@ def needed(stages: list[str], system: str) -> list[str]:
     unknown = [t for t in stages if t not in modules]
     if unknown:
         raise ConfigError(f"unknown stage(s) {unknown} in stages=; the stages of "
-                          f"system={system} are: {', '.join(s for s in STAGES if s in modules)}")
+                          f"system={system} are: {', '.join(stage_names(system))}")
     wanted: set[str] = set()
     todo = list(stages)
     while todo:

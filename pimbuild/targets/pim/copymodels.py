@@ -24,23 +24,32 @@ COPY_MODELS = Registry("copy model", "sim.copy_model", builtins={
 })
 
 
-def segments(nests: list[Nest], offloaded: set[int]) -> list[list[Nest]]:
-    """Maximal runs of consecutive offloaded nests of one scope (a loop's body, or the
-    function's), in program order."""
-    runs: list[list[Nest]] = []
-    current: list[Nest] = []
-    for n in nests:
-        if current and n.scope != current[-1].scope:
-            runs.append(current)
+def runs(order: list[tuple[int, str]], offloaded: set[int]) -> list[list[int]]:
+    """Maximal runs of consecutive offloaded ids of one scope (a loop's body, or the
+    function's): ``order`` is every nest's (id, scope) in program order. The segments of the
+    model (``segments``) and of the program reinsert builds (``outline.reinsert``)."""
+    found: list[list[int]] = []
+    current: list[int] = []
+    scope = None
+    for ident, where in order:
+        if current and where != scope:
+            found.append(current)
             current = []
-        if n.id in offloaded:
-            current.append(n)
+        scope = where
+        if ident in offloaded:
+            current.append(ident)
         elif current:
-            runs.append(current)
+            found.append(current)
             current = []
     if current:
-        runs.append(current)
-    return runs
+        found.append(current)
+    return found
+
+
+def segments(nests: list[Nest], offloaded: set[int]) -> list[list[Nest]]:
+    """Maximal runs of consecutive offloaded nests of one scope, in program order."""
+    by_id = {n.id: n for n in nests}
+    return [[by_id[i] for i in run] for run in runs([(n.id, n.scope) for n in nests], offloaded)]
 
 
 def upper_bound(nests: list[Nest], offloaded: set[int], outputs: set[str]) -> tuple[int, int]:

@@ -14,6 +14,7 @@ from torch_mlir import ir
 from pimbuild import mlir
 from pimbuild.bounds import executions
 from pimbuild.loops import find_nests, scopes
+from pimbuild.targets.pim.copymodels import runs
 from pimbuild.targets.pim.offload import Boundary
 
 
@@ -51,18 +52,12 @@ def outline(module: ir.Module, nest: ir.Operation, ident: int, boundary: Boundar
 def reinsert(module: ir.Module, function: str, offloaded: set[int],
              boundary: Boundary) -> tuple[list[list[int]], int]:
     """Outline the offloaded nests and mark the segments (consecutive offloaded nests of one
-    scope, ``loops.scopes``); returns the segments (nest ids) and the host<->device
+    scope, ``copymodels.runs``); returns the segments (nest ids) and the host<->device
     transitions a forward makes through them (two per run of a segment)."""
     func = mlir.function(module, function)
     found = list(find_nests(func.regions[0].blocks[0]))
     nests = [op for op, _ in found]
-    scope = scopes(nests)
-    segments: list[list[int]] = []
-    for ident in sorted(offloaded):
-        if segments and segments[-1][-1] == ident - 1 and scope[ident] == scope[ident - 1]:
-            segments[-1].append(ident)
-        else:
-            segments.append([ident])
+    segments = runs(list(enumerate(scopes(nests))), offloaded)
     transitions = 2 * sum(executions(found[seg[0]][1]) for seg in segments)
     ops = dict(enumerate(nests))
     for s, seg in enumerate(segments):
