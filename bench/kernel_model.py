@@ -23,7 +23,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 from common import write_json  # noqa: E402
 
-from pimbuild.targets.gpus import kerneldata, kernelmodel, kernels_cli, ops  # noqa: E402
+from pimbuild.targets.gpus.kerneltime import cli, model, ops, sources  # noqa: E402
 
 MAIN = ["system=gpus", "model=llama3_8b", "devices=[a100,l40s]"]
 
@@ -49,8 +49,8 @@ def main() -> None:
     args = ap.parse_args()
     result: dict = {}
     began = time.perf_counter()
-    rows, gpus = kerneldata.load(), kerneldata.devices()
-    kernelmodel.fit(rows, gpus)
+    rows, gpus = sources.load(), sources.devices()
+    model.fit(rows, gpus)
     result["fit_s"] = time.perf_counter() - began
     print(f"fit on {len(rows)} rows: {result['fit_s']:.1f} s (load included)")
     with tempfile.TemporaryDirectory() as tmp:
@@ -60,7 +60,7 @@ def main() -> None:
             w.writerow(ops.COLUMNS)
             w.writerows(random_ops(10_000))
         began = time.perf_counter()
-        kernels_cli.main(["predict", str(src), "--device", "l40s"])
+        cli.main(["predict", str(src), "--device", "l40s"])
         result["predict_10k_s"] = time.perf_counter() - began
         print(f"predict 10,000 ops (read, predict, write): {result['predict_10k_s']:.2f} s")
         times: dict[str, list[float]] = {"roofline": [], "fitted": []}

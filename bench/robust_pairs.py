@@ -21,7 +21,8 @@ from common import write_json  # noqa: E402
 from gpus import MODELS, PAIRS, loaded, period_evaluate, unit_of  # noqa: E402
 
 from pimbuild.config import register_configs  # noqa: E402
-from pimbuild.targets.gpus import baselines, kernelmodel, robust  # noqa: E402
+from pimbuild.targets.gpus import baselines, robust  # noqa: E402
+from pimbuild.targets.gpus.kerneltime import model as kernelmodel  # noqa: E402
 
 BASELINES = ("request distribution", "AF disaggregation", "layer pipeline")
 

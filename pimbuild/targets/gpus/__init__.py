@@ -2,7 +2,7 @@
 (FluidGPU). This package owns the target: its class (``target.GpuTarget``, with the stage
 modules of its pipeline), its stages (``extract``, ``profile``, ``decide``, ``reinsert``,
 ``simulate``), the planners (``planners/``), the cost and serving models and the kernel-time
-model (``kernelmodel``, ``kernels_cli``)."""
+model (``kerneltime``)."""
 
 from pimbuild.targets.gpus.target import GpuTarget
 

@@ -23,7 +23,7 @@ class DeviceConfig:
     launch_us: float = MISSING  # per-kernel launch overhead
     price_per_hour: float = MISSING  # USD per GPU-hour: Perf/$
     # What the fitted kernel-time model reads beside the above
-    # (pimbuild/targets/gpus/kernelmodel.py)
+    # (pimbuild/targets/gpus/model.py)
     sms: int = MISSING  # streaming multiprocessors
     boost_mhz: float = MISSING  # boost clock
     tdp_w: float = MISSING  # board power limit

@@ -2,12 +2,12 @@
 
 ``profile.backend``:
 
-- ``roofline`` (``pimbuild.targets.gpus.roofline``): the spec sheet's roofline, the baseline the fit
-  replaces;
-- ``fitted`` (``pimbuild.targets.gpus.kernelmodel``, what ``auto`` takes): the kernel-time model
-  fitted to measured times (``gpus.kernel_model``: a fit's JSON, null for the shipped one),
-  each kernel as the op that stands for it (``ops.from_kernel``);
-- ``table`` (``pimbuild.targets.gpus.tables``): measured times from kernel-time tables
+- ``roofline`` (``pimbuild.targets.gpus.roofline``): the spec sheet's roofline, the baseline
+  the fit replaces;
+- ``fitted`` (``pimbuild.targets.gpus.kerneltime.model``, what ``auto`` takes): the
+  kernel-time model fitted to measured times (``gpus.kernel_model``: a fit's JSON, null for
+  the shipped one), each kernel as the op that stands for it (``ops.from_kernel``);
+- ``table`` (``pimbuild.targets.gpus.kerneltime.tables``): measured times from kernel-time tables
   (``gpus.tables``), made on other machines; a kernel no table has comes from the fitted model,
   and ``profile.json`` says per device how many kernels, and what share of the time, were
   measured;
@@ -32,7 +32,8 @@ from omegaconf import DictConfig
 from pimbuild.errors import ConfigError
 from pimbuild.lower import ModelParams, model_params
 from pimbuild.stage import Inputs
-from pimbuild.targets.gpus import cuda, ddg, kernelmodel, ops, roofline, tables
+from pimbuild.targets.gpus import cuda, ddg, roofline
+from pimbuild.targets.gpus.kerneltime import model, ops, tables
 from pimbuild.targets.gpus.target import GpuTarget
 
 NAME = "profile"
@@ -63,9 +64,9 @@ def params(cfg: DictConfig) -> Params:
         from hydra.utils import to_absolute_path
 
         path = to_absolute_path(cfg.gpus.kernel_model) if cfg.gpus.kernel_model \
-            else str(kernelmodel.SHIPPED)
-        kernelmodel.load(path)  # missing or not a fit: one error line, before any stage
-        fit = f"{path}@{kernelmodel.digest(path)}"
+            else str(model.SHIPPED)
+        model.load(path)  # missing or not a fit: one error line, before any stage
+        fit = f"{path}@{model.digest(path)}"
         for d in target.devices:
             ops.gpu_of(d)  # a device without the model's spec numbers: one error line
         if backend == "table":
@@ -75,7 +76,7 @@ def params(cfg: DictConfig) -> Params:
             paths = [to_absolute_path(t) for t in cfg.gpus.tables]
             for t in paths:
                 tables.load(t)  # missing or corrupted: one error line, before any stage
-            found = tuple(f"{t}@{kernelmodel.digest(t)}" for t in paths)
+            found = tuple(f"{t}@{model.digest(t)}" for t in paths)
     return Params(backend=backend, target=target, kernel_model=fit, tables=found,
                   model=model_params(cfg) if backend == "cuda" else None)
 
@@ -84,12 +85,12 @@ def fitted_times(data: dict[str, Any], p: Params
                  ) -> tuple[list[list[float]], dict[str, Any]]:
     """Seconds per kernel and device from the fitted model (``ops.from_kernel``), and the
     fit's held-out error per family (the band its predictions carry)."""
-    model = kernelmodel.load(p.kernel_model.rpartition("@")[0])
+    fitted = model.load(p.kernel_model.rpartition("@")[0])
     floating = {b: info.get("float", False) for b, info in data["buffers"].items()}
     found = [ops.from_kernel(k, floating, p.target.precision) for k in data["kernels"]]
-    columns = [model.predict(found, [ops.gpu_of(d)] * len(found)) for d in p.target.devices]
+    columns = [fitted.predict(found, [ops.gpu_of(d)] * len(found)) for d in p.target.devices]
     return [[float(c[i]) for c in columns] for i in range(len(found))], \
-        model.provenance.get("held_out_error", {})
+        fitted.provenance.get("held_out_error", {})
 
 
 def table_times(data: dict[str, Any], p: Params, t: list[list[float]]

@@ -5,7 +5,7 @@ fitted to? (Beyond the paper; docs/gpus.md.)
 A draw multiplies every predicted kernel time by ``exp(b + r)``: ``b`` one bias per device and
 kernel family, drawn from the held-out (device, family) cells' median log errors, since a
 model's error on an unseen GPU is mostly a bias shared by its kernels; ``r`` per kernel, drawn
-from the held-out residuals about those medians (the fit records both: ``kerneleval.pooled``).
+from the held-out residuals about those medians (the fit records both: ``evaluate.pooled``).
 The placement stays as planned; it and every baseline are evaluated on the drawn times. A
 speedup that does not hold in most draws is inside the model's error.
 """

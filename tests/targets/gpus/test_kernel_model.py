@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from pimbuild.errors import ConfigError
-from pimbuild.targets.gpus import kerneldata, kerneleval, kernelmodel, kernels_cli, ops, tables
+from pimbuild.targets.gpus.kerneltime import cli, evaluate, model, ops, sources, tables
 from tests.conftest import artifact_dir, make_cfg
 
 GPU_A = ops.Gpu("A", sms=100, boost_mhz=1500, fp32_tflops=20, tensor_tflops=300,
@@ -73,14 +73,14 @@ def test_kernels_map_to_the_ops_that_stand_for_them() -> None:
 
 def write_repo(root: Path) -> None:
     """A NeuSight-shaped and a Vidur-shaped checkout with a few rows each."""
-    test = root / "ns" / kerneldata.NEUSIGHT_TEST
+    test = root / "ns" / sources.NEUSIGHT_TEST
     test.mkdir(parents=True)
     (test / "linear.csv").write_text(
         "OPName,Latency,Device,B,M,N,K\n"
         "linear,1.5,NVIDIA L4,1,1024,2560,2560\nlinear,0.5,Tesla T4,1,64,64,64\n"
         "linear,0.5,Unknown GPU,1,64,64,64\n")
     (test / "ln.csv").write_text("OPName,Latency,Device,B,H\nln,0.25,NVIDIA L4,32768,1600\n")
-    vid = root / "vd" / kerneldata.VIDUR_COMPUTE / "a40" / "meta-llama" / "Llama-2-7b-hf"
+    vid = root / "vd" / sources.VIDUR_COMPUTE / "a40" / "meta-llama" / "Llama-2-7b-hf"
     vid.mkdir(parents=True)
     cols = ["input_layernorm", "attn_pre_proj", "attn_rope", "attn_post_proj",
             "post_attention_layernorm", "mlp_up_proj", "mlp_act", "mlp_down_proj", "add"]
@@ -94,19 +94,19 @@ def write_repo(root: Path) -> None:
 
 def test_public_data_readers(tmp_path: Path) -> None:
     write_repo(tmp_path)
-    ns = list(kerneldata.neusight(tmp_path / "ns"))
+    ns = list(sources.neusight(tmp_path / "ns"))
     assert [(r["device"], r["op"], r["time_us"]) for r in ns] == [
         ("L4", "linear", 1500.0), ("T4", "linear", 500.0), ("L4", "layernorm", 250.0)]
-    vd = list(kerneldata.vidur(tmp_path / "vd"))
+    vd = list(sources.vidur(tmp_path / "vd"))
     assert len(vd) == 9 and {r["device"] for r in vd} == {"A40"}
     by_op = {r["op"]: r for r in vd if r["op"] != "rmsnorm"}
     # TP 2: the QKV projection's columns and the MLP's are halved
     assert (by_op["linear"]["m"], by_op["silu_mul"]["h"]) == (8, 11008 // 2)
     assert {r["group"] for r in vd} == {"meta-llama/Llama-2-7b-hf|8|2"}
     with pytest.raises(ConfigError, match="is it NeuSight's repository"):
-        list(kerneldata.neusight(tmp_path / "vd"))
+        list(sources.neusight(tmp_path / "vd"))
     with pytest.raises(ConfigError, match="not a folder"):
-        list(kerneldata.vidur(tmp_path / "missing"))
+        list(sources.vidur(tmp_path / "missing"))
 
 
 def synthetic(rng: random.Random, gpus: dict[str, ops.Gpu]) -> list[dict]:
@@ -121,7 +121,7 @@ def synthetic(rng: random.Random, gpus: dict[str, ops.Gpu]) -> list[dict]:
             else:
                 o = ops.Op(rng.choice(["add", "relu", "softmax"]), "fp16",
                            b=2 ** rng.randint(0, 12), h=2 ** rng.randint(8, 13))
-            t_c, t_m = kernelmodel.bound(o, gpu)
+            t_c, t_m = model.bound(o, gpu)
             t = 4500 / (gpu.boost_mhz * 1e6) + max(ops.waves(o, gpu) * t_c / 0.6, t_m / 0.75)
             rows.append({"source": "ours", "device": name, "group": "", "o": o,
                          "time_us": t * 1e6 * math.exp(rng.gauss(0, 0.05))})
@@ -136,12 +136,12 @@ def test_fit_recovers_a_known_law_on_a_held_out_device() -> None:
                              mem_gbps=500 * (i + 1), l2_mb=8 * (i + 1), tdp_w=200 + 100 * i)
             for i in range(4)}
     rows = synthetic(random.Random(0), gpus)
-    res = kerneleval.held_out(rows, gpus, "G2",
-                              fit=lambda r, g: kernelmodel.fit(r, g, rounds=60))
-    fitted = kerneleval.errors(res["fitted"], res["measured"])
-    roof = kerneleval.errors(res["roofline"], res["measured"])
+    res = evaluate.held_out(rows, gpus, "G2",
+                              fit=lambda r, g: model.fit(r, g, rounds=60))
+    fitted = evaluate.errors(res["fitted"], res["measured"])
+    roof = evaluate.errors(res["roofline"], res["measured"])
     assert fitted["median"] < 0.06 and roof["median"] > 0.2
-    floor = np.array([max(kernelmodel.bound(r["o"], gpus["G2"])) for r in res["rows"]])
+    floor = np.array([max(model.bound(r["o"], gpus["G2"])) for r in res["rows"]])
     assert (res["fitted"] >= floor * (1 - 1e-9)).all()
 
 
@@ -152,8 +152,8 @@ def test_pairs_count_kernels_faster_on_the_second_device(monkeypatch) -> None:
         ("measured", "roofline", "physics", "fitted"), vals, strict=True)}}
         for d, vals in (("A", ([1.0, 4.0], [1.0, 1.0], [1, 1], [1.0, 4.0])),
                         ("B", ([2.0, 1.0], [2.0, 2.0], [1, 1], [0.5, 1.0])))}
-    monkeypatch.setattr(kerneleval, "PAIRS", (("A", "B", "s"),))
-    (got,) = kerneleval.pairs(res)
+    monkeypatch.setattr(evaluate, "PAIRS", (("A", "B", "s"),))
+    (got,) = evaluate.pairs(res)
     assert got["measured"]["share_by_count"] == 0.5 and got["measured"]["share_by_time"] == 0.8
     assert got["roofline"]["picks_winner"] == 0.5 and got["fitted"]["picks_winner"] == 0.5
 
@@ -161,24 +161,24 @@ def test_pairs_count_kernels_faster_on_the_second_device(monkeypatch) -> None:
 def test_shipped_fit_loads_and_is_plausible() -> None:
     """The shipped fit predicts an H200 bf16 GEMM between its spec bound and 3x that, and a
     large fp32 add near the bandwidth bound; its provenance names its data and band."""
-    model = kernelmodel.load()
-    h200 = kerneldata.devices()["H200-SXM"]
+    shipped = model.load()
+    h200 = sources.devices()["H200-SXM"]
     gemm = ops.Op("linear", "bf16", 1, 4096, 4096, 4096)
-    bound = max(kernelmodel.bound(gemm, h200))
-    assert bound <= model.seconds(gemm, h200) <= 3 * bound
+    bound = max(model.bound(gemm, h200))
+    assert bound <= shipped.seconds(gemm, h200) <= 3 * bound
     add = ops.Op("add", "fp32", 4096, h=16384)
-    assert 1.0 <= model.seconds(add, h200) / max(kernelmodel.bound(add, h200)) <= 2.0
-    assert set(model.provenance["held_out_error"]) == {"gemm", "elementwise", "reduction"}
-    assert model.provenance["data_sha256"] == kernelmodel.digest(kerneldata.MEASURED)
+    assert 1.0 <= shipped.seconds(add, h200) / max(model.bound(add, h200)) <= 2.0
+    assert set(shipped.provenance["held_out_error"]) == {"gemm", "elementwise", "reduction"}
+    assert shipped.provenance["data_sha256"] == model.digest(sources.MEASURED)
 
 
 def test_broken_fit_file_is_one_error(tmp_path: Path) -> None:
     bad = tmp_path / "fit.json"
     bad.write_text('{"physics": {"eff_compute": ')
     with pytest.raises(ConfigError, match="is not a fit pimbuild-kernels wrote"):
-        kernelmodel.load(bad)
+        model.load(bad)
     with pytest.raises(ConfigError, match="No such file"):
-        kernelmodel.load(tmp_path / "none.json")
+        model.load(tmp_path / "none.json")
 
 
 def write_ops(path: Path, rows: list[list]) -> Path:
@@ -192,7 +192,7 @@ def write_ops(path: Path, rows: list[list]) -> Path:
 def test_predict_command(tmp_path: Path, capsys) -> None:
     src = write_ops(tmp_path / "ops.csv", [["linear", "bf16", 1, 16, 4096, 14336, ""],
                                            ["softmax", "fp32", 512, "", "", "", 1021]])
-    assert kernels_cli.main(["predict", str(src), "--device", "l40s"]) == 0
+    assert cli.main(["predict", str(src), "--device", "l40s"]) == 0
     with (tmp_path / "ops_l40s.csv").open() as f:
         out = list(csv.DictReader(f))
     assert [r["op"] for r in out] == ["linear", "softmax"]
@@ -201,14 +201,14 @@ def test_predict_command(tmp_path: Path, capsys) -> None:
         assert float(r["roofline_us"]) > 0
     bad = write_ops(tmp_path / "bad.csv", [["add", "fp32", 4, "", "", "", 8],
                                            ["add", "fp32", -4, "", "", "", 8]])
-    assert kernels_cli.main(["predict", str(bad), "--device", "l40s"]) == 1
+    assert cli.main(["predict", str(bad), "--device", "l40s"]) == 1
     err = capsys.readouterr().err
     assert err.strip().splitlines()[-1] == (
         f"error: {bad}:3: 'b' must be a whole number >= 1 (got -4)")
     assert not (tmp_path / "bad_l40s.csv").exists()
-    assert kernels_cli.main(["predict", str(src), "--device", "rtx4090"]) == 1
+    assert cli.main(["predict", str(src), "--device", "rtx4090"]) == 1
     assert "unknown device 'rtx4090'" in capsys.readouterr().err
-    assert kernels_cli.main(["predict", str(src), "--device", "l40s", "--out",
+    assert cli.main(["predict", str(src), "--device", "l40s", "--out",
                              str(tmp_path / "no" / "such" / "o.csv")]) == 1
     assert capsys.readouterr().err.startswith("error: ") and not (tmp_path / "no").exists()
 
@@ -220,7 +220,7 @@ def test_a_users_own_device_predicts(tmp_path: Path) -> None:
         "memory_gb: 24\nlaunch_us: 2\nprice_per_hour: 0.7\nsms: 128\nboost_mhz: 2520\n"
         "tdp_w: 450\n")
     src = write_ops(tmp_path / "ops.csv", [["add", "bf16", 16, "", "", "", 4096]])
-    assert kernels_cli.main(["predict", str(src), "--device", "rtx4090", "--config-dir",
+    assert cli.main(["predict", str(src), "--device", "rtx4090", "--config-dir",
                              str(tmp_path), "--out", str(tmp_path / "o.csv")]) == 0
     assert (tmp_path / "o.csv").read_text().count("\n") == 2
 
@@ -332,7 +332,7 @@ def test_export_refuses_a_device_the_build_did_not_measure(tmp_path: Path, run_b
                                                            capsys) -> None:
     run_build(["system=gpus", "model=relu", "stages=[profile]"])
     assert (tmp_path / "run0" / "manifest.json").is_file()
-    code = kernels_cli.main(["export", str(tmp_path / "run0"), "--device", "a100", "--out",
+    code = cli.main(["export", str(tmp_path / "run0"), "--device", "a100", "--out",
                              str(tmp_path / "t.json")])
     assert code == 1 and "did not measure 'a100'" in capsys.readouterr().err
     assert not (tmp_path / "t.json").exists()
@@ -342,12 +342,12 @@ def test_measured_data_file_reads_back(tmp_path: Path) -> None:
     rows = [{"source": "ours", "device": "H200-SXM", "group": "", "op": "add",
              "dtype": "bf16", "b": 2, "h": 8, "time_us": 1.5}]
     path = tmp_path / "m.csv.gz"
-    kerneldata.write(rows, path)
-    (back,) = kerneldata.load(path)
+    sources.write(rows, path)
+    (back,) = sources.load(path)
     assert back["o"] == ops.Op("add", "bf16", b=2, h=8) and back["time_us"] == 1.5
     path.write_bytes(gzip.compress(b"source,device")[:10])
     with pytest.raises(ConfigError, match="cannot read measured ops"):
-        kerneldata.load(path)
+        sources.load(path)
 
 
 def test_robust_draws_and_their_note() -> None:
@@ -386,10 +386,10 @@ def test_a_device_without_the_models_spec_numbers_is_one_error() -> None:
 def test_a_saved_fit_loads_back_with_the_same_predictions(tmp_path: Path) -> None:
     gpus = {"A": GPU_A, "B": ops.Gpu("B", 60, 2000, 30, 120, 300, 48, 72)}
     rows = synthetic(random.Random(1), gpus)
-    model = kernelmodel.fit(rows, gpus, rounds=20)
+    fitted = model.fit(rows, gpus, rounds=20)
     path = tmp_path / "fit.json"
-    kernelmodel.save(model, path, {"note": "test"})
-    back = kernelmodel.load(path)
-    assert back.physics == model.physics and back.provenance["note"] == "test"
+    model.save(fitted, path, {"note": "test"})
+    back = model.load(path)
+    assert back.physics == fitted.physics and back.provenance["note"] == "test"
     found = [r["o"] for r in rows[:50]]
-    assert np.allclose(back.predict(found, [GPU_A] * 50), model.predict(found, [GPU_A] * 50))
+    assert np.allclose(back.predict(found, [GPU_A] * 50), fitted.predict(found, [GPU_A] * 50))

@@ -1,7 +1,7 @@
 """The measured operator times the kernel-time model is fitted to and judged on.
 
 Three public sources, each read from a checkout or a bare git clone of its repository and
-reduced to one compact file (``pimbuild/targets/gpus/data/measured_ops.csv.gz``) by
+reduced to one compact file (``pimbuild/targets/gpus/kerneltime/data/measured_ops.csv.gz``) by
 ``pimbuild-kernels data``:
 
 - **NeuSight** (github ``sitar-lab/NeuSight``, MIT licence): its measured test sets
@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from pimbuild.errors import ConfigError
-from pimbuild.targets.gpus import ops
+from pimbuild.targets.gpus.kerneltime import ops
 
 DATA = Path(__file__).parent / "data"
 MEASURED = DATA / "measured_ops.csv.gz"

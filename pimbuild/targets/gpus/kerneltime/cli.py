@@ -15,7 +15,7 @@ LLaMA-2-7B layers and the measured pairs' Fig. 2 shares; ``predict`` writes each
 CSV with its predicted time, the spec roofline's and the band; ``export`` writes the
 kernel-time table of a device a build measured (``profile.backend=cuda``; RUN_DIR is the
 run folder holding ``manifest.json``) and ``merge`` joins tables of one device
-(``pimbuild.targets.gpus.tables``). Bad input is one ``error:``
+(``pimbuild.targets.gpus.kerneltime.tables``). Bad input is one ``error:``
 line and exit 1, with nothing written.
 """
 
@@ -34,7 +34,7 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from pimbuild.errors import ConfigError
-from pimbuild.targets.gpus import kerneldata, kerneleval, kernelmodel, ops, tables
+from pimbuild.targets.gpus.kerneltime import evaluate, model, ops, sources, tables
 
 
 def _names(text: str | None) -> list[str]:
@@ -49,10 +49,10 @@ def _check_devices(names: list[str], gpus: dict[str, ops.Gpu]) -> None:
 
 
 def cmd_data(args: argparse.Namespace) -> None:
-    rows = [*kerneldata.neusight(args.neusight), *kerneldata.vidur(args.vidur)]
+    rows = [*sources.neusight(args.neusight), *sources.vidur(args.vidur)]
     for folder in args.measured:
-        rows += kerneldata.measured(folder)
-    kerneldata.write(rows, args.out)
+        rows += sources.measured(folder)
+    sources.write(rows, args.out)
     print(f"wrote {args.out}: {len(rows)} rows")
 
 
@@ -61,7 +61,7 @@ def logo(rows: list[dict[str, Any]], gpus: dict[str, ops.Gpu], devices: list[str
     results = {}
     for i, device in enumerate(devices):
         began = time.perf_counter()
-        results[device] = kerneleval.held_out(rows, gpus, device)
+        results[device] = evaluate.held_out(rows, gpus, device)
         if progress:
             print(f"[{i + 1}/{len(devices)}] {device} held out: fitted in "
                   f"{time.perf_counter() - began:.1f} s", file=sys.stderr)
@@ -69,17 +69,17 @@ def logo(rows: list[dict[str, Any]], gpus: dict[str, ops.Gpu], devices: list[str
 
 
 def cmd_fit(args: argparse.Namespace) -> None:
-    rows, gpus = kerneldata.load(args.data), kerneldata.devices()
+    rows, gpus = sources.load(args.data), sources.devices()
     _check_devices(args.exclude, gpus)
     rows = [r for r in rows if r["device"] not in args.exclude]
     if not rows:
         raise ConfigError("no measured rows are left to fit on")
     began = time.perf_counter()
-    model = kernelmodel.fit(rows, gpus)
+    fitted = model.fit(rows, gpus)
     seen = sorted({r["device"] for r in rows})
-    band = kerneleval.pooled(logo(rows, gpus, seen)) if args.band else {}
-    kernelmodel.save(model, args.out, {
-        "data": Path(args.data).name, "data_sha256": kernelmodel.digest(args.data),
+    band = evaluate.pooled(logo(rows, gpus, seen)) if args.band else {}
+    model.save(fitted, args.out, {
+        "data": Path(args.data).name, "data_sha256": model.digest(args.data),
         "excluded": args.exclude, "held_out_error": band,
         "fitted": datetime.date.today().isoformat(),
         "sources": "NeuSight (github sitar-lab/NeuSight, MIT), Vidur (github microsoft/vidur, "
@@ -97,14 +97,14 @@ def markdown(tab: list[dict], lays: list[dict], pairs: list[dict]) -> str:
              "fitted | mean err: roofline / fitted | within 20%: roofline / fitted |",
              "|---|---|---|---:|---|---|---|"]
     for r in tab:
-        med = " / ".join(_pct(r[p]["median"]) for p in kerneleval.PREDICTORS)
+        med = " / ".join(_pct(r[p]["median"]) for p in evaluate.PREDICTORS)
         lines.append(f"| {r['device']} | {r['source']} | {r['family']} | {r['rows']} | {med} | "
                      f"{_pct(r['roofline']['mean'])} / {_pct(r['fitted']['mean'])} | "
                      f"{_pct(r['roofline']['within_20'])} / {_pct(r['fitted']['within_20'])} |")
     lines += ["", "| held-out GPU | LLaMA-2-7B layers | median layer err: roofline / physics / "
               "fitted | within 20%: roofline / fitted |", "|---|---:|---|---|"]
     for r in lays:
-        med = " / ".join(_pct(r[p]["median"]) for p in kerneleval.PREDICTORS)
+        med = " / ".join(_pct(r[p]["median"]) for p in evaluate.PREDICTORS)
         lines.append(f"| {r['device']} | {r['layers']} | {med} | "
                      f"{_pct(r['roofline']['within_20'])} / {_pct(r['fitted']['within_20'])} |")
     lines += ["", "| first | second | source | shapes | faster on second, by count: measured "
@@ -122,13 +122,13 @@ def markdown(tab: list[dict], lays: list[dict], pairs: list[dict]) -> str:
 
 
 def cmd_evaluate(args: argparse.Namespace) -> None:
-    rows, gpus = kerneldata.load(args.data), kerneldata.devices()
+    rows, gpus = sources.load(args.data), sources.devices()
     devices = args.holdout or sorted({r["device"] for r in rows})
     _check_devices(devices, gpus)
     began = time.perf_counter()
     results = logo(rows, gpus, devices)
-    tab, lays = kerneleval.table(results), kerneleval.layers(results)
-    prs = kerneleval.pairs(results)
+    tab, lays = evaluate.table(results), evaluate.layers(results)
+    prs = evaluate.pairs(results)
     text = markdown(tab, lays, prs)
     print(text)
     print(f"{len(devices)} fits in {time.perf_counter() - began:.1f} s", file=sys.stderr)
@@ -136,7 +136,7 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
         args.markdown.write_text(text)
     if args.json:
         args.json.write_text(json.dumps({"table": tab, "layers": lays, "pairs": prs,
-                                         "band": kerneleval.pooled(results)}, indent=1) + "\n")
+                                         "band": evaluate.pooled(results)}, indent=1) + "\n")
 
 
 def catalogue_gpu(name: str, config_dir: Path | None) -> ops.Gpu:
@@ -149,7 +149,7 @@ def catalogue_gpu(name: str, config_dir: Path | None) -> ops.Gpu:
             spec = OmegaConf.to_container(OmegaConf.load(path))
             spec.pop("defaults", None)
             return ops.gpu_of(spec)
-    measured = kerneldata.devices()
+    measured = sources.devices()
     if name in measured:
         return measured[name]
     known = sorted(p.stem for p in catalogue.glob("*.yaml")) + sorted(measured)
@@ -159,11 +159,11 @@ def catalogue_gpu(name: str, config_dir: Path | None) -> ops.Gpu:
 def cmd_predict(args: argparse.Namespace) -> None:
     gpu = catalogue_gpu(args.device, args.config_dir)
     found, _ = ops.read(args.ops)
-    model = kernelmodel.load(args.model)
+    fitted = model.load(args.model)
     began = time.perf_counter()
-    seconds = model.predict(found, [gpu] * len(found))
+    seconds = fitted.predict(found, [gpu] * len(found))
     elapsed = time.perf_counter() - began
-    band = model.provenance.get("held_out_error", {})
+    band = fitted.provenance.get("held_out_error", {})
     out = args.out or args.ops.with_name(args.ops.stem + f"_{args.device}.csv")
     tmp = out.with_name(out.name + ".tmp")
     with tmp.open("w", newline="") as f:
@@ -175,7 +175,7 @@ def cmd_predict(args: argparse.Namespace) -> None:
             w.writerow([o.op, o.dtype, o.b, o.m if o.op in ops.GEMMS else "",
                         o.n if o.op in ops.GEMMS else "", o.k if o.op in ops.GEMMS else "",
                         o.h if o.op not in ops.GEMMS else "", f"{t * 1e6:.3f}",
-                        f"{kernelmodel.roofline(o, gpu) * 1e6:.3f}", f"{err:.3f}",
+                        f"{model.roofline(o, gpu) * 1e6:.3f}", f"{err:.3f}",
                         f"{t * 1e6 / (1 + err):.3f}", f"{t * 1e6 * (1 + err):.3f}"])
     tmp.replace(out)
     print(f"wrote {out}: {len(found)} ops on {gpu.name} predicted in {elapsed:.2f} s")
@@ -232,15 +232,15 @@ def parser() -> argparse.ArgumentParser:
     d.add_argument("--neusight", type=Path, required=True)
     d.add_argument("--vidur", type=Path, required=True)
     d.add_argument("--measured", type=Path, action="append", default=[])
-    d.add_argument("--out", type=Path, default=kerneldata.MEASURED)
+    d.add_argument("--out", type=Path, default=sources.MEASURED)
     f = sub.add_parser("fit", help="fit the model (and its held-out band)")
-    f.add_argument("--data", type=Path, default=kerneldata.MEASURED)
+    f.add_argument("--data", type=Path, default=sources.MEASURED)
     f.add_argument("--exclude", type=_names, default=[], help="GPUs left out, comma-separated")
-    f.add_argument("--out", type=Path, default=kernelmodel.SHIPPED)
+    f.add_argument("--out", type=Path, default=model.SHIPPED)
     f.add_argument("--no-band", dest="band", action="store_false",
                    help="skip the leave-one-GPU-out runs that give the error band")
     e = sub.add_parser("evaluate", help="leave-one-GPU-out errors beside the roofline")
-    e.add_argument("--data", type=Path, default=kerneldata.MEASURED)
+    e.add_argument("--data", type=Path, default=sources.MEASURED)
     e.add_argument("--holdout", type=_names, default=[], help="GPUs to hold out (all)")
     e.add_argument("--markdown", type=Path)
     e.add_argument("--json", type=Path)

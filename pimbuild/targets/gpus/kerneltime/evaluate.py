@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from pimbuild.targets.gpus import kernelmodel, ops
+from pimbuild.targets.gpus.kerneltime import model, ops
 
 PREDICTORS = ("roofline", "physics", "fitted")
 LAYER_MODEL = "meta-llama/Llama-2-7b-hf"
@@ -20,19 +20,19 @@ PAIRS = (("A100-PCIe-40GB", "L4", "neusight"), ("A100-SXM-80GB", "A40", "vidur")
 
 
 def held_out(rows: list[dict[str, Any]], gpus: dict[str, ops.Gpu], device: str,
-             fit: Callable[..., kernelmodel.KernelModel] = kernelmodel.fit
+             fit: Callable[..., model.KernelModel] = model.fit
              ) -> dict[str, np.ndarray]:
     """``device``'s rows predicted by each predictor, fitted without them."""
     train = [r for r in rows if r["device"] != device]
     test = [r for r in rows if r["device"] == device]
-    model = fit(train, gpus)
+    fitted = fit(train, gpus)
     found = [r["o"] for r in test]
     devs = [gpus[device]] * len(test)
     sources = [r["source"] for r in test]
     return {"measured": np.array([r["time_us"] * 1e-6 for r in test]),
-            "roofline": np.array([kernelmodel.roofline(o, gpus[device]) for o in found]),
-            "physics": kernelmodel.KernelModel(model.physics).predict(found, devs, sources),
-            "fitted": model.predict(found, devs, sources), "rows": test}
+            "roofline": np.array([model.roofline(o, gpus[device]) for o in found]),
+            "physics": model.KernelModel(fitted.physics).predict(found, devs, sources),
+            "fitted": fitted.predict(found, devs, sources), "rows": test}
 
 
 def errors(pred: np.ndarray, measured: np.ndarray) -> dict[str, float]:

@@ -1,6 +1,6 @@
 """The fitted kernel-time model: an op's time on a GPU from its work and the GPU's spec sheet,
-fitted to measured times (``pimbuild.targets.gpus.kerneldata``) and judged on GPUs left out of
-the fit.
+fitted to measured times (``pimbuild.targets.gpus.kerneltime.sources``) and judged on GPUs
+left out of the fit.
 
 Three predictors, each a function of an ``ops.Op`` and an ``ops.Gpu``:
 
@@ -37,9 +37,9 @@ from typing import Any
 import numpy as np
 
 from pimbuild.errors import ConfigError
-from pimbuild.targets.gpus import kerneldata, ops
+from pimbuild.targets.gpus.kerneltime import ops, sources
 
-SHIPPED = kerneldata.DATA / "kernel_model.json"
+SHIPPED = sources.DATA / "kernel_model.json"
 FAMILIES = ("gemm", "elementwise", "reduction")
 HARNESS = {"neusight": "eager dispatch between the events", "vidur": "kernel time",
            "ours": "kernel time", "": "kernel time"}
@@ -174,9 +174,10 @@ def fit_physics(rows: list[dict[str, Any]], gpus: dict[str, ops.Gpu]) -> Physics
     """Least squares in log time (soft-L1 loss) of the physical terms, weighted as above."""
     from scipy.optimize import least_squares
 
-    sources = sorted({r["source"] for r in rows if HARNESS.get(r["source"]) != "kernel time"})
+    harnessed = sorted({r["source"] for r in rows
+                        if HARNESS.get(r["source"]) != "kernel time"})
     t = terms([r["o"] for r in rows], [gpus[r["device"]] for r in rows])
-    src = np.array([sources.index(r["source"]) if r["source"] in sources else -1
+    src = np.array([harnessed.index(r["source"]) if r["source"] in harnessed else -1
                     for r in rows])
     y = np.log(np.array([r["time_us"] * 1e-6 for r in rows]))
     w = np.sqrt(_weights(rows))
@@ -186,7 +187,7 @@ def fit_physics(rows: list[dict[str, Any]], gpus: dict[str, ops.Gpu]) -> Physics
         return Physics(eff_compute={"tensor": float(e[0]), "cuda": float(e[1])},
                        eff_memory={f: float(v) for f, v in zip(FAMILIES, e[2:5], strict=True)},
                        floor_cycles=float(e[5] * 1000),
-                       harness_us={s: float(v) for s, v in zip(sources, e[8:], strict=True)},
+                       harness_us={s: float(v) for s, v in zip(harnessed, e[8:], strict=True)},
                        tflops_per_w={"tensor": float(e[6]), "cuda": float(e[7])})
 
     def residual(p: np.ndarray) -> np.ndarray:
@@ -196,7 +197,7 @@ def fit_physics(rows: list[dict[str, Any]], gpus: dict[str, ops.Gpu]) -> Physics
                       e[2:5], e[5] * 1000, harness)
         return w * (np.log(sec) - y)
 
-    p0 = np.log([0.7, 0.5, 0.8, 0.8, 0.8, 4.0, 2.0, 0.2] + [5.0] * len(sources))
+    p0 = np.log([0.7, 0.5, 0.8, 0.8, 0.8, 4.0, 2.0, 0.2] + [5.0] * len(harnessed))
     return unpack(least_squares(residual, p0, loss="soft_l1", f_scale=0.1).x)
 
 
