@@ -27,6 +27,8 @@ class DeviceConfig:
     sms: int = MISSING  # streaming multiprocessors
     boost_mhz: float = MISSING  # boost clock
     tdp_w: float = MISSING  # board power limit
+    # its name in the shipped measured kernel data (kerneltime/data/devices.csv); None: none
+    measured_as: str | None = None
 
 
 @dataclass

@@ -2,9 +2,15 @@
 
 ``profile.backend``:
 
+- ``auto`` (the default): measured where the shipped data hold the kernel
+  (``pimbuild.targets.gpus.kerneltime.grid``: public measurements of the catalogue's GPUs
+  under vLLM, looked up by the device's ``measured_as``), interpolated between measured
+  neighbours where they are close enough, and the fitted model's prediction elsewhere;
+  ``profile.json`` says per device how many kernels, and what share of the time, were
+  measured, interpolated and predicted;
 - ``roofline`` (``pimbuild.targets.gpus.roofline``): the spec sheet's roofline, the baseline
   the fit replaces;
-- ``fitted`` (``pimbuild.targets.gpus.kerneltime.model``, what ``auto`` takes): the
+- ``fitted`` (``pimbuild.targets.gpus.kerneltime.model``): the
   kernel-time model fitted to measured times (``gpus.kernel_model``: a fit's JSON, null for
   the shipped one), each kernel as the op that stands for it (``ops.from_kernel``);
 - ``table`` (``pimbuild.targets.gpus.kerneltime.tables``): measured times from kernel-time tables
@@ -33,7 +39,7 @@ from pimbuild.errors import ConfigError
 from pimbuild.lower import ModelParams, model_params
 from pimbuild.stage import Inputs
 from pimbuild.targets.gpus import cuda, ddg, roofline
-from pimbuild.targets.gpus.kerneltime import model, ops, tables
+from pimbuild.targets.gpus.kerneltime import grid, model, ops, sources, tables
 from pimbuild.targets.gpus.target import GpuTarget
 
 NAME = "profile"
@@ -41,7 +47,7 @@ READS = ("extract",)
 WRITES = ("kernel_times.csv", "profile.json")
 # the kernel-time backends (profile.backend with system=gpus; the PIM target's counter
 # backends are a registry, pimbuild.targets.pim.counters.BACKENDS)
-KERNEL_TIME_BACKENDS = ("roofline", "fitted", "table", "cuda")
+KERNEL_TIME_BACKENDS = ("auto", "roofline", "fitted", "table", "cuda")
 
 
 @dataclass(frozen=True)
@@ -51,16 +57,19 @@ class Params:
     model: ModelParams | None  # the cuda backend runs the recipe; the roofline does not
     kernel_model: str = ""  # the fitted backend's fit: path and content digest (the key)
     tables: tuple[str, ...] = ()  # the table backend's tables: path and content digest
+    grid: str = ""  # the auto backend's measured data: path and content digest
 
 
 def params(cfg: DictConfig) -> Params:
-    backend = "fitted" if cfg.profile.backend == "auto" else cfg.profile.backend
+    backend = cfg.profile.backend
     if backend not in KERNEL_TIME_BACKENDS:
         raise ConfigError(f"profile.backend '{backend}' is not a kernel-time backend of "
-                          f"system=gpus (choices: auto, {', '.join(KERNEL_TIME_BACKENDS)})")
+                          f"system=gpus (choices: {', '.join(KERNEL_TIME_BACKENDS)})")
     target = GpuTarget.from_config(cfg)
-    fit, found = "", ()
-    if backend in ("fitted", "table"):
+    fit, found, grid_file = "", (), ""
+    if backend == "auto":
+        grid_file = f"{sources.ENGINE}@{model.digest(sources.ENGINE)}"
+    if backend in ("auto", "fitted", "table"):
         from hydra.utils import to_absolute_path
 
         path = to_absolute_path(cfg.gpus.kernel_model) if cfg.gpus.kernel_model \
@@ -77,7 +86,7 @@ def params(cfg: DictConfig) -> Params:
             for t in paths:
                 tables.load(t)  # missing or corrupted: one error line, before any stage
             found = tuple(f"{t}@{model.digest(t)}" for t in paths)
-    return Params(backend=backend, target=target, kernel_model=fit, tables=found,
+    return Params(backend=backend, target=target, kernel_model=fit, tables=found, grid=grid_file,
                   model=model_params(cfg) if backend == "cuda" else None)
 
 
@@ -86,11 +95,64 @@ def fitted_times(data: dict[str, Any], p: Params
     """Seconds per kernel and device from the fitted model (``ops.from_kernel``), and the
     fit's held-out error per family (the band its predictions carry)."""
     fitted = model.load(p.kernel_model.rpartition("@")[0])
-    floating = {b: info.get("float", False) for b, info in data["buffers"].items()}
-    found = [ops.from_kernel(k, floating, p.target.precision) for k in data["kernels"]]
+    found = kernel_ops(data, p.target.precision)
     columns = [fitted.predict(found, [ops.gpu_of(d)] * len(found)) for d in p.target.devices]
     return [[float(c[i]) for c in columns] for i in range(len(found))], \
         fitted.provenance.get("held_out_error", {})
+
+
+def kernel_ops(data: dict[str, Any], precision: str) -> list[ops.Op]:
+    """The op that stands for each kernel of ``kernels.json`` (``ops.from_kernel``)."""
+    floating = {b: info.get("float", False) for b, info in data["buffers"].items()}
+    return [ops.from_kernel(k, floating, precision) for k in data["kernels"]]
+
+
+_GRIDS: dict[str, dict[str, grid.Grid]] = {}
+
+
+def grids(path_at: str, names: set[str]) -> dict[str, grid.Grid]:
+    """The measured grids of the GPUs called ``names`` in the shipped data (cached)."""
+    key = f"{path_at}|{','.join(sorted(names))}"
+    if key not in _GRIDS:
+        frame = sources.load_engine(path_at.rpartition("@")[0])
+        _GRIDS[key] = grid.build(frame[frame["device"].isin(sorted(names))])
+    return _GRIDS[key]
+
+
+def share(how: list[str], column: list[float]) -> dict[str, Any]:
+    """How many kernels were measured, interpolated and predicted, the share of the time
+    each covers, and the ids of the measured and interpolated ones."""
+    total = sum(column) or 1.0
+    out: dict[str, Any] = {}
+    for kind in ("measured", "interpolated", "predicted"):
+        ids = [i for i, h in enumerate(how) if h == kind]
+        out[kind] = len(ids)
+        out[f"{kind}_time_share"] = sum(column[i] for i in ids) / total
+        if kind != "predicted":
+            out[f"{kind}_ids"] = ids
+    return out
+
+
+def grid_times(data: dict[str, Any], p: Params, t: list[list[float]]
+               ) -> tuple[list[list[float]], dict[str, Any]]:
+    """``t`` with each kernel the shipped data measured (or interpolate) on a device
+    replaced by that time; per device, the counts and shares of ``share``."""
+    found = kernel_ops(data, p.target.precision)
+    names = {d.measured_as for d in p.target.devices if d.measured_as}
+    held = grids(p.grid, names) if names else {}
+    out = [list(row) for row in t]
+    info: dict[str, Any] = {}
+    for d, device in enumerate(p.target.devices):
+        g = held.get(device.measured_as or "")
+        how = []
+        for i, o in enumerate(found):
+            hit = g.lookup(o) if g else None
+            if hit is not None:
+                out[i][d] = hit[0]
+            how.append(hit[1] if hit else "predicted")
+        info[device.key] = {"grid": device.measured_as if g else None,
+                            **share(how, [row[d] for row in out])}
+    return out, {"sources": info}
 
 
 def table_times(data: dict[str, Any], p: Params, t: list[list[float]]
@@ -101,7 +163,7 @@ def table_times(data: dict[str, Any], p: Params, t: list[list[float]]
 
     loaded = [tables.load(path.rpartition("@")[0]) for path in p.tables]
     out = [list(row) for row in t]
-    sources: dict[str, Any] = {}
+    found: dict[str, Any] = {}
     for d, device in enumerate(p.target.devices):
         table = tables.for_device(loaded, device.name)
         hits = [table["kernels"].get(tables.key(k, p.target.precision)) if table else None
@@ -109,15 +171,11 @@ def table_times(data: dict[str, Any], p: Params, t: list[list[float]]
         for i, s in enumerate(hits):
             if s is not None:
                 out[i][d] = s
-        total = sum(row[d] for row in out) or 1.0
-        sources[device.key] = {
-            "table": bool(table), "measured": sum(h is not None for h in hits),
-            "predicted": sum(h is None for h in hits),
-            "measured_time_share": sum(out[i][d] for i, h in enumerate(hits)
-                                       if h is not None) / total,
-            "measured_ids": [i for i, h in enumerate(hits) if h is not None],
+        how = ["predicted" if h is None else "measured" for h in hits]
+        found[device.key] = {
+            "table": bool(table), **share(how, [row[d] for row in out]),
             **({m: table[m] for m in ("gpu", "driver", "torch", "method")} if table else {})}
-    return out, {"sources": sources,
+    return out, {"sources": found,
                  "warnings": tables.versions_differ(loaded, torch.__version__)}
 
 
@@ -151,15 +209,15 @@ def run(inputs: Inputs, p: Params, out: Path) -> None:
     data = json.loads((inputs["extract"] / "kernels.json").read_text())
     graph = ddg.build(data, data.get("layers", 1), p.target.float_scale)
     measured: dict[str, Any] = {"measured": []}
-    if p.backend in ("fitted", "table"):
+    if p.backend in ("auto", "fitted", "table"):
         t, measured["band"] = fitted_times(data, p)
     else:  # the roofline; the cuda backend's estimate for what it does not measure
         t = [[roofline.kernel_time(k, d, p.target) for d in p.target.devices]
              for k in graph.kernels]
-    if p.backend == "table":
-        t, info = table_times(data, p, t)
+    if p.backend in ("auto", "table"):
+        t, info = (grid_times if p.backend == "auto" else table_times)(data, p, t)
         measured.update(info, measured=[k for k, v in info["sources"].items()
-                                        if v["measured"]])
+                                        if v["measured"] or v["interpolated"]])
     if p.backend == "cuda":
         t, measured = cuda.kernel_times(graph, p.target, p.model, t)
     keys = [d.key for d in p.target.devices]

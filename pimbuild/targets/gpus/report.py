@@ -93,6 +93,15 @@ def summary(r: dict[str, Any]) -> list[str]:
     return lines + kernel_times_lines(r.get("kernel_times") or {})
 
 
+def _counts(v: dict[str, Any]) -> str:
+    """``12/30 measured (80% of its time), 3 interpolated (5%)``."""
+    total = v["measured"] + v.get("interpolated", 0) + v["predicted"]
+    text = f"{v['measured']}/{total} measured ({v['measured_time_share']:.0%} of its time)"
+    if v.get("interpolated"):
+        text += f", {v['interpolated']} interpolated ({v['interpolated_time_share']:.0%})"
+    return text
+
+
 def kernel_times_lines(kt: dict[str, Any]) -> list[str]:
     """Where the kernel times came from: measured (how many, what share of the time) or
     predicted (with the fitted model's held-out error)."""
@@ -107,8 +116,11 @@ def kernel_times_lines(kt: dict[str, Any]) -> list[str]:
     if backend == "cuda":
         return [f"kernel times: measured on this GPU for {', '.join(kt.get('measured') or [])}"
                 f"; the other devices' from the spec roofline"]
-    parts = [f"{d} {v['measured']}/{v['measured'] + v['predicted']} measured "
-             f"({v['measured_time_share']:.0%} of its time)" if v["table"]
+    if backend == "auto":
+        parts = [f"{d} ({v['grid']}): {_counts(v)}" if v.get("grid")
+                 else f"{d}: no measured data" for d, v in (kt.get("sources") or {}).items()]
+        return [f"kernel times: {'; '.join(parts)}; the rest predicted by {predicted}"]
+    parts = [f"{d} {_counts(v)}" if v["table"]
              else f"{d} no table" for d, v in (kt.get("sources") or {}).items()]
     return [f"kernel times: {'; '.join(parts)}; the rest predicted by {predicted}",
             *(f"[yellow]warning[/]: {w}" for w in kt.get("warnings") or [])]
@@ -191,10 +203,13 @@ def markdown(r: dict[str, Any], placement: dict[str, Any]) -> str:
     lines += serving_markdown(r.get("serving", {}))
     keys = placement["devices"]
     sources = (r.get("kernel_times") or {}).get("sources") or {}
-    measured = {key: set(v.get("measured_ids", ())) for key, v in sources.items()}
-    if measured:
-        lines += ["", "A time marked `m` was measured (a kernel-time table); the others are "
-                      "predicted."]
+    marks = {key: {**dict.fromkeys(v.get("interpolated_ids", ()), " i"),
+                   **dict.fromkeys(v.get("measured_ids", ()), " m")}
+             for key, v in sources.items()}
+    if any(marks.values()):
+        lines += ["", "A time marked `m` was measured (a kernel-time table or the shipped "
+                      "measurements), `i` interpolated between measured shapes; the others "
+                      "are predicted."]
     layer = r.get("period", 1) > 1  # which of the placed layers a kernel belongs to
     lines += ["", "## Placement", "",
               "| id | " + ("layer | " if layer else "") + "kernel | kind | device | "
@@ -204,6 +219,6 @@ def markdown(r: dict[str, Any], placement: dict[str, Any]) -> str:
         lines.append(f"| {k['id']} | " + (f"{k['layer']} | " if layer else "")
                      + f"{k['name']} | {k['kind']} | {k['device']} | "
                      + " | ".join(f"{k[f't_{key}_s'] * 1e6:.3g}"
-                                  + (" m" if k["id"] % r["kernels"] in measured.get(key, ())
-                                     else "") for key in keys) + " |")
+                                  + marks.get(key, {}).get(k["id"] % r["kernels"], "")
+                                  for key in keys) + " |")
     return "\n".join(lines) + "\n"

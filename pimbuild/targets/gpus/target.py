@@ -34,6 +34,7 @@ class Device:
     sms: int = 0  # what the fitted kernel-time model reads (0: not given)
     boost_mhz: float = 0.0
     tdp_w: float = 0.0
+    measured_as: str | None = None  # its name in the shipped measured kernel data
 
 
 @dataclass(frozen=True)

@@ -31,13 +31,33 @@ def test_op_work_and_key() -> None:
     assert add.work()[1] == 4 * 3 * 40 and add.family == "elementwise"
     assert ops.Op("sum", "fp32", b=4, h=10).work()[1] == 4 * (40 + 4)
     assert lin.key() == "linear:bf16:2x8x64x32" and add.key() == "add:fp32:4x10"
+    # GQA decode over a 1,024-position cache: QK^T and PV, and the KV cache read once
+    dec = ops.Op("decode_attention", "bf16", b=4, m=1, n=1024, k=128, h=32, g=8)
+    assert dec.work() == (4.0 * 4 * 32 * 128 * 1024, 2 * 4 * 128 * (2 * 32 + 2 * 1024 * 8))
+    assert dec.family == "attention" and dec.tensor
+    # causal prefill of a 16-token chunk after 112 cached positions: query i sees 113 + i
+    pre = ops.Op("prefill_attention", "bf16", b=1, m=16, n=128, k=64, h=8, g=8)
+    assert pre.work()[0] == 4.0 * 8 * 64 * sum(113 + i for i in range(16))
+    assert pre.key() == "prefill_attention:bf16:1x16x128x64x8x8"
 
 
 @pytest.mark.parametrize(("row", "message"), [
     ({"op": "conv", "dtype": "fp32", "b": "1"}, "unknown op 'conv'"),
     ({"op": "add", "dtype": "int8", "b": "1", "h": "2"}, "unknown dtype 'int8'"),
     ({"op": "linear", "dtype": "fp32", "b": "1", "m": "-3", "n": "1", "k": "1"},
-     "'m' must be a whole number >= 1 (got -3)"),
+     "'m' must be a whole number from 1 to 2,147,483,648 (got -3)"),
+    ({"op": "linear", "dtype": "fp32", "b": "1", "m": "inf", "n": "1", "k": "1"},
+     "'m' must be a whole number from 1"),
+    ({"op": "add", "dtype": "fp32", "b": "1e400", "h": "2"}, "'b' must be a whole number"),
+    ({"op": "add", "dtype": "fp32", "b": "nan", "h": "2"}, "'b' must be a whole number"),
+    ({"op": "decode_attention", "dtype": "bf16", "b": "8", "m": "2", "n": "1024", "k": "128",
+      "h": "32", "g": "8"}, "m = 1 (one token per sequence)"),
+    ({"op": "prefill_attention", "dtype": "bf16", "b": "1", "m": "2048", "n": "1024",
+      "k": "128", "h": "32", "g": "8"}, "m <= n"),
+    ({"op": "prefill_attention", "dtype": "bf16", "b": "1", "m": "16", "n": "1024",
+      "k": "128", "h": "32", "g": "5"}, "h a multiple of g"),
+    ({"op": "decode_attention", "dtype": "bf16", "b": "1", "m": "1", "n": "1024", "k": "128",
+      "h": "32"}, "needs an integer 'g'"),
     ({"op": "linear", "dtype": "fp32", "b": "1", "m": "2.5", "n": "1", "k": "1"},
      "'m' must be a whole number"),
     ({"op": "softmax", "dtype": "fp16", "b": "4"}, "needs an integer 'h'"),
@@ -149,7 +169,8 @@ def test_pairs_count_kernels_faster_on_the_second_device(monkeypatch) -> None:
     o1, o2 = ops.Op("add", "fp16", 1, h=8), ops.Op("add", "fp16", 2, h=8)
     rows = {d: [{"source": "s", "group": "", "o": o} for o in (o1, o2)] for d in ("A", "B")}
     res = {d: {"rows": rows[d], **{p: np.array(v) for p, v in zip(
-        ("measured", "roofline", "physics", "fitted"), vals, strict=True)}}
+        ("measured", "roofline", "physics", "fitted", "chosen"), vals + (vals[-1],),
+        strict=True)}}
         for d, vals in (("A", ([1.0, 4.0], [1.0, 1.0], [1, 1], [1.0, 4.0])),
                         ("B", ([2.0, 1.0], [2.0, 2.0], [1, 1], [0.5, 1.0])))}
     monkeypatch.setattr(evaluate, "PAIRS", (("A", "B", "s"),))
@@ -168,8 +189,13 @@ def test_shipped_fit_loads_and_is_plausible() -> None:
     assert bound <= shipped.seconds(gemm, h200) <= 3 * bound
     add = ops.Op("add", "fp32", 4096, h=16384)
     assert 1.0 <= shipped.seconds(add, h200) / max(model.bound(add, h200)) <= 2.0
-    assert set(shipped.provenance["held_out_error"]) == {"gemm", "elementwise", "reduction"}
+    band = shipped.provenance["held_out_error"]
+    assert set(band) == {"gemm", "attention", "elementwise", "reduction"}
+    for family, b in band.items():  # an 80% band that held-out GPUs' rows bear out
+        assert b["low"] < 0 < b["high"] and 0.6 <= b["coverage"] <= 0.95, family
     assert shipped.provenance["data_sha256"] == model.digest(sources.MEASURED)
+    assert shipped.provenance["engine_sha256"] == model.digest(sources.ENGINE)
+    assert "aiconfigurator: Apache-2.0" in shipped.provenance["sources"]
 
 
 def test_broken_fit_file_is_one_error(tmp_path: Path) -> None:
@@ -190,27 +216,39 @@ def write_ops(path: Path, rows: list[list]) -> Path:
 
 
 def test_predict_command(tmp_path: Path, capsys) -> None:
-    src = write_ops(tmp_path / "ops.csv", [["linear", "bf16", 1, 16, 4096, 14336, ""],
-                                           ["softmax", "fp32", 512, "", "", "", 1021]])
+    src = write_ops(tmp_path / "ops.csv", [["linear", "bf16", 1, 16, 4096, 14336, "", ""],
+                                           ["linear", "bf16", 1, 16, 4096, 4096, "", ""],
+                                           ["softmax", "fp32", 512, "", "", "", 1021, ""],
+                                           ["decode_attention", "bf16", 8, 1, 4096, 128, 32,
+                                            8]])
     assert cli.main(["predict", str(src), "--device", "l40s"]) == 0
     with (tmp_path / "ops_l40s.csv").open() as f:
         out = list(csv.DictReader(f))
-    assert [r["op"] for r in out] == ["linear", "softmax"]
+    assert [r["op"] for r in out] == ["linear", "linear", "softmax", "decode_attention"]
+    # the L40S is measured: a grid shape, one between grid shapes, one no grid has
+    assert [r["from"] for r in out] == ["interpolated", "measured", "predicted", "measured"]
     for r in out:
         assert float(r["low_us"]) < float(r["predicted_us"]) < float(r["high_us"])
-        assert float(r["roofline_us"]) > 0
+        assert float(r["roofline_us"]) > 0 and float(r["time_us"]) > 0
+    assert out[2]["time_us"] == out[2]["predicted_us"]
     bad = write_ops(tmp_path / "bad.csv", [["add", "fp32", 4, "", "", "", 8],
                                            ["add", "fp32", -4, "", "", "", 8]])
     assert cli.main(["predict", str(bad), "--device", "l40s"]) == 1
     err = capsys.readouterr().err
     assert err.strip().splitlines()[-1] == (
-        f"error: {bad}:3: 'b' must be a whole number >= 1 (got -4)")
+        f"error: {bad}:3: 'b' must be a whole number from 1 to 2,147,483,648 (got -4)")
     assert not (tmp_path / "bad_l40s.csv").exists()
     assert cli.main(["predict", str(src), "--device", "rtx4090"]) == 1
     assert "unknown device 'rtx4090'" in capsys.readouterr().err
     assert cli.main(["predict", str(src), "--device", "l40s", "--out",
                              str(tmp_path / "no" / "such" / "o.csv")]) == 1
-    assert capsys.readouterr().err.startswith("error: ") and not (tmp_path / "no").exists()
+    err = capsys.readouterr().err
+    assert err.startswith("error: cannot write ") and "does not exist" in err
+    assert not (tmp_path / "no").exists()
+    empty = tmp_path / "empty.csv"
+    empty.write_text("")
+    assert cli.main(["predict", str(empty), "--device", "l40s"]) == 1
+    assert "has no ops" in capsys.readouterr().err
 
 
 def test_a_users_own_device_predicts(tmp_path: Path) -> None:

@@ -1,22 +1,26 @@
 """``pimbuild-kernels``: the GPU kernel-time model's command (docs/gpus.md).
 
-    pimbuild-kernels data --neusight DIR --vidur DIR --measured DIR [--out FILE]
+    pimbuild-kernels data [--neusight DIR --vidur DIR --measured DIR] [--aiconfigurator WHEEL]
     pimbuild-kernels fit [--exclude L4,A40] [--out FILE]
     pimbuild-kernels evaluate [--holdout L4,...] [--markdown FILE] [--json FILE]
     pimbuild-kernels predict OPS.csv --device l40s [--config-dir DIR] [--out FILE]
     pimbuild-kernels export RUN_DIR --device a100 --out a100.json
     pimbuild-kernels merge A.json B.json ... --out FILE
 
-``data`` rebuilds the compact measured file from the public repositories (checkouts or bare
-clones); ``fit`` fits on it, leaving out ``--exclude``d GPUs, and writes the fit with its
-provenance and the held-out error per family (leave-one-GPU-out) that predictions carry as a
-band; ``evaluate`` prints the leave-one-GPU-out table, the per-layer error on Vidur's
-LLaMA-2-7B layers and the measured pairs' Fig. 2 shares; ``predict`` writes each op of an ops
-CSV with its predicted time, the spec roofline's and the band; ``export`` writes the
-kernel-time table of a device a build measured (``profile.backend=cuda``; RUN_DIR is the
-run folder holding ``manifest.json``) and ``merge`` joins tables of one device
-(``pimbuild.targets.gpus.kerneltime.tables``). Bad input is one ``error:``
-line and exit 1, with nothing written.
+``data`` rebuilds the compact measured files from the public sources: NeuSight's and Vidur's
+repositories (checkouts or bare clones) into ``measured_ops.csv.gz``, AIConfigurator's wheel
+(or its unpacked folder) into ``engine_kernels.parquet``; ``fit`` fits on both, leaving out
+``--exclude``d GPUs, and writes the fit (to ``kernel_model.json`` here unless ``--out`` says
+where: never over the shipped one by default) with its provenance, the families whose learned
+correction pays on held-out GPUs, and the 80% band predictions carry (leave-one-GPU-out);
+``evaluate`` prints the leave-one-GPU-out table, the per-layer error on Vidur's LLaMA-2-7B
+layers and the measured pairs' Fig. 2 shares; ``predict`` writes each op of an ops CSV with
+the time a build would use (measured, interpolated or predicted), the model's prediction with
+its band, and the spec roofline's; ``export`` writes the kernel-time table of a device a
+build measured (``profile.backend=cuda``; RUN_DIR is the run folder holding
+``manifest.json``) and ``merge`` joins tables of one device
+(``pimbuild.targets.gpus.kerneltime.tables``). Bad input is one ``error:`` line and exit 1,
+with nothing written.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ import csv
 import datetime
 import importlib.resources
 import json
+import math
 import sys
 import time
 from pathlib import Path
@@ -34,7 +39,7 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from pimbuild.errors import ConfigError
-from pimbuild.targets.gpus.kerneltime import evaluate, model, ops, sources, tables
+from pimbuild.targets.gpus.kerneltime import evaluate, grid, model, ops, sources, tables
 
 
 def _names(text: str | None) -> list[str]:
@@ -48,12 +53,31 @@ def _check_devices(names: list[str], gpus: dict[str, ops.Gpu]) -> None:
                           f"{', '.join(gpus)})")
 
 
+def _writable(path: Path) -> None:
+    """A ConfigError, before any work, if ``path``'s folder does not exist."""
+    if not Path(path).resolve().parent.is_dir():
+        raise ConfigError(f"cannot write {path}: its folder {Path(path).parent} does not exist")
+
+
 def cmd_data(args: argparse.Namespace) -> None:
-    rows = [*sources.neusight(args.neusight), *sources.vidur(args.vidur)]
-    for folder in args.measured:
-        rows += sources.measured(folder)
-    sources.write(rows, args.out)
-    print(f"wrote {args.out}: {len(rows)} rows")
+    if not (args.neusight or args.vidur or args.aiconfigurator):
+        raise ConfigError("name a source: --neusight DIR --vidur DIR [--measured DIR] and/or "
+                          "--aiconfigurator WHEEL")
+    if bool(args.neusight) != bool(args.vidur):
+        raise ConfigError("--neusight and --vidur rebuild one file together: give both")
+    for out in (args.out, args.engine_out):
+        _writable(out)
+    if args.neusight:
+        rows = [*sources.neusight(args.neusight), *sources.vidur(args.vidur)]
+        for folder in args.measured:
+            rows += sources.measured(folder)
+        sources.write(rows, args.out)
+        print(f"wrote {args.out}: {len(rows)} rows")
+    if args.aiconfigurator:
+        rows = list(sources.aiconfigurator(args.aiconfigurator))
+        sources.write_engine(rows, args.engine_out)
+        print(f"wrote {args.engine_out}: {len(rows)} rows of "
+              f"{len({r['device'] for r in rows})} GPUs")
 
 
 def logo(rows: list[dict[str, Any]], gpus: dict[str, ops.Gpu], devices: list[str],
@@ -68,117 +92,157 @@ def logo(rows: list[dict[str, Any]], gpus: dict[str, ops.Gpu], devices: list[str
     return results
 
 
+def training_rows(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """The measured ops and a sample of the engine kernels (``sources.engine_rows``)."""
+    return sources.load(args.data) + sources.engine_rows(sources.load_engine(args.engine))
+
+
 def cmd_fit(args: argparse.Namespace) -> None:
-    rows, gpus = sources.load(args.data), sources.devices()
+    _writable(args.out)
+    rows, gpus = training_rows(args), sources.devices()
     _check_devices(args.exclude, gpus)
     rows = [r for r in rows if r["device"] not in args.exclude]
     if not rows:
         raise ConfigError("no measured rows are left to fit on")
     began = time.perf_counter()
-    fitted = model.fit(rows, gpus)
     seen = sorted({r["device"] for r in rows})
-    band = evaluate.pooled(logo(rows, gpus, seen)) if args.band else {}
+    learned, band = model.FAMILIES, {}
+    if args.band:
+        results = logo(rows, gpus, seen)
+        learned = evaluate.choose(results, seen)
+        band = evaluate.pooled(results, learned, evaluate.nested(results))
+    fitted = model.fit(rows, gpus, families=learned)
+    used = sorted({r["source"] for r in rows})
     model.save(fitted, args.out, {
         "data": Path(args.data).name, "data_sha256": model.digest(args.data),
+        "engine": Path(args.engine).name, "engine_sha256": model.digest(args.engine),
         "excluded": args.exclude, "held_out_error": band,
         "fitted": datetime.date.today().isoformat(),
-        "sources": "NeuSight (github sitar-lab/NeuSight, MIT), Vidur (github microsoft/vidur, "
-                   "MIT), pimbuild's H200 runs (docs/measurements/kernels_h200)"})
+        "sources": "; ".join(f"{s}: {sources.LICENCES.get(s, s)}" for s in used)})
     print(f"wrote {args.out}: fitted on {len(rows)} rows of {len(seen)} GPUs in "
-          f"{time.perf_counter() - began:.1f} s")
+          f"{time.perf_counter() - began:.1f} s; the learned correction for "
+          f"{', '.join(learned) or 'no family'}")
 
 
 def _pct(x: float) -> str:
     return f"{100 * x:.0f}%"
 
 
-def markdown(tab: list[dict], lays: list[dict], pairs: list[dict]) -> str:
+def markdown(tab: list[dict], lays: list[dict], pairs: list[dict],
+             nest: dict[str, dict[str, Any]]) -> str:
+    """The leave-one-GPU-out tables (``chosen``: the nested choice of ``evaluate.nested``)."""
     lines = ["| held-out GPU | source | family | rows | median err: roofline / physics / "
-             "fitted | mean err: roofline / fitted | within 20%: roofline / fitted |",
-             "|---|---|---|---:|---|---|---|"]
+             "fitted / chosen | within 20%: roofline / physics / chosen | in the 80% band |",
+             "|---|---|---|---:|---|---|---:|"]
     for r in tab:
         med = " / ".join(_pct(r[p]["median"]) for p in evaluate.PREDICTORS)
+        w20 = " / ".join(_pct(r[p]["within_20"]) for p in ("roofline", "physics", "chosen"))
+        cover = nest.get(r["device"], {}).get("coverage", {}).get(r["family"])
         lines.append(f"| {r['device']} | {r['source']} | {r['family']} | {r['rows']} | {med} | "
-                     f"{_pct(r['roofline']['mean'])} / {_pct(r['fitted']['mean'])} | "
-                     f"{_pct(r['roofline']['within_20'])} / {_pct(r['fitted']['within_20'])} |")
+                     f"{w20} | {'' if cover is None else _pct(cover)} |")
     lines += ["", "| held-out GPU | LLaMA-2-7B layers | median layer err: roofline / physics / "
-              "fitted | within 20%: roofline / fitted |", "|---|---:|---|---|"]
+              "fitted / chosen | within 20%: roofline / chosen |", "|---|---:|---|---|"]
     for r in lays:
         med = " / ".join(_pct(r[p]["median"]) for p in evaluate.PREDICTORS)
         lines.append(f"| {r['device']} | {r['layers']} | {med} | "
-                     f"{_pct(r['roofline']['within_20'])} / {_pct(r['fitted']['within_20'])} |")
+                     f"{_pct(r['roofline']['within_20'])} / {_pct(r['chosen']['within_20'])} |")
     lines += ["", "| first | second | source | shapes | faster on second, by count: measured "
-              "/ roofline / fitted | by first's time: measured / roofline / fitted | picks "
-              "the measured winner: roofline / fitted |", "|---|---|---|---:|---|---|---|"]
+              "/ roofline / chosen | by first's time: measured / roofline / chosen | picks "
+              "the measured winner: roofline / chosen |", "|---|---|---|---:|---|---|---|"]
     for r in pairs:
         cnt = " / ".join(_pct(r[p]["share_by_count"]) for p in ("measured", "roofline",
-                                                               "fitted"))
+                                                               "chosen"))
         tim = " / ".join(_pct(r[p]["share_by_time"]) for p in ("measured", "roofline",
-                                                              "fitted"))
+                                                              "chosen"))
         lines.append(f"| {r['first']} | {r['second']} | {r['source']} | {r['shapes']} | {cnt} "
                      f"| {tim} | {_pct(r['roofline']['picks_winner'])} / "
-                     f"{_pct(r['fitted']['picks_winner'])} |")
+                     f"{_pct(r['chosen']['picks_winner'])} |")
     return "\n".join(lines) + "\n"
 
 
 def cmd_evaluate(args: argparse.Namespace) -> None:
-    rows, gpus = sources.load(args.data), sources.devices()
+    for out in (args.markdown, args.json):
+        if out:
+            _writable(out)
+    rows, gpus = training_rows(args), sources.devices()
     devices = args.holdout or sorted({r["device"] for r in rows})
     _check_devices(devices, gpus)
     began = time.perf_counter()
     results = logo(rows, gpus, devices)
+    nest = evaluate.nested(results)
     tab, lays = evaluate.table(results), evaluate.layers(results)
     prs = evaluate.pairs(results)
-    text = markdown(tab, lays, prs)
+    text = markdown(tab, lays, prs, nest)
     print(text)
     print(f"{len(devices)} fits in {time.perf_counter() - began:.1f} s", file=sys.stderr)
     if args.markdown:
         args.markdown.write_text(text)
     if args.json:
         args.json.write_text(json.dumps({"table": tab, "layers": lays, "pairs": prs,
-                                         "band": evaluate.pooled(results)}, indent=1) + "\n")
+                                         "nested": nest,
+                                         "band": evaluate.pooled(results, coverage=nest)},
+                                        indent=1) + "\n")
 
 
-def catalogue_gpu(name: str, config_dir: Path | None) -> ops.Gpu:
+def catalogue_gpu(name: str, config_dir: Path | None) -> tuple[ops.Gpu, str | None]:
     """A device of the catalogue (``conf/device/<name>.yaml``, or the user's
-    ``--config-dir``'s ``device/<name>.yaml``) or a measured GPU (``devices.csv``)."""
+    ``--config-dir``'s ``device/<name>.yaml``) or a measured GPU (``devices.csv``), and its
+    name in the shipped measured data (None: not measured)."""
     catalogue = Path(str(importlib.resources.files("pimbuild.conf").joinpath("device")))
     for folder in ([config_dir / "device"] if config_dir else []) + [catalogue]:
         path = folder / f"{name}.yaml"
         if path.is_file():
             spec = OmegaConf.to_container(OmegaConf.load(path))
             spec.pop("defaults", None)
-            return ops.gpu_of(spec)
+            return ops.gpu_of(spec), spec.get("measured_as")
     measured = sources.devices()
     if name in measured:
-        return measured[name]
+        return measured[name], name
     known = sorted(p.stem for p in catalogue.glob("*.yaml")) + sorted(measured)
     raise ConfigError(f"unknown device '{name}' (choices: {', '.join(known)})")
 
 
 def cmd_predict(args: argparse.Namespace) -> None:
-    gpu = catalogue_gpu(args.device, args.config_dir)
+    gpu, measured_as = catalogue_gpu(args.device, args.config_dir)
+    out = args.out or args.ops.with_name(args.ops.stem + f"_{args.device}.csv")
+    _writable(out)
     found, _ = ops.read(args.ops)
     fitted = model.load(args.model)
     began = time.perf_counter()
     seconds = fitted.predict(found, [gpu] * len(found))
     elapsed = time.perf_counter() - began
+    held = measured_grid(measured_as)
     band = fitted.provenance.get("held_out_error", {})
-    out = args.out or args.ops.with_name(args.ops.stem + f"_{args.device}.csv")
     tmp = out.with_name(out.name + ".tmp")
     with tmp.open("w", newline="") as f:
         w = csv.writer(f)
-        w.writerow([*ops.COLUMNS, "predicted_us", "roofline_us", "held_out_median_err",
-                    "low_us", "high_us"])
+        w.writerow([*ops.COLUMNS, "time_us", "from", "predicted_us", "low_us", "high_us",
+                    "roofline_us"])
+        counts: dict[str, int] = {}
         for o, t in zip(found, seconds, strict=True):
-            err = band.get(o.family, {}).get("median", float("nan"))
-            w.writerow([o.op, o.dtype, o.b, o.m if o.op in ops.GEMMS else "",
-                        o.n if o.op in ops.GEMMS else "", o.k if o.op in ops.GEMMS else "",
-                        o.h if o.op not in ops.GEMMS else "", f"{t * 1e6:.3f}",
-                        f"{model.roofline(o, gpu) * 1e6:.3f}", f"{err:.3f}",
-                        f"{t * 1e6 / (1 + err):.3f}", f"{t * 1e6 * (1 + err):.3f}"])
+            hit = held.lookup(o) if held else None
+            how = hit[1] if hit else "predicted"
+            counts[how] = counts.get(how, 0) + 1
+            q = band.get(o.family, {})
+            lo, hi = (math.exp(q["low"]), math.exp(q["high"])) if "low" in q \
+                else (math.nan, math.nan)
+            w.writerow([o.op, o.dtype, *(getattr(o, d) if d in o.dims else ""
+                                         for d in ops.COLUMNS[2:]),
+                        f"{(hit[0] if hit else t) * 1e6:.3f}", how, f"{t * 1e6:.3f}",
+                        f"{t * lo * 1e6:.3f}", f"{t * hi * 1e6:.3f}",
+                        f"{model.roofline(o, gpu) * 1e6:.3f}"])
     tmp.replace(out)
-    print(f"wrote {out}: {len(found)} ops on {gpu.name} predicted in {elapsed:.2f} s")
+    print(f"wrote {out}: {len(found)} ops on {gpu.name} ("
+          + ", ".join(f"{n} {k}" for k, n in sorted(counts.items()))
+          + f"); the model predicted them in {elapsed:.2f} s")
+
+
+def measured_grid(name: str | None) -> Any:
+    """The shipped measured grid of the GPU called ``name``, None if it has none."""
+    if not name:
+        return None
+    frame = sources.load_engine()
+    return grid.build(frame[frame["device"] == name]).get(name)
 
 
 def _stage_dir(run: Path, stage: str) -> Path:
@@ -228,19 +292,28 @@ def cmd_merge(args: argparse.Namespace) -> None:
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="pimbuild-kernels", description=__doc__.split("\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
-    d = sub.add_parser("data", help="rebuild the measured file from the public repositories")
-    d.add_argument("--neusight", type=Path, required=True)
-    d.add_argument("--vidur", type=Path, required=True)
-    d.add_argument("--measured", type=Path, action="append", default=[])
+    d = sub.add_parser("data", help="rebuild the measured files from the public sources")
+    d.add_argument("--neusight", type=Path, help="NeuSight's repository")
+    d.add_argument("--vidur", type=Path, help="Vidur's repository")
+    d.add_argument("--measured", type=Path, action="append", default=[],
+                   help="a folder of bench/measure_ops.py's ops_*.csv")
+    d.add_argument("--aiconfigurator", type=Path,
+                   help="aiconfigurator-core's wheel (pip download --no-deps "
+                        "aiconfigurator-core==0.12.0) or its unpacked folder")
     d.add_argument("--out", type=Path, default=sources.MEASURED)
+    d.add_argument("--engine-out", type=Path, default=sources.ENGINE)
     f = sub.add_parser("fit", help="fit the model (and its held-out band)")
     f.add_argument("--data", type=Path, default=sources.MEASURED)
+    f.add_argument("--engine", type=Path, default=sources.ENGINE)
     f.add_argument("--exclude", type=_names, default=[], help="GPUs left out, comma-separated")
-    f.add_argument("--out", type=Path, default=model.SHIPPED)
+    f.add_argument("--out", type=Path, default=Path("kernel_model.json"),
+                   help="where the fit goes (kernel_model.json here; the shipped one is "
+                        f"{model.SHIPPED})")
     f.add_argument("--no-band", dest="band", action="store_false",
                    help="skip the leave-one-GPU-out runs that give the error band")
     e = sub.add_parser("evaluate", help="leave-one-GPU-out errors beside the roofline")
     e.add_argument("--data", type=Path, default=sources.MEASURED)
+    e.add_argument("--engine", type=Path, default=sources.ENGINE)
     e.add_argument("--holdout", type=_names, default=[], help="GPUs to hold out (all)")
     e.add_argument("--markdown", type=Path)
     e.add_argument("--json", type=Path)
@@ -268,8 +341,9 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
-    except OSError as e:  # an output folder that does not exist, a full disk, ...
-        print(f"error: {e.filename or ''}: {e.strerror}", file=sys.stderr)
+    except OSError as e:  # a full disk, a folder without write permission, ...
+        name = str(e.filename or "").removesuffix(".tmp")
+        print(f"error: {name}: {e.strerror}", file=sys.stderr)
         return 1
     return 0
 

@@ -1,9 +1,16 @@
 """The kernel-time model judged on GPUs it was not fitted to: leave-one-GPU-out errors beside
 the spec roofline on the same rows, per-layer errors on Vidur's LLaMA-2-7B layers, and
-FluidGPU's Fig. 2 question (which GPU runs a kernel faster) on pairs measured on both."""
+FluidGPU's Fig. 2 question (which GPU runs a kernel faster) on pairs measured on both.
+
+Nested in the leave-one-GPU-out runs: for each held-out GPU, whether a family's prediction
+takes the learned correction (``chosen``: the fitted model where it beat the physics alone on
+the *other* held-out GPUs) and the 80% band its prediction carries (the 10th and 90th
+percentiles of the other GPUs' held-out log errors, each GPU weighted alike), so that the
+band's coverage on the held-out GPU is a fair test of its calibration."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -11,7 +18,8 @@ import numpy as np
 
 from pimbuild.targets.gpus.kerneltime import model, ops
 
-PREDICTORS = ("roofline", "physics", "fitted")
+PREDICTORS = ("roofline", "physics", "fitted", "chosen")
+BAND = (0.1, 0.9)  # the printed band: an 80% interval of the held-out log error
 LAYER_MODEL = "meta-llama/Llama-2-7b-hf"
 # Pairs measured on both GPUs: (first, second, source); FluidGPU's Fig. 2 asks how many of the
 # first GPU's kernels run faster on the second.
@@ -29,10 +37,81 @@ def held_out(rows: list[dict[str, Any]], gpus: dict[str, ops.Gpu], device: str,
     found = [r["o"] for r in test]
     devs = [gpus[device]] * len(test)
     sources = [r["source"] for r in test]
+    fitted.learned = model.FAMILIES
+    pred = fitted.predict(found, devs, sources)
     return {"measured": np.array([r["time_us"] * 1e-6 for r in test]),
             "roofline": np.array([model.roofline(o, gpus[device]) for o in found]),
             "physics": model.KernelModel(fitted.physics).predict(found, devs, sources),
-            "fitted": fitted.predict(found, devs, sources), "rows": test}
+            "fitted": pred, "chosen": pred, "rows": test}  # chosen: replaced by ``nested``
+
+
+def _pooled_median(results: dict[str, dict[str, Any]], devices: list[str], family: str,
+                   predictor: str) -> float:
+    """The median over ``devices`` of each one's median error on ``family``."""
+    per = []
+    for d in devices:
+        idx = np.array([r["o"].family == family for r in results[d]["rows"]])
+        if idx.any():
+            per.append(np.median(np.abs(results[d][predictor][idx]
+                                        / results[d]["measured"][idx] - 1)))
+    return float(np.median(per)) if per else math.inf
+
+
+def choose(results: dict[str, dict[str, Any]], devices: list[str]) -> tuple[str, ...]:
+    """The families whose learned correction beat the physics alone on ``devices``."""
+    return tuple(f for f in model.FAMILIES
+                 if _pooled_median(results, devices, f, "fitted")
+                 < _pooled_median(results, devices, f, "physics"))
+
+
+def _log_errors(res: dict[str, Any], learned: tuple[str, ...]) -> np.ndarray:
+    """log(measured / predicted), each family by the fitted model or the physics alone."""
+    use = np.array([r["o"].family in learned for r in res["rows"]], dtype=bool)
+    pred = np.where(use, res["fitted"], res["physics"]) if len(use) else res["fitted"]
+    return np.log(res["measured"] / pred)
+
+
+def band(results: dict[str, dict[str, Any]], devices: list[str],
+         learned: tuple[str, ...]) -> dict[str, dict[str, float]]:
+    """Per family, over ``devices``' held-out rows (each device weighted alike): the
+    ``BAND`` quantiles of log(measured / predicted) (``low``, ``high``) and the median and
+    90th percentile of |predicted / measured - 1|."""
+    out = {}
+    for f in model.FAMILIES:
+        logs, weights = [], []
+        for d in devices:
+            idx = np.array([r["o"].family == f for r in results[d]["rows"]], dtype=bool)
+            if idx.any():
+                logs.append(_log_errors(results[d], learned)[idx])
+                weights.append(np.full(idx.sum(), 1.0 / idx.sum()))
+        if not logs:
+            continue
+        v, w = np.concatenate(logs), np.concatenate(weights)
+        lo, hi = np.quantile(v, BAND, weights=w, method="inverted_cdf")
+        e = np.abs(np.exp(-v) - 1)
+        out[f] = {"low": float(lo), "high": float(hi), "median": float(np.median(e)),
+                  "p90": float(np.percentile(e, 90))}
+    return out
+
+
+def nested(results: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per held-out device: the families it would take the correction for, chosen on the
+    other devices, and its rows' predictions under that choice (``chosen``, added to its
+    results); per family, the share of its rows inside the band built from the others."""
+    out = {}
+    for device, res in results.items():
+        others = [d for d in results if d != device]
+        learned = choose(results, others) if others else model.FAMILIES
+        res["chosen"] = res["measured"] / np.exp(_log_errors(res, learned))
+        b = band(results, others, learned) if others else {}
+        logs = _log_errors(res, learned)
+        cover = {}
+        for f, q in b.items():
+            idx = np.array([r["o"].family == f for r in res["rows"]], dtype=bool)
+            if idx.any():
+                cover[f] = float(np.mean((logs[idx] >= q["low"]) & (logs[idx] <= q["high"])))
+        out[device] = {"learned": list(learned), "coverage": cover}
+    return out
 
 
 def errors(pred: np.ndarray, measured: np.ndarray) -> dict[str, float]:
@@ -106,27 +185,31 @@ def pairs(results: dict[str, dict[str, np.ndarray]]) -> list[dict[str, Any]]:
     return out
 
 
-def pooled(results: dict[str, dict[str, np.ndarray]]) -> dict[str, dict[str, Any]]:
-    """Held-out error of the fitted model per family over every held-out device: the band
-    a prediction carries (median and 90th percentile of |predicted / measured - 1|), and
-    what ``robust`` draws from: each held-out (device, source) cell's median log error
-    ``log(measured / predicted)`` and 41 quantiles of the residuals about those medians."""
-    by: dict[str, list[float]] = {}
+def pooled(results: dict[str, dict[str, Any]], learned: tuple[str, ...] = model.FAMILIES,
+           coverage: dict[str, dict[str, Any]] | None = None) -> dict[str, dict[str, Any]]:
+    """The band a prediction carries, per family, over every held-out device (``band``), with
+    the share of held-out rows the nested bands covered (``coverage``: each device's rows
+    against the band of the others, from ``nested``), and what ``robust`` draws from: each
+    held-out (device, source) cell's median log error ``log(measured / predicted)`` and 41
+    quantiles of the residuals about those medians."""
     cells: dict[str, list[float]] = {}
     residuals: dict[str, list[float]] = {}
+    rows: dict[str, int] = {}
     for res in results.values():
-        e = np.abs(res["fitted"] / res["measured"] - 1)
-        log = np.log(res["measured"] / res["fitted"])
+        log = _log_errors(res, learned)
         keys = [(r["source"], r["o"].family) for r in res["rows"]]
-        for r, v in zip(res["rows"], e, strict=True):
-            by.setdefault(r["o"].family, []).append(float(v))
         for source, fam in sorted(set(keys)):
             idx = np.array([k == (source, fam) for k in keys])
             mid = float(np.median(log[idx]))
             cells.setdefault(fam, []).append(mid)
             residuals.setdefault(fam, []).extend((log[idx] - mid).tolist())
+            rows[fam] = rows.get(fam, 0) + int(idx.sum())
     q = np.linspace(0.025, 0.975, 41)
-    return {f: {"median": float(np.median(v)), "p90": float(np.percentile(v, 90)),
-                "rows": len(v), "log_bias": cells[f],
-                "log_residual": np.quantile(residuals[f], q).round(4).tolist()}
-            for f, v in by.items()}
+    covered: dict[str, list[float]] = {}
+    for per in (coverage or {}).values():
+        for f, c in per["coverage"].items():
+            covered.setdefault(f, []).append(c)
+    return {f: {**b, "rows": rows[f], "log_bias": cells[f],
+                "log_residual": np.quantile(residuals[f], q).round(4).tolist(),
+                **({"coverage": float(np.mean(covered[f]))} if f in covered else {})}
+            for f, b in band(results, list(results), learned).items()}

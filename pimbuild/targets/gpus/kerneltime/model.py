@@ -8,7 +8,8 @@ Three predictors, each a function of an ``ops.Op`` and an ``ops.Gpu``:
   ``launch + max(flops / (peak * eff_engine), bytes / (bw * eff_mem))`` at the config's
   efficiencies (0.7 tensor, 0.5 CUDA cores, 0.8 memory, 2 us launch);
 - ``physics``: the same shape with fitted terms: a sustained efficiency per engine (tensor
-  cores, CUDA cores) and per memory access family (GEMM, elementwise, row reduction), a
+  cores, CUDA cores) and per memory access family (GEMM, attention, elementwise, row
+  reduction), a
   sustained rate per watt of the board's power limit per engine (a power-capped card, the
   72 W L4, cannot hold its spec peak), a GEMM's wave quantisation over the SMs (128x128
   tiles), and a fixed per-kernel floor in SM cycles (so it scales with the clock):
@@ -17,9 +18,11 @@ Three predictors, each a function of an ``ops.Op`` and an ``ops.Gpu``:
 - ``fitted`` (the default): ``physics`` times a learned correction, ``exp(g(x))``, where ``g``
   is a LightGBM regressor on log time ratios over features of the op and where it sits on the
   device (work, shapes, bound times, waves, working set over L2, the ridge point; no absolute
-  device numbers, see ``features``) and the software that ran it (``SOURCES``), with samples
-  weighted so that every device and family counts alike. Its
-  prediction is never below the spec roofline's bound ``max(flops / peak, bytes / bw)``.
+  device numbers and nothing of the software or source that timed it, so that a GPU no source
+  has measured gets the same terms as one that is: see ``features``), with samples weighted
+  so that every device and family counts alike. The correction applies only to the families
+  where leaving each GPU out shows it pays (``learned``, chosen by ``pimbuild-kernels fit``);
+  a prediction is never below the spec roofline's bound ``max(flops / peak, bytes / bw)``.
 
 A fit is a JSON file (``fit``, ``save``, ``load``); ``data/kernel_model.json`` is the shipped
 one, fitted on every measured device, with its provenance.
@@ -40,14 +43,9 @@ from pimbuild.errors import ConfigError
 from pimbuild.targets.gpus.kerneltime import ops, sources
 
 SHIPPED = sources.DATA / "kernel_model.json"
-FAMILIES = ("gemm", "elementwise", "reduction")
+FAMILIES = ("gemm", "attention", "elementwise", "reduction")
 HARNESS = {"neusight": "eager dispatch between the events", "vidur": "kernel time",
-           "ours": "kernel time", "": "kernel time"}
-# The software whose kernels a source timed: a feature of the learned part, since one
-# operator's kernels differ between libraries (Vidur's are vLLM's). Predictions for the
-# target are PyTorch eager's of today (``DEFAULT``).
-SOURCES = ("neusight", "vidur", "ours")
-DEFAULT = "ours"
+           "ours": "kernel time", "aiconfigurator": "kernel time", "": "kernel time"}
 # The spec roofline's assumptions (conf/gpus/default.yaml): the baseline the fit replaces.
 ROOFLINE = {"tensor": 0.7, "cuda": 0.5, "memory": 0.8, "launch_us": 2.0}
 GBM_PARAMS = {"objective": "huber", "alpha": 0.3, "learning_rate": 0.05, "num_leaves": 31,
@@ -77,6 +75,9 @@ class Physics:
     eff_compute: dict[str, float] = field(default_factory=lambda: {"tensor": 0.7,
                                                                    "cuda": 0.5})
     eff_memory: dict[str, float] = field(default_factory=lambda: dict.fromkeys(FAMILIES, 0.8))
+
+    def __post_init__(self) -> None:  # a fit from before a family existed: the default
+        self.eff_memory = {**dict.fromkeys(FAMILIES, 0.8), **self.eff_memory}
     floor_cycles: float = 4000.0
     harness_us: dict[str, float] = field(default_factory=dict)
     # sustained TFLOP/s per watt of the power limit (k_c): no cap where the fit finds none
@@ -105,7 +106,7 @@ def combine(t: dict[str, np.ndarray], eff_compute: dict[str, Any],
                                                t["t_m"] / eff_memory[t["family"]]) + harness
 
 
-def features(o: ops.Op, gpu: ops.Gpu, source: str = "") -> list[float]:
+def features(o: ops.Op, gpu: ops.Gpu) -> list[float]:
     """The learned part's inputs: the op's work and shape, and where it sits against the
     device (bound times, waves, working set over L2, intensity over the ridge point), but no
     absolute device numbers: with a dozen GPUs a tree on them learns each GPU's (and each
@@ -114,15 +115,14 @@ def features(o: ops.Op, gpu: ops.Gpu, source: str = "") -> list[float]:
     t_c, t_m = bound(o, gpu)
     flops, moved = o.work()
     lg = math.log
-    rows = o.b * o.m if o.op == "linear" else o.m if o.op == "bmm" else o.b
-    inner = o.n if o.op in ops.GEMMS else o.h
+    rows = o.b * o.m if o.op == "linear" else o.m if o.op in ("bmm", *ops.ATTENTION) else o.b
+    inner = o.n if o.op in ops.GEMMS + ops.ATTENTION else o.h
     peak = gpu.tensor_tflops if o.tensor else gpu.fp32_tflops
     return [FAMILIES.index(o.family), ops.OPS.index(o.op), float(o.tensor),
             ops.DTYPE_BYTES[o.dtype], lg(flops + 1), lg(moved), lg(max(t_c, 1e-12)),
             lg(t_m), lg(max(t_c, 1e-12) / t_m), lg(rows), lg(inner), lg(o.k),
-            lg(o.b if o.op == "bmm" else 1), ops.waves(o, gpu), lg(moved / (gpu.l2_mb * 2**20)),
-            lg(peak * 1e3 / gpu.mem_gbps),
-            float(SOURCES.index(source) if source in SOURCES else SOURCES.index(DEFAULT))]
+            lg(o.b if o.op in ("bmm", *ops.ATTENTION) else 1), ops.waves(o, gpu),
+            lg(moved / (gpu.l2_mb * 2**20)), lg(peak * 1e3 / gpu.mem_gbps), lg(o.h / o.g)]
 
 
 @dataclass
@@ -130,6 +130,7 @@ class KernelModel:
     physics: Physics
     booster: Any = None  # a lightgbm.Booster; None: physics alone
     provenance: dict[str, Any] = field(default_factory=dict)
+    learned: tuple[str, ...] = FAMILIES  # the families the booster corrects
 
     def seconds(self, o: ops.Op, gpu: ops.Gpu, source: str = "") -> float:
         return float(self.predict([o], [gpu], [source])[0])
@@ -143,10 +144,12 @@ class KernelModel:
         base = self.physics.seconds(found, gpus, sources)
         t = terms(found, gpus)
         floor = np.maximum(t["t_c"], t["t_m"])
-        if self.booster is None:
+        use = np.array([o.family in self.learned for o in found])
+        if self.booster is None or not use.any():
             return np.maximum(base, floor)
-        x = np.array([features(o, g, s) for o, g, s in zip(found, gpus, sources, strict=True)])
-        return np.maximum(base * np.exp(self.booster.predict(x)), floor)
+        x = np.array([features(o, g) for o, g, u in zip(found, gpus, use, strict=True) if u])
+        base[use] *= np.exp(self.booster.predict(x))
+        return np.maximum(base, floor)
 
 
 def _weights(rows: list[dict[str, Any]]) -> np.ndarray:
@@ -182,31 +185,36 @@ def fit_physics(rows: list[dict[str, Any]], gpus: dict[str, ops.Gpu]) -> Physics
     y = np.log(np.array([r["time_us"] * 1e-6 for r in rows]))
     w = np.sqrt(_weights(rows))
 
+    nf = len(FAMILIES)  # p: e_c tensor, e_c cuda, e_m per family, floor, k_c x2, harness
+
     def unpack(p: np.ndarray) -> Physics:
         e = np.exp(p)
         return Physics(eff_compute={"tensor": float(e[0]), "cuda": float(e[1])},
-                       eff_memory={f: float(v) for f, v in zip(FAMILIES, e[2:5], strict=True)},
-                       floor_cycles=float(e[5] * 1000),
-                       harness_us={s: float(v) for s, v in zip(harnessed, e[8:], strict=True)},
-                       tflops_per_w={"tensor": float(e[6]), "cuda": float(e[7])})
+                       eff_memory={f: float(v) for f, v in zip(FAMILIES, e[2:2 + nf],
+                                                               strict=True)},
+                       floor_cycles=float(e[2 + nf] * 1000),
+                       harness_us={s: float(v) for s, v in zip(harnessed, e[5 + nf:],
+                                                               strict=True)},
+                       tflops_per_w={"tensor": float(e[3 + nf]), "cuda": float(e[4 + nf])})
 
     def residual(p: np.ndarray) -> np.ndarray:
         e = np.exp(p)
-        harness = np.where(src >= 0, np.append(e[8:], 0.0)[src], 0.0) * 1e-6
-        sec = combine(t, {"tensor": e[0], "cuda": e[1]}, {"tensor": e[6], "cuda": e[7]},
-                      e[2:5], e[5] * 1000, harness)
+        harness = np.where(src >= 0, np.append(e[5 + nf:], 0.0)[src], 0.0) * 1e-6
+        sec = combine(t, {"tensor": e[0], "cuda": e[1]},
+                      {"tensor": e[3 + nf], "cuda": e[4 + nf]}, e[2:2 + nf], e[2 + nf] * 1000,
+                      harness)
         return w * (np.log(sec) - y)
 
-    p0 = np.log([0.7, 0.5, 0.8, 0.8, 0.8, 4.0, 2.0, 0.2] + [5.0] * len(harnessed))
+    p0 = np.log([0.7, 0.5, *[0.8] * nf, 4.0, 2.0, 0.2] + [5.0] * len(harnessed))
     return unpack(least_squares(residual, p0, loss="soft_l1", f_scale=0.1).x)
 
 
 def fit(rows: list[dict[str, Any]], gpus: dict[str, ops.Gpu], learned: bool = True,
-        rounds: int = ROUNDS) -> KernelModel:
+        rounds: int = ROUNDS, families: tuple[str, ...] = FAMILIES) -> KernelModel:
     """Fit the physics, then (``learned``) the correction on its log residuals."""
     rows = [r for r in rows if r["time_us"] > 0]
     physics = fit_physics(rows, gpus)
-    model = KernelModel(physics)
+    model = KernelModel(physics, learned=families)
     if learned:
         import lightgbm
 
@@ -215,7 +223,7 @@ def fit(rows: list[dict[str, Any]], gpus: dict[str, ops.Gpu], learned: bool = Tr
         srcs = [r["source"] for r in rows]
         base = physics.seconds(found, devs, srcs)
         y = np.log(np.array([r["time_us"] * 1e-6 for r in rows]) / base)
-        x = np.array([features(o, g, s) for o, g, s in zip(found, devs, srcs, strict=True)])
+        x = np.array([features(o, g) for o, g in zip(found, devs, strict=True)])
         data = lightgbm.Dataset(x, y, weight=_weights(rows) * len(rows), free_raw_data=True)
         model.booster = lightgbm.train(GBM_PARAMS, data, num_boost_round=rounds)
     model.provenance = {"devices": sorted({r["device"] for r in rows}), "rows": len(rows),
@@ -226,7 +234,7 @@ def fit(rows: list[dict[str, Any]], gpus: dict[str, ops.Gpu], learned: bool = Tr
 def save(model: KernelModel, path: Path, extra: dict[str, Any] | None = None) -> None:
     """The model as JSON (written whole, then renamed into place)."""
     data = {"provenance": {**model.provenance, **(extra or {})},
-            "physics": asdict(model.physics),
+            "physics": asdict(model.physics), "learned": list(model.learned),
             "booster": model.booster.model_to_string() if model.booster else None}
     path = Path(path)
     tmp = path.with_name(path.name + ".tmp")
@@ -258,7 +266,8 @@ def load(path: Path | None = None) -> KernelModel:
         raise ConfigError(f"kernel-time model {path} is not a fit pimbuild-kernels wrote "
                           f"({type(e).__name__}: {e}); refit with `pimbuild-kernels fit`") \
             from None
-    model = KernelModel(physics, booster, {**data.get("provenance", {}), "path": str(path)})
+    model = KernelModel(physics, booster, {**data.get("provenance", {}), "path": str(path)},
+                        tuple(data.get("learned", FAMILIES)))
     _LOADED[(str(path), stamp)] = model
     return model
 

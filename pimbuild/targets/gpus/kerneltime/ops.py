@@ -1,17 +1,24 @@
 """Operators as the kernel-time model sees them: the ops CSV format, each op's work, and the
 specs of the GPUs that measured data comes from (docs/gpus.md).
 
-An ops CSV has one row per operator and the columns ``op, dtype, b, m, n, k, h``:
+An ops CSV has one row per operator and the columns ``op, dtype, b, m, n, k, h`` (and ``g``
+for attention):
 
 - ``linear``: an input ``(b, m, n)`` times a weight ``n -> k`` (a GEMM of ``b*m`` rows,
   reduction ``n``, ``k`` columns); ``bmm``: ``(b, m, n) @ (b, n, k)``;
+- fused attention as a serving engine launches it (FlashAttention, FlashInfer): ``b``
+  sequences of ``m`` query tokens over ``n`` key/value positions, ``h`` query heads, ``g``
+  key/value heads (GQA), head dimension ``k``: ``prefill_attention`` is causal over the last
+  ``m`` of the ``n`` positions (a prompt, or a prefill chunk after ``n - m`` cached ones),
+  ``decode_attention`` one new token per sequence (``m`` = 1) over its KV cache;
 - the vector ops over ``b`` rows of ``h`` elements: binary ``add mul div pow silu_mul``,
   unary ``addu mulu divu powu relu gelu silu tanh rope`` (``addu``: a tensor and a scalar),
   row reductions ``softmax layernorm rmsnorm`` and ``sum`` (one value per row);
 - ``dtype``: ``fp32``, ``fp16`` or ``bf16``; a measured file adds ``time_us``.
 
 ``work`` gives an op's FLOPs, the bytes it must move at least once, and its family
-(``gemm``, ``elementwise``, ``reduction``); the model's terms are built on these.
+(``gemm``, ``attention``, ``elementwise``, ``reduction``); the model's terms are built on
+these.
 """
 
 from __future__ import annotations
@@ -25,12 +32,18 @@ from typing import Any
 from pimbuild.errors import ConfigError
 
 GEMMS = ("linear", "bmm")
+ATTENTION = ("prefill_attention", "decode_attention")
 BINARY = ("add", "mul", "div", "pow", "silu_mul")
 UNARY = ("addu", "mulu", "divu", "powu", "relu", "gelu", "silu", "tanh", "rope")
 ROWS = ("softmax", "layernorm", "rmsnorm", "sum")  # sum: one value per row
-OPS = GEMMS + BINARY + UNARY + ROWS
+OPS = GEMMS + ATTENTION + BINARY + UNARY + ROWS
 DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2}
-COLUMNS = ("op", "dtype", "b", "m", "n", "k", "h")
+MAX_DIM = 2**31  # the largest dimension an ops CSV may give
+COLUMNS = ("op", "dtype", "b", "m", "n", "k", "h", "g")
+# the dimensions each kind of op reads (the others stay 1)
+DIMS = {**dict.fromkeys(GEMMS, ("b", "m", "n", "k")),
+        **dict.fromkeys(ATTENTION, ("b", "m", "n", "k", "h", "g"))}
+VECTOR_DIMS = ("b", "h")
 # FLOPs per element of a vector op beyond one (a transcendental counts as a few)
 EXTRA_FLOPS = {"pow": 8, "powu": 8, "gelu": 8, "tanh": 6, "silu": 5, "silu_mul": 6,
                "rope": 3, "softmax": 5, "layernorm": 7, "rmsnorm": 4}
@@ -45,16 +58,21 @@ class Op:
     n: int = 1
     k: int = 1
     h: int = 1
+    g: int = 1  # key/value heads of an attention op
 
     @property
     def family(self) -> str:
-        return "gemm" if self.op in GEMMS else "reduction" if self.op in ROWS \
-            else "elementwise"
+        return "gemm" if self.op in GEMMS else "attention" if self.op in ATTENTION \
+            else "reduction" if self.op in ROWS else "elementwise"
+
+    @property
+    def dims(self) -> tuple[str, ...]:
+        return DIMS.get(self.op, VECTOR_DIMS)
 
     @property
     def tensor(self) -> bool:
-        """Whether it can run on tensor cores (a GEMM in fp16 / bf16)."""
-        return self.op in GEMMS and self.dtype != "fp32"
+        """Whether it can run on tensor cores (a GEMM or attention in fp16 / bf16)."""
+        return self.op in GEMMS + ATTENTION and self.dtype != "fp32"
 
     def work(self) -> tuple[float, float]:
         """(FLOPs, bytes it must move at least once)."""
@@ -66,6 +84,11 @@ class Op:
         if self.op == "bmm":
             return 2.0 * self.b * self.m * self.n * self.k, \
                 e * self.b * (self.m * self.n + self.n * self.k + self.m * self.k)
+        if self.op in ATTENTION:
+            # QK^T and PV over the positions each query sees (causal: the last m of n)
+            seen = self.m * self.n - self.m * (self.m - 1) / 2
+            return 4.0 * self.b * self.h * self.k * seen, \
+                e * self.b * self.k * (2 * self.m * self.h + 2 * self.n * self.g)
         size = float(self.b * self.h)
         flops = size * (1 + EXTRA_FLOPS.get(self.op, 0))
         if self.op == "sum":
@@ -74,8 +97,7 @@ class Op:
         return flops, e * tensors * size
 
     def key(self) -> str:
-        dims = (self.b, self.m, self.n, self.k) if self.op in GEMMS else (self.b, self.h)
-        return f"{self.op}:{self.dtype}:" + "x".join(str(d) for d in dims)
+        return f"{self.op}:{self.dtype}:" + "x".join(str(getattr(self, d)) for d in self.dims)
 
 
 def parse(row: dict[str, Any], where: str) -> Op:
@@ -87,19 +109,27 @@ def parse(row: dict[str, Any], where: str) -> Op:
     if dtype not in DTYPE_BYTES:
         raise ConfigError(f"{where}: unknown dtype '{dtype}' (dtypes: "
                           f"{', '.join(DTYPE_BYTES)})")
-    need = ("b", "m", "n", "k") if op in GEMMS else ("b", "h")
     dims = {}
-    for name in need:
-        text = (row.get(name) or "").strip()
+    for name in DIMS.get(op, VECTOR_DIMS):
+        text = str(row.get(name) or "").strip()
         try:
-            value = int(float(text))
+            number = float(text)
         except ValueError:
             raise ConfigError(f"{where}: {op} needs an integer '{name}' (got '{text}')") \
                 from None
-        if value < 1 or value != float(text):
-            raise ConfigError(f"{where}: '{name}' must be a whole number >= 1 (got {text})")
-        dims[name] = value
-    return Op(op=op, dtype=dtype, **dims)
+        if not math.isfinite(number) or number < 1 or number != int(number) \
+                or number > MAX_DIM:
+            raise ConfigError(f"{where}: '{name}' must be a whole number from 1 to {MAX_DIM:,} "
+                              f"(got {text})")
+        dims[name] = int(number)
+    o = Op(op=op, dtype=dtype, **dims)
+    if op in ATTENTION and (o.h % o.g or (op == "prefill_attention" and o.m > o.n)
+                            or (op == "decode_attention" and o.m != 1)):
+        raise ConfigError(f"{where}: {op} needs h a multiple of g and "
+                          + ("m <= n (the queries are the last m of n positions)"
+                             if op == "prefill_attention" else "m = 1 (one token per "
+                             "sequence)") + f" (got h={o.h}, g={o.g}, m={o.m}, n={o.n})")
+    return o
 
 
 def read(path: Path) -> tuple[list[Op], list[dict[str, str]]]:
@@ -111,9 +141,12 @@ def read(path: Path) -> tuple[list[Op], list[dict[str, str]]]:
         raise ConfigError(f"cannot read ops file {path}: {e.strerror}") from None
     except (UnicodeDecodeError, csv.Error) as e:
         raise ConfigError(f"{path} is not a CSV file: {e}") from None
-    if rows and not {"op", "dtype"} <= set(rows[0]):
+    if not rows:
+        raise ConfigError(f"{path} has no ops (a header line and one row per op: "
+                          f"{', '.join(COLUMNS)})")
+    if not {"op", "dtype"} <= set(rows[0]):
         raise ConfigError(f"{path}: needs the columns {', '.join(COLUMNS)} "
-                          f"(has {', '.join(rows[0])})")
+                          f"(has {', '.join(str(c) for c in rows[0])})")
     return [parse(r, f"{path}:{i + 2}") for i, r in enumerate(rows)], rows
 
 
@@ -159,6 +192,9 @@ def gpu_of(spec: Any) -> Gpu:
 def waves(o: Op, gpu: Gpu, tile: int = 128) -> float:
     """Waves of ``tile`` x ``tile`` output tiles over the SMs (a GEMM's quantisation); the
     whole number of waves the last partial one rounds up to, over the exact count."""
+    if o.op == "prefill_attention":  # a block of query rows per (sequence, head)
+        exact = o.b * o.h * math.ceil(o.m / tile) / gpu.sms
+        return math.ceil(exact) / exact
     if o.op not in GEMMS:
         return 1.0
     rows = o.b * o.m if o.op == "linear" else o.m

@@ -23,6 +23,8 @@ from __future__ import annotations
 import csv
 import gzip
 import io
+import math
+import re
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -77,8 +79,7 @@ class Repo:
 
 
 def _row(source: str, device: str, group: str, o: ops.Op, time_us: float) -> dict[str, Any]:
-    dims = {"b": o.b, "m": o.m, "n": o.n, "k": o.k} if o.op in ops.GEMMS \
-        else {"b": o.b, "h": o.h}
+    dims = {d: getattr(o, d) for d in o.dims}
     return {"source": source, "device": device, "group": group, "op": o.op,
             "dtype": o.dtype, **dims, "time_us": round(time_us, 4)}
 
@@ -197,3 +198,162 @@ def devices(path: Path = DEVICES) -> dict[str, ops.Gpu]:
     """The specs of the measured GPUs, by name."""
     with Path(path).open(newline="") as f:
         return {r["name"]: ops.gpu_of(r) for r in csv.DictReader(f)}
+
+
+# NVIDIA AIConfigurator's kernel database: PyPI ``aiconfigurator-core`` (Apache-2.0),
+# ``aiconfigurator_core/systems/data/<gpu>/<kind>/<framework>/<version>/*.parquet``. Its GPU
+# folders as the measured GPUs of ``devices.csv``.
+AIC_DEVICES = {"a100_sxm": "A100-SXM-80GB", "l40s": "L40S", "h100_sxm": "H100-SXM",
+               "h200_sxm": "H200-SXM", "b200_sxm": "B200",
+               "rtx_pro_6000_server": "RTX-PRO-6000-Server"}
+AIC_ROOT = "aiconfigurator_core/systems/data"
+AIC_FRAMEWORK = "vllm"  # the serving engine whose kernels the GPU target models
+LICENCES = {"aiconfigurator": "Apache-2.0 (PyPI aiconfigurator-core, NVIDIA AIConfigurator)",
+            "neusight": "MIT (github sitar-lab/NeuSight)", "vidur": "MIT (github microsoft/vidur)",
+            "ours": "pimbuild's own runs (docs/measurements/kernels_h200)"}
+ENGINE = DATA / "engine_kernels.parquet"
+ENGINE_COLUMNS = ("source", "framework", "version", "kernel", "device", "op", "dtype",
+                  *ops.COLUMNS[2:], "time_us")
+# The AIConfigurator tables read, and how a row becomes an Op (its latency is in ms).
+AIC_TABLES = {
+    "gemm/gemm_perf.parquet": lambda r: ops.Op("linear", "bf16", 1, r["m"], r["k"], r["n"]),
+    "attention/context_attention_perf.parquet": lambda r: ops.Op(
+        "prefill_attention", "bf16", r["batch_size"], r["isl"], r["isl"] + r["step"],
+        r["head_dim"], r["num_heads"], r["num_key_value_heads"]),
+    "attention/generation_attention_perf.parquet": lambda r: ops.Op(
+        "decode_attention", "bf16", r["batch_size"], 1, r["isl"] + r["step"], r["head_dim"],
+        r["num_heads"], r["num_key_value_heads"])}
+
+
+class _Files:
+    """The files under AIConfigurator's data folder, in the wheel or an unpacked copy."""
+
+    def __init__(self, path: Path) -> None:
+        import zipfile
+
+        self.path = Path(path)
+        if zipfile.is_zipfile(self.path):
+            self.zip: Any = zipfile.ZipFile(self.path)
+            names = self.zip.namelist()
+        elif self.path.is_dir():
+            self.zip = None
+            names = [str(p.relative_to(self.path)) for p in self.path.rglob("*.parquet")]
+        else:
+            raise ConfigError(f"{path} is neither aiconfigurator-core's wheel nor a folder "
+                              f"(`pip download --no-deps aiconfigurator-core==0.12.0`)")
+        self.names = sorted(n for n in names if AIC_ROOT in n or self.zip is None)
+        if not any(n.endswith(".parquet") for n in self.names):
+            raise ConfigError(f"{path} holds no {AIC_ROOT}/**/*.parquet: is it "
+                              f"aiconfigurator-core's wheel?")
+
+    def table(self, name: str) -> Any:
+        import io
+
+        import pyarrow.parquet as pq
+
+        try:
+            if self.zip is not None:
+                return pq.read_table(io.BytesIO(self.zip.read(name)))
+            return pq.read_table(self.path / name)
+        except Exception as e:  # pyarrow raises its own classes for a damaged file
+            raise ConfigError(f"{self.path}: {name} is not a readable Parquet file ({e})") \
+                from None
+
+
+def _aic_frame(files: _Files, name: str) -> Any:
+    """One AIConfigurator table as a pandas frame, checked: bf16 rows only (bf16 KV cache, no
+    sliding window), the least latency per shape (kernels a framework chose between)."""
+    frame = files.table(name).to_pandas()
+    kind = name.rsplit("/", 1)[-1]
+    need = {"latency", "kernel_source"} | ({"m", "n", "k", "gemm_dtype"} if "gemm" in kind
+                                           else {"batch_size", "isl", "step", "num_heads",
+                                                 "num_key_value_heads", "head_dim",
+                                                 "kv_cache_dtype"})
+    missing = sorted(need - set(frame.columns))
+    if missing:
+        raise ConfigError(f"{files.path}: {name} lacks the column(s) {', '.join(missing)}")
+    if "gemm" in kind:
+        frame = frame[frame["gemm_dtype"] == "bfloat16"]
+    else:
+        frame = frame[(frame["kv_cache_dtype"] == "bfloat16")
+                      & (frame.get("attn_dtype", "bfloat16") == "bfloat16")]
+        if "window_size" in frame:
+            frame = frame[frame["window_size"] == 0]
+    bad = ~(frame["latency"] > 0) | ~frame["latency"].map(math.isfinite)
+    if bad.any():  # NaN, zero, negative or infinite times are not measurements
+        frame = frame[~bad]
+    keys = [c for c in need if c not in ("latency", "kernel_source")]
+    return frame.sort_values("latency").drop_duplicates(keys)
+
+
+def aiconfigurator(path: Path, framework: str = AIC_FRAMEWORK) -> Iterator[dict[str, Any]]:
+    """AIConfigurator's bf16 GEMM and attention times under ``framework`` (the newest version
+    each GPU has), for the GPUs of ``AIC_DEVICES``."""
+    files = _Files(path)
+    newest: dict[tuple[str, str], tuple[tuple[int, ...], str, str]] = {}
+    for name in files.names:
+        parts = name.split(AIC_ROOT + "/")[-1].split("/")
+        if len(parts) != 5 or parts[0] not in AIC_DEVICES or parts[2] != framework:
+            continue
+        table = f"{parts[1]}/{parts[4]}"
+        if table not in AIC_TABLES:
+            continue
+        version = tuple(int(x) for x in re.findall(r"\d+", parts[3]))
+        key = (parts[0], table)
+        if key not in newest or version > newest[key][0]:
+            newest[key] = (version, parts[3], name)
+    if not newest:
+        raise ConfigError(f"{path} has no {framework} GEMM or attention table for "
+                          f"{', '.join(AIC_DEVICES)}")
+    for (gpu, table), (_, version, name) in sorted(newest.items()):
+        frame = _aic_frame(files, name)
+        for r in frame.to_dict("records"):
+            o = AIC_TABLES[table]({k: (int(v) if isinstance(v, (int, float)) and k != "latency"
+                                       else v) for k, v in r.items()})
+            yield {**_row("aiconfigurator", AIC_DEVICES[gpu], "", o, r["latency"] * 1e3),
+                   "framework": framework, "version": version, "kernel": r["kernel_source"]}
+
+
+def write_engine(rows: list[dict[str, Any]], path: Path = ENGINE) -> None:
+    """The engine-kernel rows as one compressed Parquet file (written whole, then renamed)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    columns = {c: [r.get(c, 1 if c in ops.COLUMNS else "") for r in rows]
+               for c in ENGINE_COLUMNS}
+    columns["time_us"] = [float(t) for t in columns["time_us"]]
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    pq.write_table(pa.table(columns), tmp, compression="zstd", compression_level=19)
+    tmp.replace(path)
+
+
+def load_engine(path: Path = ENGINE) -> Any:
+    """The engine-kernel rows as a pandas frame; a ConfigError if unreadable."""
+    import pyarrow.parquet as pq
+
+    try:
+        frame = pq.read_table(path).to_pandas()
+    except Exception as e:  # a missing, truncated or foreign file
+        raise ConfigError(f"cannot read engine kernel times {path}: {e}") from None
+    missing = sorted(set(ENGINE_COLUMNS) - set(frame.columns))
+    if missing:
+        raise ConfigError(f"{path} lacks the column(s) {', '.join(missing)} "
+                          f"(`pimbuild-kernels data --aiconfigurator` writes it)")
+    return frame
+
+
+def engine_rows(frame: Any, per: int = 2500, seed: int = 0) -> list[dict[str, Any]]:
+    """Rows of an engine-kernel frame as ``load``'s, at most ``per`` of each device and op
+    (a seeded sample: the fit weighs every device and family alike, and a dense grid adds
+    little beyond a few thousand shapes)."""
+    frame = frame.sample(frac=1.0, random_state=seed).groupby(["device", "op"]).head(per)
+    cols = {c: frame[c].to_numpy() for c in frame.columns}
+    out = []
+    for i in range(len(frame)):
+        o = ops.Op(cols["op"][i], cols["dtype"][i],
+                   **{d: int(cols[d][i]) for d in ops.COLUMNS[2:]})
+        out.append({"source": cols["source"][i], "device": cols["device"][i], "group": "",
+                    "o": o, "time_us": float(cols["time_us"][i]),
+                    "framework": cols["framework"][i]})
+    return out

@@ -1,0 +1,161 @@
+"""Measured grids: a device's engine-kernel times (``sources.ENGINE``) looked up exactly, or
+interpolated between measured neighbours.
+
+An op is *measured* where the grid holds its shape, *interpolated* where every corner of the
+box of measured shapes around it is held: multilinear in log time over the log of each
+interpolated dimension (a GEMM's rows, reduction and columns; attention's batch and length),
+the others (heads, KV heads, head dimension) matched exactly, and no measured neighbour more
+than ``SPAN`` times away on any dimension. Anything else is left to the fitted model
+(``None``). How far interpolation is trusted is measured by ``held_out``: each interior grid
+value of a dimension is dropped in turn and its rows interpolated from the values around it
+(a box twice the grid's spacing, so the error it reports bounds the error between grid
+points)."""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from pimbuild.targets.gpus.kerneltime import ops
+
+# (the dimensions interpolated in log space, the dimensions matched exactly) per op; the rows
+# of a linear are b*m
+AXES = {"linear": (("m", "n", "k"), ()),
+        "prefill_attention": (("b", "n"), ("m_is_n", "h", "g", "k")),
+        "decode_attention": (("b", "n"), ("h", "g", "k"))}
+SPAN = 4.0  # the largest ratio between an op's dimension and a measured neighbour's
+
+
+def coordinates(o: ops.Op) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
+    """(interpolated, exact) coordinates of ``o`` on a grid; None for an op grids lack."""
+    if o.op not in AXES:
+        return None
+    interp, exact = AXES[o.op]
+    values = {"m": o.b * o.m if o.op == "linear" else o.m, "m_is_n": int(o.m == o.n),
+              **{d: getattr(o, d) for d in ("b", "n", "k", "h", "g")}}
+    if o.op == "linear":
+        values["b"] = 1
+    return tuple(values[d] for d in interp), (o.dtype, *(values[d] for d in exact))
+
+
+@dataclass
+class Grid:
+    """One device's measured times (seconds) by op and coordinates."""
+    times: dict[str, dict[tuple, dict[tuple[int, ...], float]]] = field(default_factory=dict)
+    axes: dict[str, dict[tuple, list[list[int]]]] = field(default_factory=dict)
+
+    def add(self, o: ops.Op, seconds: float) -> None:
+        c = coordinates(o)
+        if c is None:
+            return
+        point, exact = c
+        cell = self.times.setdefault(o.op, {}).setdefault(exact, {})
+        cell[point] = min(seconds, cell.get(point, seconds))
+        self.axes.pop(o.op, None)  # rebuilt on the next lookup
+
+    def _axes(self, op: str, exact: tuple) -> list[list[int]]:
+        per = self.axes.setdefault(op, {})
+        if exact not in per:
+            points = self.times[op][exact]
+            per[exact] = [sorted({p[i] for p in points}) for i in range(len(next(iter(points))))]
+        return per[exact]
+
+    def lookup(self, o: ops.Op) -> tuple[float, str] | None:
+        """(seconds, "measured" or "interpolated"), or None where the grid cannot say."""
+        c = coordinates(o)
+        if c is None or o.op not in self.times or c[1] not in self.times[o.op]:
+            return None
+        point, exact = c
+        cell = self.times[o.op][exact]
+        if point in cell:
+            return cell[point], "measured"
+        t = interpolate(cell, self._axes(o.op, exact), point)
+        return None if t is None else (t, "interpolated")
+
+
+def _bracket(axis: list[int], x: int) -> tuple[int, ...] | None:
+    i = bisect.bisect_left(axis, x)
+    if i < len(axis) and axis[i] == x:
+        return (x,)
+    if i == 0 or i == len(axis) or axis[i] / axis[i - 1] > SPAN ** 2 \
+            or x / axis[i - 1] > SPAN or axis[i] / x > SPAN:
+        return None
+    return axis[i - 1], axis[i]
+
+
+def interpolate(cell: dict[tuple[int, ...], float], axes: list[list[int]],
+                point: tuple[int, ...]) -> float | None:
+    """Multilinear interpolation of log time over log dimensions; None unless every corner
+    of the bracketing box is measured."""
+    brackets = [_bracket(a, x) for a, x in zip(axes, point, strict=True)]
+    if any(b is None for b in brackets):
+        return None
+    log_t = 0.0
+    for corner in itertools.product(*brackets):
+        if corner not in cell:
+            return None
+        weight = 1.0
+        for b, c, x in zip(brackets, corner, point, strict=True):
+            if len(b) == 2:
+                f = math.log(x / b[0]) / math.log(b[1] / b[0])
+                weight *= f if c == b[1] else 1 - f
+        log_t += weight * math.log(cell[corner])
+    return math.exp(log_t)
+
+
+def build(frame: Any) -> dict[str, Grid]:
+    """Grids by measured device from ``sources.load_engine``'s frame."""
+    grids: dict[str, Grid] = {}
+    for o, device, t in rows(frame):
+        grids.setdefault(device, Grid()).add(o, t)
+    return grids
+
+
+def rows(frame: Any) -> Iterator[tuple[ops.Op, str, float]]:
+    """(Op, device, seconds) of each row of an engine-kernel frame."""
+    cols = {c: frame[c].to_numpy() for c in ("op", "dtype", "device", "time_us",
+                                              *ops.COLUMNS[2:])}
+    for i in range(len(frame)):
+        o = ops.Op(cols["op"][i], cols["dtype"][i],
+                   **{d: int(cols[d][i]) for d in ops.COLUMNS[2:]})
+        yield o, cols["device"][i], float(cols["time_us"][i]) * 1e-6
+
+
+def held_out(grid: Grid) -> list[dict[str, Any]]:
+    """Each interior value of each interpolated dimension dropped in turn, its rows
+    interpolated from the rest: per op and dimension, rows, median, 90th percentile and the
+    share within 10% of |interpolated / measured - 1|, and the share the grid could not
+    interpolate."""
+    out = []
+    for op, cells in grid.times.items():
+        names = AXES[op][0]
+        for d, name in enumerate(names):
+            errs, missed = [], 0
+            for exact, cell in cells.items():
+                axes = grid._axes(op, exact)
+                for value in axes[d][1:-1]:
+                    fewer = [a if i != d else [v for v in a if v != value]
+                             for i, a in enumerate(axes)]
+                    rest = {p: t for p, t in cell.items() if p[d] != value}
+                    for p, t in cell.items():
+                        if p[d] != value:
+                            continue
+                        got = interpolate(rest, fewer, p)
+                        if got is None:
+                            missed += 1
+                        else:
+                            errs.append(abs(got / t - 1))
+            if errs:
+                e = np.array(errs)
+                out.append({"op": op, "dimension": name, "rows": len(e),
+                            "median": float(np.median(e)),
+                            "p90": float(np.percentile(e, 90)),
+                            "within_10": float(np.mean(e <= 0.1)),
+                            "not_interpolated": missed / (missed + len(e))})
+    return out
