@@ -122,7 +122,8 @@ def features(o: ops.Op, gpu: ops.Gpu) -> list[float]:
             ops.DTYPE_BYTES[o.dtype], lg(flops + 1), lg(moved), lg(max(t_c, 1e-12)),
             lg(t_m), lg(max(t_c, 1e-12) / t_m), lg(rows), lg(inner), lg(o.k),
             lg(o.b if o.op in ("bmm", *ops.ATTENTION) else 1), ops.waves(o, gpu),
-            lg(moved / (gpu.l2_mb * 2**20)), lg(peak * 1e3 / gpu.mem_gbps), lg(o.h / o.g)]
+            lg(moved / (gpu.l2_mb * 2**20)), lg(peak * 1e3 / gpu.mem_gbps), lg(o.h / o.g),
+            lg(ops.blocks(o) / gpu.sms)]
 
 
 @dataclass

@@ -189,6 +189,20 @@ def gpu_of(spec: Any) -> Gpu:
                tdp_w=float(get("tdp_w")))
 
 
+def blocks(o: Op, tile: int = 128) -> int:
+    """The thread blocks a kernel of ``o`` runs, as the usual kernels tile it: a GEMM's
+    ``tile`` x ``tile`` output tiles, prefill attention's ``tile`` query rows per sequence and
+    head, decode attention's one block per sequence and KV head, a vector op's one per row."""
+    if o.op in GEMMS:
+        rows = o.b * o.m if o.op == "linear" else o.m
+        return (1 if o.op == "linear" else o.b) * math.ceil(rows / tile) * math.ceil(o.k / tile)
+    if o.op == "prefill_attention":
+        return o.b * o.h * math.ceil(o.m / tile)
+    if o.op == "decode_attention":
+        return o.b * o.g
+    return o.b
+
+
 def waves(o: Op, gpu: Gpu, tile: int = 128) -> float:
     """Waves of ``tile`` x ``tile`` output tiles over the SMs (a GEMM's quantisation); the
     whole number of waves the last partial one rounds up to, over the exact count."""
