@@ -50,6 +50,7 @@ class GpusConfig:
     mip_gap: float = MISSING  # 0: proven optimal placements; else a relative gap to accept
     on_time_limit: str = MISSING  # error | best: fail, or keep the best placement and its gap
     period: int = MISSING  # layers planned jointly; the placement repeats every period layers
+    kernels: str = MISSING  # engine | lowered: the kernels placed (extract)
     kernel_model: str | None = MISSING  # profile.backend=fitted: a fit's JSON (null: shipped)
     tables: list[str] = MISSING  # profile.backend=table: kernel-time tables (JSON files)
     robust_samples: int = MISSING  # simulate: draws of the kernel-time model's error (0: off)

@@ -1,25 +1,40 @@
 """Stage ``extract`` of the GPU target: the kernels of ``linalg.mlir``
 (``pimbuild.targets.gpus.kernels``: one per linalg op after fusion, with FLOPs, bytes by buffer
-and class) and the model's structure (``layers``, ``tokens``) from lower's signature. Writes
-``kernels.json``; the data dependency graph is derived from it
+and class) and the model's structure (``layers``, ``tokens``) from lower's signature.
+``gpus.kernels=engine`` (the default) groups them into the kernels a serving engine launches
+(``pimbuild.targets.gpus.fusion``: fused attention, merged QKV and gate+up GEMMs, fused norms,
+RoPE, activation-and-mul), keeping the lowered ones under ``lowered``; ``lowered`` keeps one
+kernel per linalg op. Writes ``kernels.json``; the data dependency graph is derived from it
 (``pimbuild.targets.gpus.ddg.build``).
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from pimbuild.errors import StageError
-
-# The same (empty) Params as the loop-nest extract: no configuration, its key is its input's.
-from pimbuild.extract import Params as Params
-from pimbuild.extract import params as params
+from pimbuild.errors import ConfigError, StageError
 from pimbuild.stage import Inputs
 
 NAME = "extract"
 READS = ("lower",)
 WRITES = ("kernels.json",)
+VIEWS = ("engine", "lowered")
+
+
+@dataclass(frozen=True)
+class Params:
+    kernels: str = "engine"  # engine | lowered
+
+
+def params(cfg: Any) -> Params:
+    view = cfg.gpus.kernels
+    if view not in VIEWS:
+        raise ConfigError(f"gpus.kernels '{view}' is not one of {', '.join(VIEWS)} (engine: "
+                          f"the kernels a serving engine launches; lowered: one per linalg op)")
+    return Params(kernels=view)
 
 
 def run(inputs: Inputs, p: Params, out: Path) -> None:
@@ -43,4 +58,8 @@ def run(inputs: Inputs, p: Params, out: Path) -> None:
         result[key] = {inputs[name]: outputs[j]
                        for name, j in signature.get(key, {}).items()
                        if outputs[j] and name in inputs}
+    if p.kernels == "engine":
+        from pimbuild.targets.gpus import fusion
+
+        result = fusion.engine(result, signature)
     (out / "kernels.json").write_text(json.dumps(result, indent=2) + "\n")

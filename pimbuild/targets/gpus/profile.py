@@ -102,9 +102,11 @@ def fitted_times(data: dict[str, Any], p: Params
 
 
 def kernel_ops(data: dict[str, Any], precision: str) -> list[ops.Op]:
-    """The op that stands for each kernel of ``kernels.json`` (``ops.from_kernel``)."""
+    """The op that stands for each kernel of ``kernels.json``: an engine kernel's own
+    (``fusion``), else ``ops.from_kernel``'s."""
     floating = {b: info.get("float", False) for b, info in data["buffers"].items()}
-    return [ops.from_kernel(k, floating, precision) for k in data["kernels"]]
+    return [ops.Op(dtype=precision, **k["engine_op"]) if k.get("engine_op")
+            else ops.from_kernel(k, floating, precision) for k in data["kernels"]]
 
 
 _GRIDS: dict[str, dict[str, grid.Grid]] = {}

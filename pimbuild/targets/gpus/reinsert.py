@@ -30,7 +30,7 @@ from pimbuild.errors import StageError
 from pimbuild.lower import ModelParams, model_params
 from pimbuild.runtime import compiler
 from pimbuild.stage import Inputs
-from pimbuild.targets.gpus import ddg, workers
+from pimbuild.targets.gpus import ddg, fusion, workers
 
 NAME = "reinsert"
 READS = ("lower", "extract", "decide")
@@ -101,8 +101,11 @@ def run(inputs: Inputs, p: Params, out: Path) -> None:
     data = json.loads((extract / "kernels.json").read_text())
     placement = json.loads((inputs["decide"] / "placement.json").read_text())
     n_dev = len(placement["devices"])
+    # engine kernels run as their lowered members, each on its engine kernel's device
+    place = fusion.lowered_place(data, placement["place"])
+    data = {**data, "kernels": data.get("lowered", data["kernels"])}
     graph = ddg.build(data, layers=0)  # one forward: inputs from home, results back home
-    distinct = layer_placements(placement["place"], len(graph.kernels))
+    distinct = layer_placements(place, len(graph.kernels))
     moves = {place: ddg.transfers(graph, list(place)) for place in distinct}
     specs = compile_partition(lower, out, inputs.failure_dir)
     args, expected = frontend.materialize(p.model, signature)

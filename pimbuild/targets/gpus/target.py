@@ -66,7 +66,7 @@ class GpuTarget:
                               f"(choices: {', '.join(catalogue)})")
         g = {k: v for k, v in plain(cfg.gpus).items()
              if k not in ("planner", "time_limit_s", "mip_gap", "on_time_limit",  # decide's
-                          "period", "kernel_model", "tables", "robust_samples")}
+                          "period", "kernel_model", "tables", "robust_samples", "kernels")}
         if g["precision"] not in PRECISION_BYTES:
             raise ConfigError(f"gpus.precision '{g['precision']}' is not one of "
                               f"{', '.join(PRECISION_BYTES)}")

@@ -126,6 +126,9 @@ def features(o: ops.Op, gpu: ops.Gpu) -> list[float]:
             lg(ops.blocks(o) / gpu.sms)]
 
 
+FEATURES = len(features(ops.Op("add", "fp32", 1), ops.Gpu("", 1, 1, 1, 1, 1, 1, 1)))
+
+
 @dataclass
 class KernelModel:
     physics: Physics
@@ -263,6 +266,9 @@ def load(path: Path | None = None) -> KernelModel:
             import lightgbm
 
             booster = lightgbm.Booster(model_str=data["booster"])
+            if booster.num_feature() != FEATURES:
+                raise ValueError(f"its learned part reads {booster.num_feature()} features, "
+                                 f"this pimbuild's {FEATURES}")
     except (ValueError, KeyError, TypeError, lightgbm_error()) as e:
         raise ConfigError(f"kernel-time model {path} is not a fit pimbuild-kernels wrote "
                           f"({type(e).__name__}: {e}); refit with `pimbuild-kernels fit`") \

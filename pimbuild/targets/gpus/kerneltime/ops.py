@@ -35,7 +35,9 @@ GEMMS = ("linear", "bmm")
 ATTENTION = ("prefill_attention", "decode_attention")
 BINARY = ("add", "mul", "div", "pow", "silu_mul")
 UNARY = ("addu", "mulu", "divu", "powu", "relu", "gelu", "silu", "tanh", "rope")
-ROWS = ("softmax", "layernorm", "rmsnorm", "sum")  # sum: one value per row
+# sum: one value per row; add_rmsnorm: a residual add and the RMSNorm of its result (vLLM's
+# fused_add_rms_norm: reads two rows, writes the sum and the norm)
+ROWS = ("softmax", "layernorm", "rmsnorm", "add_rmsnorm", "sum")
 OPS = GEMMS + ATTENTION + BINARY + UNARY + ROWS
 DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2}
 MAX_DIM = 2**31  # the largest dimension an ops CSV may give
@@ -46,7 +48,7 @@ DIMS = {**dict.fromkeys(GEMMS, ("b", "m", "n", "k")),
 VECTOR_DIMS = ("b", "h")
 # FLOPs per element of a vector op beyond one (a transcendental counts as a few)
 EXTRA_FLOPS = {"pow": 8, "powu": 8, "gelu": 8, "tanh": 6, "silu": 5, "silu_mul": 6,
-               "rope": 3, "softmax": 5, "layernorm": 7, "rmsnorm": 4}
+               "rope": 3, "softmax": 5, "layernorm": 7, "rmsnorm": 4, "add_rmsnorm": 5}
 
 
 @dataclass(frozen=True)
@@ -93,7 +95,7 @@ class Op:
         flops = size * (1 + EXTRA_FLOPS.get(self.op, 0))
         if self.op == "sum":
             return flops, e * (size + self.b)
-        tensors = 3 if self.op in BINARY else 2
+        tensors = 4 if self.op == "add_rmsnorm" else 3 if self.op in BINARY else 2
         return flops, e * tensors * size
 
     def key(self) -> str:
