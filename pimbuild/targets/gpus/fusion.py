@@ -284,7 +284,10 @@ def _merge(g: Graph, group: tuple[set[int], str, dict[str, int]], new: int,
     if len(ids) == 1 and first["kind"] != "elementwise":  # timed as ops.from_kernel's op
         return {**first, **out, "op": first["op"], "kind": first["kind"]}
     engine_op = _engine_op(g, members, kind, dims, reads, writes, groups, group_of, shape)
-    return {**out, "op": f"engine.{engine_op['op']}",
+    modules = [str(k.get("source_module") or "") for k in members]
+    common = modules[0] if len(set(modules)) == 1 else ""
+    return {**out, "op": f"engine.{engine_op['op']}", "source_node": engine_op["op"],
+            "source_module": common,
             "kind": "contraction" if engine_op["op"] in ("linear", *ops.ATTENTION)
             else "reduction" if engine_op["op"] in ops.ROWS else "elementwise",
             "engine_op": engine_op}

@@ -66,6 +66,9 @@ def params(cfg: DictConfig) -> Params:
         raise ConfigError(f"profile.backend '{backend}' is not a kernel-time backend of "
                           f"system=gpus (choices: {', '.join(KERNEL_TIME_BACKENDS)})")
     target = GpuTarget.from_config(cfg)
+    if backend == "cuda" and cfg.gpus.kernels != "lowered":
+        raise ConfigError("profile.backend=cuda times the lowered kernels node by node: add "
+                          "gpus.kernels=lowered")
     fit, found, grid_file = "", (), ""
     if backend == "auto":
         grid_file = f"{sources.ENGINE}@{model.digest(sources.ENGINE)}"
@@ -117,7 +120,8 @@ def grids(path_at: str, names: set[str]) -> dict[str, grid.Grid]:
     key = f"{path_at}|{','.join(sorted(names))}"
     if key not in _GRIDS:
         frame = sources.load_engine(path_at.rpartition("@")[0])
-        _GRIDS[key] = grid.build(frame[frame["device"].isin(sorted(names))])
+        _GRIDS[key] = grid.build(frame[frame["device"].isin(sorted(names))],
+                                 sources.devices())
     return _GRIDS[key]
 
 
@@ -146,13 +150,18 @@ def grid_times(data: dict[str, Any], p: Params, t: list[list[float]]
     info: dict[str, Any] = {}
     for d, device in enumerate(p.target.devices):
         g = held.get(device.measured_as or "")
-        how = []
+        how, raised = [], 0
         for i, o in enumerate(found):
             hit = g.lookup(o) if g else None
             if hit is not None:
-                out[i][d] = hit[0]
+                out[i][d] = g.cold(o, hit[0])
+                raised += out[i][d] > hit[0]
             how.append(hit[1] if hit else "predicted")
         info[device.key] = {"grid": device.measured_as if g else None,
+                            "grid_dtypes": sorted({c[0] for cells in g.times.values()
+                                                   for c in cells}) if g else [],
+                            "raised_to_dram": raised,
+                            "dram_gbps": g.dram_bps / 1e9 if g else 0.0,
                             **share(how, [row[d] for row in out])}
     return out, {"sources": info}
 

@@ -119,7 +119,17 @@ def kernel_times_lines(kt: dict[str, Any]) -> list[str]:
     if backend == "auto":
         parts = [f"{d} ({v['grid']}): {_counts(v)}" if v.get("grid")
                  else f"{d}: no measured data" for d, v in (kt.get("sources") or {}).items()]
-        return [f"kernel times: {'; '.join(parts)}; the rest predicted by {predicted}"]
+        notes = [f"{d}'s measurements are {', '.join(v['grid_dtypes'])} only: this build's "
+                 f"{kt.get('precision')} kernels are predicted"
+                 for d, v in (kt.get("sources") or {}).items()
+                 if v.get("grid") and kt.get("precision") not in v.get("grid_dtypes", [])]
+        raised = [f"{d} {v['raised_to_dram']}" for d, v in (kt.get("sources") or {}).items()
+                  if v.get("raised_to_dram")]
+        if raised:
+            notes.append("measured with a warm L2, raised to their DRAM time at the GPU's "
+                         f"sustained bandwidth: {', '.join(raised)} kernel(s)")
+        return [f"kernel times: {'; '.join(parts)}; the rest predicted by {predicted}",
+                *notes]
     parts = [f"{d} {_counts(v)}" if v["table"]
              else f"{d} no table" for d, v in (kt.get("sources") or {}).items()]
     return [f"kernel times: {'; '.join(parts)}; the rest predicted by {predicted}",

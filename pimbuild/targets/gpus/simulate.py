@@ -120,7 +120,7 @@ def run(inputs: Inputs, p: Params, out: Path) -> None:
               "baselines": base, "speedup_over": speedups,
               "fig2": profile["fig2"],
               "kernel_times": {k: profile.get(k) for k in ("backend", "measured", "sources",
-                                                           "warnings", "band")},
+                                                           "warnings", "band", "precision")},
               "check": json.loads((inputs["reinsert"] / "reinsert.json").read_text())}
     band = profile.get("band") or {}
     if p.robust_samples and band:

@@ -191,6 +191,8 @@ def test_cuda_backend_refuses_without_a_gpu(run_build) -> None:
     if torch.cuda.is_available():
         pytest.skip("a CUDA GPU is present: the refusal does not apply")
     with pytest.raises(StageError, match="needs a CUDA GPU"):
+        run_build([*GPUS, "model=relu", "profile.backend=cuda", "gpus.kernels=lowered"])
+    with pytest.raises(ConfigError, match="add gpus.kernels=lowered"):
         run_build([*GPUS, "model=relu", "profile.backend=cuda"])
 
 

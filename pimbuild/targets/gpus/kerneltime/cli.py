@@ -221,6 +221,7 @@ def cmd_predict(args: argparse.Namespace) -> None:
         counts: dict[str, int] = {}
         for o, t in zip(found, seconds, strict=True):
             hit = held.lookup(o) if held else None
+            hit = (held.cold(o, hit[0]), hit[1]) if hit else None
             how = hit[1] if hit else "predicted"
             counts[how] = counts.get(how, 0) + 1
             q = band.get(o.family, {})
@@ -242,7 +243,7 @@ def measured_grid(name: str | None) -> Any:
     if not name:
         return None
     frame = sources.load_engine()
-    return grid.build(frame[frame["device"] == name]).get(name)
+    return grid.build(frame[frame["device"] == name], sources.devices()).get(name)
 
 
 def _stage_dir(run: Path, stage: str) -> Path:

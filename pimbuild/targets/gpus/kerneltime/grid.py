@@ -9,7 +9,14 @@ than ``SPAN`` times away on any dimension. Anything else is left to the fitted m
 (``None``). How far interpolation is trusted is measured by ``held_out``: each interior grid
 value of a dimension is dropped in turn and its rows interpolated from the values around it
 (a box twice the grid's spacing, so the error it reports bounds the error between grid
-points)."""
+points).
+
+The measurements repeat one kernel, so a kernel whose operands fit in L2 runs from a warm
+cache, faster than DRAM allows (the L40S's 96 MB L2 holds a 16-sequence, 1k-position KV
+cache of one layer). A serving step streams each layer's weights and KV cache once, so
+``cold`` raises a measured time to the DRAM time of the kernel's bytes at the GPU's
+sustained bandwidth: the 95th percentile of the bandwidth its own measurements reach on
+kernels that move more than twice its L2 (``sustained_bandwidth``)."""
 
 from __future__ import annotations
 
@@ -49,6 +56,11 @@ class Grid:
     """One device's measured times (seconds) by op and coordinates."""
     times: dict[str, dict[tuple, dict[tuple[int, ...], float]]] = field(default_factory=dict)
     axes: dict[str, dict[tuple, list[list[int]]]] = field(default_factory=dict)
+    dram_bps: float = 0.0  # sustained DRAM bytes per second (0: no cold-cache floor)
+
+    def cold(self, o: ops.Op, seconds: float) -> float:
+        """``seconds`` raised to the time ``o``'s bytes take from DRAM (see the module)."""
+        return max(seconds, o.work()[1] / self.dram_bps) if self.dram_bps else seconds
 
     def add(self, o: ops.Op, seconds: float) -> None:
         c = coordinates(o)
@@ -109,12 +121,25 @@ def interpolate(cell: dict[tuple[int, ...], float], axes: list[list[int]],
     return math.exp(log_t)
 
 
-def build(frame: Any) -> dict[str, Grid]:
-    """Grids by measured device from ``sources.load_engine``'s frame."""
+def build(frame: Any, gpus: dict[str, ops.Gpu] | None = None) -> dict[str, Grid]:
+    """Grids by measured device from ``sources.load_engine``'s frame; with the devices'
+    specs (``gpus``), each with its sustained DRAM bandwidth."""
     grids: dict[str, Grid] = {}
+    moved: dict[str, list[tuple[float, float]]] = {}
     for o, device, t in rows(frame):
         grids.setdefault(device, Grid()).add(o, t)
+        moved.setdefault(device, []).append((o.work()[1], t))
+    for device, g in grids.items():
+        if gpus and device in gpus:
+            g.dram_bps = sustained_bandwidth(moved[device], gpus[device])
     return grids
+
+
+def sustained_bandwidth(moved: list[tuple[float, float]], gpu: ops.Gpu) -> float:
+    """Bytes per second: the 95th percentile reached by kernels moving over twice the L2
+    (0 when fewer than 100 do)."""
+    big = [b / t for b, t in moved if b > 2 * gpu.l2_mb * 2**20 and t > 0]
+    return float(np.percentile(big, 95)) if len(big) >= 100 else 0.0
 
 
 def rows(frame: Any) -> Iterator[tuple[ops.Op, str, float]]:
