@@ -202,7 +202,8 @@ def _partitioned(run_build, tmp_path, model: str):
     from pimbuild.lower import model_params
     from pimbuild.targets.gpus import reinsert, workers
 
-    result = run_build([*GPUS, f"model={model}", "stages=[extract]"])
+    # the workers run the lowered kernels (an engine kernel's members go where it goes)
+    result = run_build([*GPUS, f"model={model}", "gpus.kernels=lowered", "stages=[extract]"])
     lower, extract = artifact_dir(result, "lower"), artifact_dir(result, "extract")
     signature = json.loads((lower / "signature.json").read_text())
     data = json.loads((extract / "kernels.json").read_text())

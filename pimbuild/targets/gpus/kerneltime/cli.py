@@ -172,16 +172,72 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
     nest = evaluate.nested(results)
     tab, lays = evaluate.table(results), evaluate.layers(results)
     prs = evaluate.pairs(results)
-    text = markdown(tab, lays, prs, nest)
+    grids = grid.build(sources.load_engine(args.engine), gpus)
+    models = {d: r["model"] for d, r in results.items()}
+    engine = evaluate.engine_layers(models, grids, gpus)
+    fig = fig2_rows(grids, models, gpus)
+    text = markdown(tab, lays, prs, nest) + engine_markdown(engine, fig)
     print(text)
     print(f"{len(devices)} fits in {time.perf_counter() - began:.1f} s", file=sys.stderr)
     if args.markdown:
         args.markdown.write_text(text)
     if args.json:
         args.json.write_text(json.dumps({"table": tab, "layers": lays, "pairs": prs,
-                                         "nested": nest,
+                                         "nested": nest, "engine_layers": engine,
+                                         "fig2": fig,
                                          "band": evaluate.pooled(results, coverage=nest)},
                                         indent=1) + "\n")
+
+
+FIG2_PAIR = ("A100-SXM-80GB", "L40S")  # FluidGPU's pair, both measured on the same shapes
+
+
+def fig2_rows(grids: dict[str, Any], models: dict[str, Any], gpus: dict[str, ops.Gpu]
+              ) -> dict[str, Any]:
+    """Fig. 2 on the measured pair: measured (the grids), the roofline, and the models fitted
+    without each GPU (where both were held out), beside the paper's shares."""
+    first, second = FIG2_PAIR
+    if first not in grids or second not in grids:
+        return {}
+
+    def measured(d: str, found: list[ops.Op]) -> Any:
+        return evaluate.measured_times(grids[d], found)
+
+    def roofline(d: str, found: list[ops.Op]) -> Any:
+        return [model.roofline(o, gpus[d]) for o in found]
+
+    def predicted(d: str, found: list[ops.Op]) -> Any:
+        return models[d].predict(found, [gpus[d]] * len(found))
+
+    both = {label for _, label, found in evaluate.scenarios()
+            if measured(first, found) is not None and measured(second, found) is not None}
+    out = {"pair": [first, second], "paper": evaluate.PAPER_FIG2,
+           "measured": evaluate.fig2(first, second, measured),
+           "roofline": evaluate.fig2(first, second, roofline, both)}
+    if first in models and second in models:
+        out["predicted"] = evaluate.fig2(first, second, predicted, both)
+    return out
+
+
+def engine_markdown(engine: list[dict], fig: dict[str, Any]) -> str:
+    lines = ["", "| held-out GPU | Llama-3-8B layers (GEMMs + attention) | median layer err: "
+             "roofline / physics / chosen | worst: roofline / chosen |", "|---|---:|---|---|"]
+    for r in engine:
+        med = " / ".join(_pct(r[p]["median"]) for p in ("roofline", "physics", "chosen"))
+        lines.append(f"| {r['device']} | {r['layers']} | {med} | {_pct(r['roofline']['max'])} "
+                     f"/ {_pct(r['chosen']['max'])} |")
+    if fig:
+        lines += ["", f"| Fig. 2: {fig['pair'][1]} faster than {fig['pair'][0]} | kernels | "
+                  "by count | by the first's time |", "|---|---:|---:|---:|"]
+        for source in ("measured", "roofline", "predicted"):
+            for phase, v in fig.get(source, {}).items():
+                lines.append(f"| {source}, {phase} | {v['kernels']} | {_pct(v['by_count'])} | "
+                             f"{_pct(v['by_time'])} |")
+        p = fig["paper"]
+        lines.append(f"| FluidGPU's paper (Llama-3-8B on A100 + L40S) | | all "
+                     f"{_pct(p['all_by_count'])}, decode {_pct(p['decode_by_count'])}, "
+                     f"prefill {_pct(p['prefill_by_count'])} | all {_pct(p['all_by_time'])} |")
+    return "\n".join(lines) + "\n"
 
 
 def catalogue_gpu(name: str, config_dir: Path | None) -> tuple[ops.Gpu, str | None]:

@@ -39,7 +39,7 @@ def held_out(rows: list[dict[str, Any]], gpus: dict[str, ops.Gpu], device: str,
     sources = [r["source"] for r in test]
     fitted.learned = model.FAMILIES
     pred = fitted.predict(found, devs, sources)
-    return {"measured": np.array([r["time_us"] * 1e-6 for r in test]),
+    return {"model": fitted, "measured": np.array([r["time_us"] * 1e-6 for r in test]),
             "roofline": np.array([model.roofline(o, gpus[device]) for o in found]),
             "physics": model.KernelModel(fitted.physics).predict(found, devs, sources),
             "fitted": pred, "chosen": pred, "rows": test}  # chosen: replaced by ``nested``
@@ -103,6 +103,8 @@ def nested(results: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
         others = [d for d in results if d != device]
         learned = choose(results, others) if others else model.FAMILIES
         res["chosen"] = res["measured"] / np.exp(_log_errors(res, learned))
+        if "model" in res:
+            res["model"].learned = learned
         b = band(results, others, learned) if others else {}
         logs = _log_errors(res, learned)
         cover = {}
@@ -213,3 +215,107 @@ def pooled(results: dict[str, dict[str, Any]], learned: tuple[str, ...] = model.
                 "log_residual": np.quantile(residuals[f], q).round(4).tolist(),
                 **({"coverage": float(np.mean(covered[f]))} if f in covered else {})}
             for f, b in band(results, list(results), learned).items()}
+
+
+# Llama-3-8B's layer as vLLM launches it: hidden 4096, 32 query and 8 KV heads of 128, FFN
+# 14336; its GEMMs (qkv, o, gate+up, down) and attention, the kernels the measured grids hold
+# (its norms, RoPE and SiLU-and-mul are elementwise kernels no public source times on these
+# GPUs: they are left out of the sums).
+LLAMA3 = {"hidden": 4096, "heads": 32, "kv_heads": 8, "head_dim": 128, "ffn": 14336}
+PREFILL_TOKENS = (1, 16, 256, 4096)
+DECODE = tuple((b, kv) for b in (1, 4, 16, 64, 256) for kv in (1024, 2048, 4096, 8192))
+PAPER_FIG2 = {"all_by_count": 0.67, "all_by_time": 0.36, "decode_by_count": 0.57,
+              "prefill_by_count": 0.45}
+
+
+def llama_layer(phase: str, a: int, b: int = 0, dtype: str = "bf16") -> list[ops.Op]:
+    """The GEMMs and attention of one Llama-3-8B layer: a prefill of ``a`` tokens, or a
+    decode step of ``a`` sequences over ``b`` cached positions."""
+    c = LLAMA3
+    t = a  # tokens: the prompt's, or one per sequence
+    qkv = (c["heads"] + 2 * c["kv_heads"]) * c["head_dim"]
+    gemms = [ops.Op("linear", dtype, 1, t, c["hidden"], qkv),
+             ops.Op("linear", dtype, 1, t, c["hidden"], c["hidden"]),
+             ops.Op("linear", dtype, 1, t, c["hidden"], 2 * c["ffn"]),
+             ops.Op("linear", dtype, 1, t, c["ffn"], c["hidden"])]
+    if phase == "prefill":
+        att = ops.Op("prefill_attention", dtype, 1, a, a, c["head_dim"], c["heads"],
+                     c["kv_heads"])
+    else:
+        att = ops.Op("decode_attention", dtype, a, 1, b, c["head_dim"], c["heads"],
+                     c["kv_heads"])
+    return [*gemms[:1], att, *gemms[1:]]
+
+
+def scenarios() -> list[tuple[str, str, list[ops.Op]]]:
+    """(phase, label, ops) of every layer the per-layer check sums."""
+    return [("prefill", f"prefill {t}", llama_layer("prefill", t)) for t in PREFILL_TOKENS] \
+        + [("decode", f"decode b{b} kv{kv}", llama_layer("decode", b, kv)) for b, kv in DECODE]
+
+
+def measured_times(g: Any, found: list[ops.Op]) -> np.ndarray | None:
+    """Each op's time from a measured grid (cold-cache floor applied), None if any misses."""
+    out = []
+    for o in found:
+        hit = g.lookup(o)
+        if hit is None:
+            return None
+        out.append(g.cold(o, hit[0]))
+    return np.array(out)
+
+
+def engine_layers(models: dict[str, Any], grids: dict[str, Any],
+                  gpus: dict[str, ops.Gpu]) -> list[dict[str, Any]]:
+    """Per held-out GPU with a grid: each Llama-3-8B layer's summed GEMM and attention time,
+    measured (the grid) against the roofline, the physics alone and the model fitted without
+    that GPU (its nested ``learned`` families); errors over the layers."""
+    out = []
+    for device, fitted in models.items():
+        if device not in grids:
+            continue
+        sums: dict[str, list[float]] = {p: [] for p in ("measured", "roofline", "physics",
+                                                         "chosen")}
+        labels = []
+        for _, label, found in scenarios():
+            truth = measured_times(grids[device], found)
+            if truth is None:
+                continue
+            devs = [gpus[device]] * len(found)
+            labels.append(label)
+            sums["measured"].append(float(truth.sum()))
+            sums["roofline"].append(sum(model.roofline(o, gpus[device]) for o in found))
+            sums["physics"].append(float(model.KernelModel(fitted.physics).predict(
+                found, devs).sum()))
+            sums["chosen"].append(float(fitted.predict(found, devs).sum()))
+        if labels:
+            truth = np.array(sums["measured"])
+            out.append({"device": device, "layers": len(labels),
+                        **{p: {**errors(np.array(sums[p]), truth),
+                               "max": float(np.max(np.abs(np.array(sums[p]) / truth - 1)))}
+                           for p in ("roofline", "physics", "chosen")}})
+    return out
+
+
+def fig2(first: str, second: str, times: Callable[[str, list[ops.Op]], Any],
+         only: set[str] | None = None) -> dict[str, dict[str, float]]:
+    """FluidGPU's Fig. 2 over the Llama-3-8B layers of ``scenarios`` (those labelled in
+    ``only``, if given): the share of kernels faster on ``second``, by count and by
+    ``first``'s time, for decode, prefill and all; ``times(device, ops)`` gives seconds
+    (None: not known)."""
+    shares: dict[str, list[tuple[float, float]]] = {"decode": [], "prefill": []}
+    for phase, label, found in scenarios():
+        if only is not None and label not in only:
+            continue
+        a, b = times(first, found), times(second, found)
+        if a is None or b is None:
+            continue
+        shares[phase] += list(zip(a, b, strict=True))
+    shares["all"] = shares["decode"] + shares["prefill"]
+    out = {}
+    for phase, pairs_ in shares.items():
+        if pairs_:
+            t1 = np.array([p[0] for p in pairs_])
+            faster = np.array([p[1] < p[0] for p in pairs_])
+            out[phase] = {"kernels": len(pairs_), "by_count": float(faster.mean()),
+                          "by_time": float(t1[faster].sum() / t1.sum())}
+    return out
