@@ -225,3 +225,47 @@ def test_attention_op_costs_follow_the_kv_cache() -> None:
     long = ops.Op("decode_attention", "bf16", 8, 1, 2048, 128, 32, 8)
     assert long.work()[1] / short.work()[1] == pytest.approx(2, rel=0.01)
     assert math.isclose(long.work()[0], 2 * short.work()[0])
+
+
+def test_a_fit_cites_only_the_sources_it_used() -> None:
+    rows = [{"source": "aiconfigurator"}, {"source": "vidur"}, {"source": "aiconfigurator"}]
+    assert sources.cited(rows) == (f"aiconfigurator: {sources.LICENCES['aiconfigurator']}; "
+                                   f"vidur: {sources.LICENCES['vidur']}")
+    assert "ours" not in sources.cited([r for r in rows if r["source"] != "ours"])
+
+
+def test_the_report_says_what_was_measured_and_for_which_precision() -> None:
+    from pimbuild.targets.gpus.report import kernel_times_lines
+
+    counts = {"measured": 2, "interpolated": 3, "predicted": 5, "measured_time_share": 0.16,
+              "interpolated_time_share": 0.76, "predicted_time_share": 0.08}
+    kt = {"backend": "auto", "precision": "fp32", "band": {},
+          "sources": {"a100": {"grid": "A100-SXM-80GB", "grid_dtypes": ["bf16"],
+                               "raised_to_dram": 0, **counts},
+                      "mine": {"grid": None, "grid_dtypes": [], "raised_to_dram": 0,
+                               **counts}}}
+    lines = kernel_times_lines(kt)
+    assert lines[0].startswith("kernel times: a100 (A100-SXM-80GB): 2/10 measured (16% of "
+                               "its time), 3 interpolated (76%); mine: no measured data")
+    assert "a100's measurements are bf16 only: this build's fp32 kernels are predicted" in lines
+    kt["sources"]["a100"]["raised_to_dram"] = 2
+    assert "a100 2 kernel(s)" in kernel_times_lines({**kt, "precision": "bf16"})[-1]
+
+
+@pytest.mark.slow
+def test_the_default_backend_measures_what_the_data_hold(run_build) -> None:
+    result = run_build([*SMALL, "devices=[a100,l40s,l4]", "stages=[profile]"])
+    info = json.loads((artifact_dir(result, "profile") / "profile.json").read_text())
+    assert info["backend"] == "auto"
+    for key in ("a100", "l40s"):
+        v = info["sources"][key]
+        assert v["measured"] + v["interpolated"] + v["predicted"] == 10
+        assert v["measured"] >= 2  # the QKV and gate+up GEMMs are grid shapes
+        assert sum(v[f"{k}_time_share"] for k in ("measured", "interpolated", "predicted")) \
+            == pytest.approx(1)
+    assert info["sources"]["l4"]["grid"] is None  # NeuSight's fp32 rows make no grid
+    assert info["sources"]["l4"]["predicted"] == 10
+    fp32 = run_build([*SMALL, "devices=[a100,l40s]", "gpus.precision=fp32",
+                      "stages=[profile]"])
+    info = json.loads((artifact_dir(fp32, "profile") / "profile.json").read_text())
+    assert info["sources"]["a100"]["predicted"] == 10

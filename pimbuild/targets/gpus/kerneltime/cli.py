@@ -112,13 +112,12 @@ def cmd_fit(args: argparse.Namespace) -> None:
         learned = evaluate.choose(results, seen)
         band = evaluate.pooled(results, learned, evaluate.nested(results))
     fitted = model.fit(rows, gpus, families=learned)
-    used = sorted({r["source"] for r in rows})
     model.save(fitted, args.out, {
         "data": Path(args.data).name, "data_sha256": model.digest(args.data),
         "engine": Path(args.engine).name, "engine_sha256": model.digest(args.engine),
         "excluded": args.exclude, "held_out_error": band,
         "fitted": datetime.date.today().isoformat(),
-        "sources": "; ".join(f"{s}: {sources.LICENCES.get(s, s)}" for s in used)})
+        "sources": sources.cited(rows)})
     print(f"wrote {args.out}: fitted on {len(rows)} rows of {len(seen)} GPUs in "
           f"{time.perf_counter() - began:.1f} s; the learned correction for "
           f"{', '.join(learned) or 'no family'}")

@@ -357,3 +357,8 @@ def engine_rows(frame: Any, per: int = 2500, seed: int = 0) -> list[dict[str, An
                     "o": o, "time_us": float(cols["time_us"][i]),
                     "framework": cols["framework"][i]})
     return out
+
+
+def cited(rows: list[dict[str, Any]]) -> str:
+    """The sources of ``rows`` with their licences, for a fit's provenance."""
+    return "; ".join(f"{s}: {LICENCES.get(s, s)}" for s in sorted({r["source"] for r in rows}))
