@@ -17,6 +17,7 @@ from typing import Any
 
 from pimbuild.errors import ConfigError, StageError
 from pimbuild.stage import Inputs
+from pimbuild.targets.gpus import fusion
 
 NAME = "extract"
 READS = ("lower",)
@@ -59,7 +60,5 @@ def run(inputs: Inputs, p: Params, out: Path) -> None:
                        for name, j in signature.get(key, {}).items()
                        if outputs[j] and name in inputs}
     if p.kernels == "engine":
-        from pimbuild.targets.gpus import fusion
-
         result = fusion.engine(result, signature)
     (out / "kernels.json").write_text(json.dumps(result, indent=2) + "\n")

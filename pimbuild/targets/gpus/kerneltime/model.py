@@ -73,7 +73,8 @@ def roofline(o: ops.Op, gpu: ops.Gpu) -> float:
 class Physics:
     """The fitted physical terms (see the module's docstring)."""
     eff_compute: dict[str, float] = field(default_factory=lambda: {"tensor": 0.7,
-                                                                   "cuda": 0.5})
+                                                                   "cuda": 0.5,
+                                                                   "attention": 0.5})
     eff_memory: dict[str, float] = field(default_factory=lambda: dict.fromkeys(FAMILIES, 0.8))
 
     def __post_init__(self) -> None:  # a fit from before a family existed: the default
@@ -99,7 +100,8 @@ def combine(t: dict[str, np.ndarray], eff_compute: dict[str, Any],
     """The physical model over ``terms``: ``floor_cycles / f + max(waves * t_c * slow,
     t_m / e_m) + harness``, ``slow`` the larger of ``1 / e_c`` and the peak over what the
     power limit sustains. One formula for the fit's residuals and for predictions."""
-    e_c = np.where(t["tensor"], eff_compute["tensor"], eff_compute["cuda"])
+    e_c = np.where(t["attention"], eff_compute.get("attention", eff_compute["tensor"]),
+                   np.where(t["tensor"], eff_compute["tensor"], eff_compute["cuda"]))
     kappa = np.where(t["tensor"], tflops_per_w["tensor"], tflops_per_w["cuda"])
     slow = np.maximum(1 / e_c, t["peak_per_w"] / kappa)
     return floor_cycles / t["hz"] + np.maximum(t["waves"] * t["t_c"] * slow,
@@ -174,6 +176,7 @@ def terms(found: list[ops.Op], gpus: list[ops.Gpu]) -> dict[str, np.ndarray]:
             "peak_per_w": np.array([(g.tensor_tflops if o.tensor else g.fp32_tflops) / g.tdp_w
                                     for o, g in zip(found, gpus, strict=True)]),
             "tensor": np.array([o.tensor for o in found]),
+            "attention": np.array([o.family == "attention" for o in found]),
             "family": np.array([FAMILIES.index(o.family) for o in found])}
 
 
@@ -189,27 +192,29 @@ def fit_physics(rows: list[dict[str, Any]], gpus: dict[str, ops.Gpu]) -> Physics
     y = np.log(np.array([r["time_us"] * 1e-6 for r in rows]))
     w = np.sqrt(_weights(rows))
 
-    nf = len(FAMILIES)  # p: e_c tensor, e_c cuda, e_m per family, floor, k_c x2, harness
+    nf = len(FAMILIES)  # p: e_c tensor, cuda; e_m per family; floor; k_c x2; e_c attention;
+    #                     harness per source
 
     def unpack(p: np.ndarray) -> Physics:
         e = np.exp(p)
-        return Physics(eff_compute={"tensor": float(e[0]), "cuda": float(e[1])},
+        return Physics(eff_compute={"tensor": float(e[0]), "cuda": float(e[1]),
+                                    "attention": float(e[5 + nf])},
                        eff_memory={f: float(v) for f, v in zip(FAMILIES, e[2:2 + nf],
                                                                strict=True)},
                        floor_cycles=float(e[2 + nf] * 1000),
-                       harness_us={s: float(v) for s, v in zip(harnessed, e[5 + nf:],
+                       harness_us={s: float(v) for s, v in zip(harnessed, e[6 + nf:],
                                                                strict=True)},
                        tflops_per_w={"tensor": float(e[3 + nf]), "cuda": float(e[4 + nf])})
 
     def residual(p: np.ndarray) -> np.ndarray:
         e = np.exp(p)
-        harness = np.where(src >= 0, np.append(e[5 + nf:], 0.0)[src], 0.0) * 1e-6
-        sec = combine(t, {"tensor": e[0], "cuda": e[1]},
+        harness = np.where(src >= 0, np.append(e[6 + nf:], 0.0)[src], 0.0) * 1e-6
+        sec = combine(t, {"tensor": e[0], "cuda": e[1], "attention": e[5 + nf]},
                       {"tensor": e[3 + nf], "cuda": e[4 + nf]}, e[2:2 + nf], e[2 + nf] * 1000,
                       harness)
         return w * (np.log(sec) - y)
 
-    p0 = np.log([0.7, 0.5, *[0.8] * nf, 4.0, 2.0, 0.2] + [5.0] * len(harnessed))
+    p0 = np.log([0.7, 0.5, *[0.8] * nf, 4.0, 2.0, 0.2, 0.5] + [5.0] * len(harnessed))
     return unpack(least_squares(residual, p0, loss="soft_l1", f_scale=0.1).x)
 
 
