@@ -119,9 +119,8 @@ def grids(path_at: str, names: set[str]) -> dict[str, grid.Grid]:
     """The measured grids of the GPUs called ``names`` in the shipped data (cached)."""
     key = f"{path_at}|{','.join(sorted(names))}"
     if key not in _GRIDS:
-        frame = sources.load_engine(path_at.rpartition("@")[0])
-        _GRIDS[key] = grid.build(frame[frame["device"].isin(sorted(names))],
-                                 sources.devices())
+        frame = sources.load_engine(path_at.rpartition("@")[0], sorted(names))
+        _GRIDS[key] = grid.build(frame, sources.devices())
     return _GRIDS[key]
 
 

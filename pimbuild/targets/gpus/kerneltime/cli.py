@@ -297,8 +297,7 @@ def measured_grid(name: str | None) -> Any:
     """The shipped measured grid of the GPU called ``name``, None if it has none."""
     if not name:
         return None
-    frame = sources.load_engine()
-    return grid.build(frame[frame["device"] == name], sources.devices()).get(name)
+    return grid.build(sources.load_engine(devices=[name]), sources.devices()).get(name)
 
 
 def _stage_dir(run: Path, stage: str) -> Path:

@@ -125,31 +125,40 @@ def build(frame: Any, gpus: dict[str, ops.Gpu] | None = None) -> dict[str, Grid]
     """Grids by measured device from ``sources.load_engine``'s frame; with the devices'
     specs (``gpus``), each with its sustained DRAM bandwidth."""
     grids: dict[str, Grid] = {}
-    moved: dict[str, list[tuple[float, float]]] = {}
-    for o, device, t in rows(frame):
-        grids.setdefault(device, Grid()).add(o, t)
-        moved.setdefault(device, []).append((o.work()[1], t))
-    for device, g in grids.items():
+    for device, part in frame.groupby("device"):
+        g = grids[device] = Grid()
+        for o, _, t in rows(part):
+            g.add(o, t)
         if gpus and device in gpus:
-            g.dram_bps = sustained_bandwidth(moved[device], gpus[device])
+            g.dram_bps = sustained_bandwidth(part, gpus[device])
     return grids
 
 
-def sustained_bandwidth(moved: list[tuple[float, float]], gpu: ops.Gpu) -> float:
+def moved_bytes(frame: Any) -> np.ndarray:
+    """Each row's bytes moved at least once (``ops.Op.work``'s, vectorised for the ops a
+    grid holds)."""
+    e = frame["dtype"].map(ops.DTYPE_BYTES).to_numpy(dtype=float)
+    b, m, n, k, h, g = (frame[c].to_numpy(dtype=float) for c in ("b", "m", "n", "k", "h", "g"))
+    gemm = e * (b * m * n + n * k + b * m * k)
+    attention = e * b * k * (2 * m * h + 2 * n * g)
+    return np.where(frame["op"].to_numpy() == "linear", gemm, attention)
+
+
+def sustained_bandwidth(frame: Any, gpu: ops.Gpu) -> float:
     """Bytes per second: the 95th percentile reached by kernels moving over twice the L2
     (0 when fewer than 100 do)."""
-    big = [b / t for b, t in moved if b > 2 * gpu.l2_mb * 2**20 and t > 0]
-    return float(np.percentile(big, 95)) if len(big) >= 100 else 0.0
+    moved = moved_bytes(frame)
+    seconds = frame["time_us"].to_numpy(dtype=float) * 1e-6
+    big = moved > 2 * gpu.l2_mb * 2**20
+    return float(np.percentile(moved[big] / seconds[big], 95)) if big.sum() >= 100 else 0.0
 
 
 def rows(frame: Any) -> Iterator[tuple[ops.Op, str, float]]:
     """(Op, device, seconds) of each row of an engine-kernel frame."""
-    cols = {c: frame[c].to_numpy() for c in ("op", "dtype", "device", "time_us",
-                                              *ops.COLUMNS[2:])}
-    for i in range(len(frame)):
-        o = ops.Op(cols["op"][i], cols["dtype"][i],
-                   **{d: int(cols[d][i]) for d in ops.COLUMNS[2:]})
-        yield o, cols["device"][i], float(cols["time_us"][i]) * 1e-6
+    names = ("op", "dtype", *ops.COLUMNS[2:], "device", "time_us")
+    for op, dtype, b, m, n, k, h, g, device, t in zip(*(frame[c].tolist() for c in names),
+                                                      strict=True):
+        yield ops.Op(op, dtype, b, m, n, k, h, g), device, t * 1e-6
 
 
 def held_out(grid: Grid) -> list[dict[str, Any]]:

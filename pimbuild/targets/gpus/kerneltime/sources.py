@@ -212,6 +212,7 @@ LICENCES = {"aiconfigurator": "Apache-2.0 (PyPI aiconfigurator-core, NVIDIA AICo
             "neusight": "MIT (github sitar-lab/NeuSight)", "vidur": "MIT (github microsoft/vidur)",
             "ours": "pimbuild's own runs (docs/measurements/kernels_h200)"}
 ENGINE = DATA / "engine_kernels.parquet"
+ROW_GROUP = 16_384  # rows per Parquet row group: a device's rows are read without the rest
 ENGINE_COLUMNS = ("source", "framework", "version", "kernel", "device", "op", "dtype",
                   *ops.COLUMNS[2:], "time_us")
 # The AIConfigurator tables read, and how a row becomes an Op (its latency is in ms).
@@ -319,21 +320,25 @@ def write_engine(rows: list[dict[str, Any]], path: Path = ENGINE) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
+    rows = sorted(rows, key=lambda r: (r["device"], r["op"]))  # a row group per device
     columns = {c: [r.get(c, 1 if c in ops.COLUMNS else "") for r in rows]
                for c in ENGINE_COLUMNS}
     columns["time_us"] = [float(t) for t in columns["time_us"]]
     path = Path(path)
     tmp = path.with_name(path.name + ".tmp")
-    pq.write_table(pa.table(columns), tmp, compression="zstd", compression_level=19)
+    pq.write_table(pa.table(columns), tmp, compression="zstd", compression_level=19,
+                   row_group_size=ROW_GROUP)
     tmp.replace(path)
 
 
-def load_engine(path: Path = ENGINE) -> Any:
-    """The engine-kernel rows as a pandas frame; a ConfigError if unreadable."""
+def load_engine(path: Path = ENGINE, devices: list[str] | None = None) -> Any:
+    """The engine-kernel rows (of ``devices`` only, if given) as a pandas frame; a
+    ConfigError if unreadable."""
     import pyarrow.parquet as pq
 
     try:
-        frame = pq.read_table(path).to_pandas()
+        frame = pq.read_table(path, filters=[("device", "in", devices)] if devices
+                              else None).to_pandas()
     except Exception as e:  # a missing, truncated or foreign file
         raise ConfigError(f"cannot read engine kernel times {path}: {e}") from None
     missing = sorted(set(ENGINE_COLUMNS) - set(frame.columns))
