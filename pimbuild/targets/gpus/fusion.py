@@ -284,13 +284,26 @@ def _merge(g: Graph, group: tuple[set[int], str, dict[str, int]], new: int,
     if len(ids) == 1 and first["kind"] != "elementwise":  # timed as ops.from_kernel's op
         return {**first, **out, "op": first["op"], "kind": first["kind"]}
     engine_op = _engine_op(g, members, kind, dims, reads, writes, groups, group_of, shape)
-    modules = [str(k.get("source_module") or "") for k in members]
-    common = modules[0] if len(set(modules)) == 1 else ""
+    common = _common_module([str(k.get("source_module") or "") for k in members])
     return {**out, "op": f"engine.{engine_op['op']}", "source_node": engine_op["op"],
             "source_module": common,
             "kind": "contraction" if engine_op["op"] in ("linear", *ops.ATTENTION)
             else "reduction" if engine_op["op"] in ops.ROWS else "elementwise",
             "engine_op": engine_op}
+
+
+def _common_module(modules: list[str]) -> str:
+    """The module path the members share (``self_attn`` for q, k and v), "" if none (AF's
+    split reads it: ``closedform.ATTENTION``)."""
+    if not all(modules):
+        return ""
+    parts = [m.split(".") for m in modules]
+    shared = []
+    for names in zip(*parts, strict=False):
+        if len(set(names)) != 1:
+            break
+        shared.append(names[0])
+    return ".".join(shared)
 
 
 def _engine_op(g: Graph, members: list[dict[str, Any]], kind: str, dims: dict[str, int],

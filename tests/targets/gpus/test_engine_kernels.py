@@ -38,6 +38,10 @@ def test_a_llama_decode_layer_is_the_ten_kernels_vllm_launches(run_build) -> Non
     assert kernels[6]["engine_op"] == {"op": "linear", "b": 1, "m": 4, "n": 256, "k": 1024}
     assert kernels[3]["engine_op"] == {"op": "decode_attention", "b": 4, "m": 1, "n": 61,
                                        "k": 64, "h": 4, "g": 2}
+    # AF's split sees QKV, RoPE and attention as attention's (their module), the MLP not
+    assert [k["source_module"] for k in kernels[1:5]] == ["self_attn"] * 3 + [
+        "self_attn.o_proj"]
+    assert "attn" not in kernels[6]["source_module"]
     # every lowered kernel belongs to exactly one engine kernel
     members = sorted(i for k in kernels for i in k["members"])
     assert members == list(range(len(data["lowered"])))
