@@ -897,10 +897,12 @@ def test_a_period_of_layers_is_placed_checked_and_served(run_build) -> None:
     assert pd[1]["tokens_per_s"] == pytest.approx(pd[0]["tokens_per_s"], rel=1e-9)
     assert s2["simulated"]["systems"]["planned"]["prefills"] == 30
     # In the serving simulation every layer's KV cache moves in PD, one buffer per layer
-    # (a period of one moves both layers' as one: one link latency less). With one layer's
-    # names (no per-layer map) the simulation fails on a buffer the period's graph lacks.
+    # (a period of one moves both layers' as one: one link latency less, a few percent of a
+    # step of this tiny model's ten engine kernels of a few microseconds each). With one
+    # layer's names (no per-layer map) the simulation fails on a buffer the period's graph
+    # lacks.
     pd1, pd2 = (s["simulated"]["systems"]["PD (prefill on a100)"] for s in (s1, s2))
-    assert pd2["tokens_per_s"] == pytest.approx(pd1["tokens_per_s"], rel=0.01)
+    assert pd2["tokens_per_s"] == pytest.approx(pd1["tokens_per_s"], rel=0.03)
     with pytest.raises(StageError, match=r"gpus.period=3 does not divide the model's 2 "
                                          r"layer\(s\): choose one of 1, 2"):
         run_build([*over, "gpus.period=3", "stages=[decide]"])
