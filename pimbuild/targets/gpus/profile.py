@@ -119,8 +119,7 @@ def grids(path_at: str, names: set[str]) -> dict[str, grid.Grid]:
     """The measured grids of the GPUs called ``names`` in the shipped data (cached)."""
     key = f"{path_at}|{','.join(sorted(names))}"
     if key not in _GRIDS:
-        frame = sources.load_engine(path_at.rpartition("@")[0], sorted(names))
-        _GRIDS[key] = grid.build(frame, sources.devices())
+        _GRIDS[key] = grid.load(sorted(names), path_at.rpartition("@")[0])
     return _GRIDS[key]
 
 

@@ -295,9 +295,7 @@ def cmd_predict(args: argparse.Namespace) -> None:
 
 def measured_grid(name: str | None) -> Any:
     """The shipped measured grid of the GPU called ``name``, None if it has none."""
-    if not name:
-        return None
-    return grid.build(sources.load_engine(devices=[name]), sources.devices()).get(name)
+    return grid.load([name]).get(name) if name else None
 
 
 def _stage_dir(run: Path, stage: str) -> Path:

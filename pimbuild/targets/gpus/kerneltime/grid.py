@@ -23,13 +23,12 @@ from __future__ import annotations
 import bisect
 import itertools
 import math
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from pimbuild.targets.gpus.kerneltime import ops
+from pimbuild.targets.gpus.kerneltime import ops, sources
 
 # (the dimensions interpolated in log space, the dimensions matched exactly) per op; the rows
 # of a linear are b*m
@@ -127,7 +126,7 @@ def build(frame: Any, gpus: dict[str, ops.Gpu] | None = None) -> dict[str, Grid]
     grids: dict[str, Grid] = {}
     for device, part in frame.groupby("device"):
         g = grids[device] = Grid()
-        for o, _, t in rows(part):
+        for o, _, t in sources.frame_ops(part):
             g.add(o, t)
         if gpus and device in gpus:
             g.dram_bps = sustained_bandwidth(part, gpus[device])
@@ -153,12 +152,10 @@ def sustained_bandwidth(frame: Any, gpu: ops.Gpu) -> float:
     return float(np.percentile(moved[big] / seconds[big], 95)) if big.sum() >= 100 else 0.0
 
 
-def rows(frame: Any) -> Iterator[tuple[ops.Op, str, float]]:
-    """(Op, device, seconds) of each row of an engine-kernel frame."""
-    names = ("op", "dtype", *ops.COLUMNS[2:], "device", "time_us")
-    for op, dtype, b, m, n, k, h, g, device, t in zip(*(frame[c].tolist() for c in names),
-                                                      strict=True):
-        yield ops.Op(op, dtype, b, m, n, k, h, g), device, t * 1e-6
+def load(names: list[str], path: Any = sources.ENGINE) -> dict[str, Grid]:
+    """The grids of the measured GPUs called ``names`` in the engine-kernel file at ``path``,
+    with their sustained bandwidths."""
+    return build(sources.load_engine(path, names), sources.devices()) if names else {}
 
 
 def held_out(grid: Grid) -> list[dict[str, Any]]:

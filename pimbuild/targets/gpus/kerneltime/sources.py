@@ -353,15 +353,19 @@ def engine_rows(frame: Any, per: int = 2500, seed: int = 0) -> list[dict[str, An
     (a seeded sample: the fit weighs every device and family alike, and a dense grid adds
     little beyond a few thousand shapes)."""
     frame = frame.sample(frac=1.0, random_state=seed).groupby(["device", "op"]).head(per)
-    cols = {c: frame[c].to_numpy() for c in frame.columns}
-    out = []
-    for i in range(len(frame)):
-        o = ops.Op(cols["op"][i], cols["dtype"][i],
-                   **{d: int(cols[d][i]) for d in ops.COLUMNS[2:]})
-        out.append({"source": cols["source"][i], "device": cols["device"][i], "group": "",
-                    "o": o, "time_us": float(cols["time_us"][i]),
-                    "framework": cols["framework"][i]})
-    return out
+    return [{"source": source, "device": device, "group": "", "o": o, "time_us": float(us),
+             "framework": framework}
+            for (o, device, _), source, framework, us in zip(
+                frame_ops(frame), frame["source"].tolist(), frame["framework"].tolist(),
+                frame["time_us"].tolist(), strict=True)]
+
+
+def frame_ops(frame: Any) -> Iterator[tuple[ops.Op, str, float]]:
+    """(Op, device, seconds) of each row of an engine-kernel frame."""
+    names = ("op", "dtype", *ops.COLUMNS[2:], "device", "time_us")
+    for op, dtype, b, m, n, k, h, g, device, t in zip(*(frame[c].tolist() for c in names),
+                                                      strict=True):
+        yield ops.Op(op, dtype, b, m, n, k, h, g), device, t * 1e-6
 
 
 def cited(rows: list[dict[str, Any]]) -> str:
