@@ -15,6 +15,7 @@ from pimbuild.errors import ConfigError
 from pimbuild.targets.gpus import fusion
 from pimbuild.targets.gpus.kerneltime import cli, grid, ops, sources
 from tests.conftest import artifact_dir
+from tests.targets.gpus.test_kernel_sources import write_lss
 
 SMALL = ["system=gpus", "model=llama3_8b", "model.size.hidden=256", "model.size.heads=4",
          "model.size.kv_heads=2", "model.size.ffn=512", "model.size.batch=4",
@@ -205,8 +206,11 @@ def test_aiconfigurator_bad_input_is_one_error(tmp_path: Path, capsys) -> None:
     with pytest.raises(ConfigError, match="not a readable Parquet file"):
         list(sources.aiconfigurator(broken))
     out = tmp_path / "e.parquet"
-    assert cli.main(["data", "--aiconfigurator", str(broken), "--engine-out", str(out)]) == 1
-    assert capsys.readouterr().err.startswith("error: ") and not out.exists()
+    lss = write_lss(tmp_path / "lss")
+    assert cli.main(["data", "--aiconfigurator", str(broken), "--llmservingsim", str(lss),
+                     "--engine-out", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "not a readable Parquet" in err and not out.exists()
     assert cli.main(["data"]) == 1
     assert "name a source" in capsys.readouterr().err
     with pytest.raises(ConfigError, match="cannot read engine kernel times"):

@@ -132,7 +132,7 @@ def test_every_device_file_is_catalogued_and_the_cuda_backend_tells_them_apart(t
                                                                               ) -> None:
     """A device is one YAML file plus its catalogue line in conf/config.yaml: every file under
     conf/device composes into a target, and a GPU's name picks exactly the device it is (an
-    H200 is not an H100, a 40 GB A100 not the 80 GB one, an RTX 4090 no catalogued device)."""
+    H200 is not an H100, a 40 GB A100 not the 80 GB one, an RTX 3090 no catalogued device)."""
     from pimbuild.targets.gpus import cuda
 
     names = sorted(p.stem for p in (REPO / "conf" / "device").glob("*.yaml"))
@@ -142,7 +142,8 @@ def test_every_device_file_is_catalogued_and_the_cuda_backend_tells_them_apart(t
                       ("NVIDIA A100-SXM4-80GB", ["a100"]), ("NVIDIA L40S", ["l40s"]),
                       ("NVIDIA L4", ["l4"]), ("NVIDIA B200", ["b200"]),
                       ("NVIDIA RTX PRO 6000 Blackwell Server Edition", ["rtxpro6000"]),
-                      ("NVIDIA A100-SXM4-40GB", []), ("NVIDIA GeForce RTX 4090", [])):
+                      ("NVIDIA A100-SXM4-40GB", []), ("NVIDIA GeForce RTX 4090", ["rtx4090"]),
+                      ("NVIDIA GeForce RTX 3090", [])):
         assert [k for k, d in devices.items() if cuda.matches(d.name, gpu)] == keys, gpu
 
 

@@ -1,15 +1,18 @@
 """``pimbuild-kernels``: the GPU kernel-time model's command (docs/gpus.md).
 
-    pimbuild-kernels data [--neusight DIR --vidur DIR --measured DIR] [--aiconfigurator WHEEL]
+    pimbuild-kernels data [--neusight DIR --vidur DIR... --measured DIR]
+                          [--aiconfigurator WHEEL --llmservingsim DIR]
     pimbuild-kernels fit [--exclude L4,A40] [--out FILE]
     pimbuild-kernels evaluate [--holdout L4,...] [--markdown FILE] [--json FILE]
     pimbuild-kernels predict OPS.csv --device l40s [--config-dir DIR] [--out FILE]
     pimbuild-kernels export RUN_DIR --device a100 --out a100.json
     pimbuild-kernels merge A.json B.json ... --out FILE
 
-``data`` rebuilds the compact measured files from the public sources: NeuSight's and Vidur's
-repositories (checkouts or bare clones) into ``measured_ops.csv.gz``, AIConfigurator's wheel
-(or its unpacked folder) into ``engine_kernels.parquet``; ``fit`` fits on both, leaving out
+``data`` rebuilds the compact measured files from the public sources: NeuSight's repository
+and Vidur's with its forks (checkouts or bare clones) into ``measured_ops.csv.gz``,
+AIConfigurator's wheel (or its unpacked folder) and LLMServingSim's repository into
+``engine_kernels.parquet``, each without the rows no GPU could produce
+(``sources.plausible``); ``fit`` fits on both, leaving out
 ``--exclude``d GPUs, and writes the fit (to ``kernel_model.json`` here unless ``--out`` says
 where: never over the shipped one by default) with its provenance, the families whose learned
 correction pays on held-out GPUs, and the 80% band predictions carry (leave-one-GPU-out);
@@ -60,24 +63,35 @@ def _writable(path: Path) -> None:
 
 
 def cmd_data(args: argparse.Namespace) -> None:
-    if not (args.neusight or args.vidur or args.aiconfigurator):
-        raise ConfigError("name a source: --neusight DIR --vidur DIR [--measured DIR] and/or "
-                          "--aiconfigurator WHEEL")
+    if not (args.neusight or args.vidur or args.aiconfigurator or args.llmservingsim):
+        raise ConfigError("name a source: --neusight DIR --vidur DIR [--vidur FORK ...] "
+                          "[--measured DIR] and/or --aiconfigurator WHEEL --llmservingsim DIR")
     if bool(args.neusight) != bool(args.vidur):
         raise ConfigError("--neusight and --vidur rebuild one file together: give both")
+    if bool(args.aiconfigurator) != bool(args.llmservingsim):
+        raise ConfigError("--aiconfigurator and --llmservingsim rebuild one file together: "
+                          "give both")
     for out in (args.out, args.engine_out):
         _writable(out)
+    gpus = sources.devices()
     if args.neusight:
-        rows = [*sources.neusight(args.neusight), *sources.vidur(args.vidur)]
+        rows = [*sources.neusight(args.neusight), *sources.vidur(*args.vidur)]
         for folder in args.measured:
             rows += sources.measured(folder)
+        rows, dropped = sources.plausible(rows, gpus)
         sources.write(rows, args.out)
-        print(f"wrote {args.out}: {len(rows)} rows")
+        print(f"wrote {args.out}: {len(rows)} rows{_dropped(dropped)}")
     if args.aiconfigurator:
-        rows = list(sources.aiconfigurator(args.aiconfigurator))
+        rows = [*sources.aiconfigurator(args.aiconfigurator),
+                *sources.llmservingsim(args.llmservingsim)]
+        rows, dropped = sources.plausible(rows, gpus)
         sources.write_engine(rows, args.engine_out)
         print(f"wrote {args.engine_out}: {len(rows)} rows of "
-              f"{len({r['device'] for r in rows})} GPUs")
+              f"{len({r['device'] for r in rows})} GPUs{_dropped(dropped)}")
+
+
+def _dropped(dropped: dict[str, int]) -> str:
+    return "".join(f"; {n} implausible {s} rows dropped" for s, n in sorted(dropped.items()))
 
 
 def logo(rows: list[dict[str, Any]], gpus: dict[str, ops.Gpu], devices: list[str],
@@ -347,7 +361,9 @@ def parser() -> argparse.ArgumentParser:
     sub = ap.add_subparsers(dest="cmd", required=True)
     d = sub.add_parser("data", help="rebuild the measured files from the public sources")
     d.add_argument("--neusight", type=Path, help="NeuSight's repository")
-    d.add_argument("--vidur", type=Path, help="Vidur's repository")
+    d.add_argument("--vidur", type=Path, action="append", default=[],
+                   help="Vidur's repository, then any forks with other GPUs (repeatable)")
+    d.add_argument("--llmservingsim", type=Path, help="LLMServingSim's repository")
     d.add_argument("--measured", type=Path, action="append", default=[],
                    help="a folder of bench/measure_ops.py's ops_*.csv")
     d.add_argument("--aiconfigurator", type=Path,

@@ -3,8 +3,9 @@ interpolated between measured neighbours.
 
 An op is *measured* where the grid holds its shape, *interpolated* where every corner of the
 box of measured shapes around it is held: multilinear in log time over the log of each
-interpolated dimension (a GEMM's rows, reduction and columns; attention's batch and length),
-the others (heads, KV heads, head dimension) matched exactly, and no measured neighbour more
+interpolated dimension (a GEMM's rows, reduction and columns; attention's batch and length; a
+vector op's rows), the others (heads, KV heads, head dimension, a prefill chunk's query length,
+a vector op's row length) matched exactly, and no measured neighbour more
 than ``SPAN`` times away on any dimension. Anything else is left to the fitted model
 (``None``). How far interpolation is trusted is measured by ``held_out``: each interior grid
 value of a dimension is dropped in turn and its rows interpolated from the values around it
@@ -33,8 +34,10 @@ from pimbuild.targets.gpus.kerneltime import ops, sources
 # (the dimensions interpolated in log space, the dimensions matched exactly) per op; the rows
 # of a linear are b*m
 AXES = {"linear": (("m", "n", "k"), ()),
-        "prefill_attention": (("b", "n"), ("m_is_n", "h", "g", "k")),
-        "decode_attention": (("b", "n"), ("h", "g", "k"))}
+        # chunk: 0 for a whole prompt (m = n), else the chunk's query length
+        "prefill_attention": (("b", "n"), ("chunk", "h", "g", "k")),
+        "decode_attention": (("b", "n"), ("h", "g", "k")),
+        **dict.fromkeys(ops.BINARY + ops.UNARY + ops.ROWS, (("b",), ("h",)))}
 SPAN = 4.0  # the largest ratio between an op's dimension and a measured neighbour's
 
 
@@ -43,7 +46,7 @@ def coordinates(o: ops.Op) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
     if o.op not in AXES:
         return None
     interp, exact = AXES[o.op]
-    values = {"m": o.b * o.m if o.op == "linear" else o.m, "m_is_n": int(o.m == o.n),
+    values = {"m": o.b * o.m if o.op == "linear" else o.m, "chunk": 0 if o.m == o.n else o.m,
               **{d: getattr(o, d) for d in ("b", "n", "k", "h", "g")}}
     if o.op == "linear":
         values["b"] = 1
@@ -134,13 +137,17 @@ def build(frame: Any, gpus: dict[str, ops.Gpu] | None = None) -> dict[str, Grid]
 
 
 def moved_bytes(frame: Any) -> np.ndarray:
-    """Each row's bytes moved at least once (``ops.Op.work``'s, vectorised for the ops a
-    grid holds)."""
+    """Each row's bytes moved at least once (``ops.Op.work``'s, vectorised for GEMMs and
+    attention, the bulk of a grid)."""
     e = frame["dtype"].map(ops.DTYPE_BYTES).to_numpy(dtype=float)
     b, m, n, k, h, g = (frame[c].to_numpy(dtype=float) for c in ("b", "m", "n", "k", "h", "g"))
-    gemm = e * (b * m * n + n * k + b * m * k)
-    attention = e * b * k * (2 * m * h + 2 * n * g)
-    return np.where(frame["op"].to_numpy() == "linear", gemm, attention)
+    op = frame["op"].to_numpy()
+    moved = np.where(op == "linear", e * (b * m * n + n * k + b * m * k),
+                     e * b * k * (2 * m * h + 2 * n * g))
+    vector = ~np.isin(op, ("linear", *ops.ATTENTION))
+    if vector.any():
+        moved[vector] = [o.work()[1] for o, _, _ in sources.frame_ops(frame[vector])]
+    return moved
 
 
 def sustained_bandwidth(frame: Any, gpu: ops.Gpu) -> float:

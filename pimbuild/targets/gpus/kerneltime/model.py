@@ -30,6 +30,7 @@ one, fitted on every measured device, with its provenance.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
@@ -58,6 +59,12 @@ ROUNDS = 400
 NO_CAP = 1e9
 
 
+# bound and features are pure functions of (op, GPU), asked again for the same rows by every
+# fit of a leave-one-GPU-out run: cached (a fit's rows fit well within the bound)
+CACHED = 2**19
+
+
+@functools.lru_cache(maxsize=CACHED)
 def bound(o: ops.Op, gpu: ops.Gpu) -> tuple[float, float]:
     """(compute, memory) seconds at the spec sheet's peak rates."""
     flops, moved = o.work()
@@ -109,7 +116,8 @@ def combine(t: dict[str, np.ndarray], eff_compute: dict[str, Any],
                                                t["t_m"] / eff_memory[t["family"]]) + harness
 
 
-def features(o: ops.Op, gpu: ops.Gpu) -> list[float]:
+@functools.lru_cache(maxsize=CACHED)
+def features(o: ops.Op, gpu: ops.Gpu) -> tuple[float, ...]:
     """The learned part's inputs: the op's work and shape, and where it sits against the
     device (bound times, waves, working set over L2, intensity over the ridge point), but no
     absolute device numbers: with a dozen GPUs a tree on them learns each GPU's (and each
@@ -121,12 +129,12 @@ def features(o: ops.Op, gpu: ops.Gpu) -> list[float]:
     rows = o.b * o.m if o.op == "linear" else o.m if o.op in ("bmm", *ops.ATTENTION) else o.b
     inner = o.n if o.op in ops.GEMMS + ops.ATTENTION else o.h
     peak = gpu.tensor_tflops if o.tensor else gpu.fp32_tflops
-    return [FAMILIES.index(o.family), ops.OPS.index(o.op), float(o.tensor),
+    return (FAMILIES.index(o.family), ops.OPS.index(o.op), float(o.tensor),
             ops.DTYPE_BYTES[o.dtype], lg(flops + 1), lg(moved), lg(max(t_c, 1e-12)),
             lg(t_m), lg(max(t_c, 1e-12) / t_m), lg(rows), lg(inner), lg(o.k),
             lg(o.b if o.op in ("bmm", *ops.ATTENTION) else 1), ops.waves(o, gpu),
             lg(moved / (gpu.l2_mb * 2**20)), lg(peak * 1e3 / gpu.mem_gbps), lg(o.h / o.g),
-            lg(ops.blocks(o) / gpu.sms)]
+            lg(ops.blocks(o) / gpu.sms))
 
 
 FEATURES = len(features(ops.Op("add", "fp32", 1), ops.Gpu("", 1, 1, 1, 1, 1, 1, 1)))

@@ -8,13 +8,16 @@ reduced to one compact file (``pimbuild/targets/gpus/kerneltime/data/measured_op
   ``scripts/asplos/data/dataset/test/{linear,bmm,elem,softmax,ln}.csv``: fp32 (TF32 off) on
   P4, P100, T4, V100, two A100s, L4 and H100; ``Latency`` in ms is the mean of the fastest
   samples of one eager call between two CUDA events, so it includes the host's dispatch;
-- **Vidur** (github ``microsoft/vidur``, MIT licence): ``data/profiling/compute/{a100,a40,
-  h100}/<model>/mlp.csv``, fp16 LLM operators (projections, RoPE, RMSNorm, SwiGLU, add) per
-  token count and tensor-parallel degree, kernel times in ms (median kept) at 1 us resolution;
+- **Vidur** (github ``microsoft/vidur``, MIT licence) and its forks with other GPUs (github
+  ``pouyahmdn/vidur``: A10; ``akaashrp/vidur``: RTX 4090, T4; MIT):
+  ``data/profiling/compute/<gpu>/<model>/mlp.csv``, fp16 LLM operators (projections, RoPE,
+  RMSNorm, SwiGLU, add) per token count and tensor-parallel degree, kernel times in ms (median
+  kept) at 1 us resolution; a file a fork copied from Vidur is read once;
 - **ours**: ``docs/measurements/kernels_h200/ops_*.csv`` from ``bench/measure_ops.py`` on an
   H200 (fp32, bf16, fp16; kernel time, dispatch excluded).
 
-Each row: ``source, device, group, op, dtype, b, m, n, k, h, time_us``. ``group`` names the
+Each row: ``source, device, group, op, dtype, b, m, n, k, h, time_us``. ``plausible`` drops
+rows no GPU could produce (see there). ``group`` names the
 Vidur layer a row belongs to (``model|tokens|tp``), so a layer's kernels can be summed.
 """
 
@@ -23,12 +26,15 @@ from __future__ import annotations
 import csv
 import gzip
 import io
+import json
 import math
 import re
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+import yaml
 
 from pimbuild.errors import ConfigError
 from pimbuild.targets.gpus.kerneltime import ops
@@ -42,11 +48,12 @@ NEUSIGHT_DEVICES = {"Tesla P4": "P4", "Tesla P100-PCIE-16GB": "P100-PCIe-16GB",
                     "NVIDIA A100-PCIE-40GB": "A100-PCIe-40GB",
                     "NVIDIA A100 80GB PCIe": "A100-PCIe-80GB", "NVIDIA L4": "L4",
                     "NVIDIA H100 80GB HBM3": "H100-SXM"}
-VIDUR_DEVICES = {"a100": "A100-SXM-80GB", "a40": "A40", "h100": "H100-SXM"}
+VIDUR_DEVICES = {"a100": "A100-SXM-80GB", "a40": "A40", "h100": "H100-SXM", "a10": "A10",
+                 "rtx4090": "RTX4090", "t4": "T4"}
 NEUSIGHT_TEST = "scripts/asplos/data/dataset/test"
 VIDUR_COMPUTE = "data/profiling/compute"
-# Vidur's token counts kept for models other than Llama-2-7B (which keeps all): a
-# geometric spread, so the file stays small.
+# Vidur's token counts kept for its forks and for models other than Llama-2-7B (which keeps
+# all in Vidur's own repository): a geometric spread, so the file stays small.
 VIDUR_TOKENS = {1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768,
                 1024, 1536, 2048, 3072, 4096}
 
@@ -133,29 +140,72 @@ def _vidur_ops(r: dict[str, str]) -> Iterator[tuple[str, ops.Op]]:
     yield "add", vec("add", d)
 
 
-def vidur(root: Path) -> Iterator[dict[str, Any]]:
-    """Vidur's profiled LLM operators (fp16), gated-MLP models only (LLaMA-style layers)."""
-    repo = Repo(root)
-    files = [p for p in repo.list(VIDUR_COMPUTE) if p.endswith("/mlp.csv")]
-    if not files:
-        raise ConfigError(f"{root} has no {VIDUR_COMPUTE}/*/mlp.csv: is it Vidur's "
-                          f"repository?")
-    for path in files:
-        parts = path.split("/")
-        device = VIDUR_DEVICES.get(parts[3])
-        model = "/".join(parts[4:-1])
-        text = repo.read(path)
-        if device is None or text is None:
-            continue
-        keep_all = model.endswith("Llama-2-7b-hf")
-        for r in csv.DictReader(io.StringIO(text)):
-            if r["use_gated_mlp"] != "True" or \
-                    (not keep_all and int(r["num_tokens"]) not in VIDUR_TOKENS):
+def vidur(*roots: Path) -> Iterator[dict[str, Any]]:
+    """Vidur's profiled LLM operators (fp16), gated-MLP models only (LLaMA-style layers), from
+    Vidur's repository and its forks; a (GPU, model) file met twice is read the first time."""
+    seen: set[str] = set()
+    for i, root in enumerate(roots):
+        repo = Repo(root)
+        files = [p for p in repo.list(VIDUR_COMPUTE) if p.endswith("/mlp.csv")]
+        if not files:
+            raise ConfigError(f"{root} has no {VIDUR_COMPUTE}/*/mlp.csv: is it Vidur's "
+                              f"repository or a fork of it?")
+        for path in files:
+            parts = path.split("/")
+            device = VIDUR_DEVICES.get(parts[3])
+            text = repo.read(path) if path not in seen else None
+            if device is None or text is None:
                 continue
-            group = f"{model}|{r['num_tokens']}|{r['num_tensor_parallel_workers']}"
-            for column, o in _vidur_ops(r):
-                yield _row("vidur", device, group, o,
-                           float(r[f"time_stats.{column}.median"]) * 1e3)
+            seen.add(path)
+            model = "/".join(parts[4:-1])
+            yield from _vidur_file(text, device, model, i == 0 and model.endswith("Llama-2-7b-hf"))
+
+
+def _vidur_file(text: str, device: str, model: str,
+                keep_all: bool) -> Iterator[dict[str, Any]]:
+    for r in csv.DictReader(io.StringIO(text)):
+        if r["use_gated_mlp"] != "True" or \
+                (not keep_all and int(r["num_tokens"]) not in VIDUR_TOKENS):
+            continue
+        group = f"{model}|{r['num_tokens']}|{r['num_tensor_parallel_workers']}"
+        for column, o in _vidur_ops(r):
+            ms = _time(r.get(f"time_stats.{column}.median"))
+            if ms is not None:  # a blank cell (some forks hold them) is no measurement
+                yield _row("vidur", device, group, o, ms * 1e3)
+
+
+def _time(text: str | None) -> float | None:
+    """A positive finite time from a CSV cell, else None."""
+    try:
+        t = float(text or "")
+    except ValueError:
+        return None
+    return t if t > 0 and math.isfinite(t) else None
+
+
+def plausible(rows: list[dict[str, Any]], gpus: dict[str, ops.Gpu],
+              slack: float = 1.1) -> tuple[list[dict[str, Any]], dict[str, int]]:
+    """``rows`` without those no GPU could produce, and the count dropped per source: a time
+    that is not positive and finite, or a kernel moving over twice the GPU's L2 faster than
+    ``slack`` times its DRAM bandwidth allows (a unit or copying slip, not a measurement).
+    Rows of GPUs without specs are kept."""
+    kept, dropped = [], {}
+    for r in rows:
+        o, t, gpu = r["o"] if "o" in r else _op(r), float(r["time_us"]), gpus.get(r["device"])
+        ok = t > 0 and math.isfinite(t)
+        if ok and gpu is not None:
+            moved = o.work()[1]
+            ok = moved <= 2 * gpu.l2_mb * 2**20 or \
+                moved / (t * 1e-6) <= slack * gpu.mem_gbps * 1e9
+        if ok:
+            kept.append(r)
+        else:
+            dropped[r["source"]] = dropped.get(r["source"], 0) + 1
+    return kept, dropped
+
+
+def _op(r: dict[str, Any]) -> ops.Op:
+    return ops.Op(r["op"], r["dtype"], *(int(r.get(c, 1) or 1) for c in ops.COLUMNS[2:]))
 
 
 def measured(folder: Path, device: str = "H200-SXM",
@@ -209,7 +259,9 @@ AIC_DEVICES = {"a100_sxm": "A100-SXM-80GB", "l40s": "L40S", "h100_sxm": "H100-SX
 AIC_ROOT = "aiconfigurator_core/systems/data"
 AIC_FRAMEWORK = "vllm"  # the serving engine whose kernels the GPU target models
 LICENCES = {"aiconfigurator": "Apache-2.0 (PyPI aiconfigurator-core, NVIDIA AIConfigurator)",
-            "neusight": "MIT (github sitar-lab/NeuSight)", "vidur": "MIT (github microsoft/vidur)",
+            "neusight": "MIT (github sitar-lab/NeuSight)",
+            "vidur": "MIT (github microsoft/vidur, pouyahmdn/vidur, akaashrp/vidur)",
+            "llmservingsim": "MIT (github casys-kaist/LLMServingSim)",
             "ours": "pimbuild's own runs (docs/measurements/kernels_h200)"}
 ENGINE = DATA / "engine_kernels.parquet"
 ROW_GROUP = 16_384  # rows per Parquet row group: a device's rows are read without the rest
@@ -313,6 +365,76 @@ def aiconfigurator(path: Path, framework: str = AIC_FRAMEWORK) -> Iterator[dict[
                                        else v) for k, v in r.items()})
             yield {**_row("aiconfigurator", AIC_DEVICES[gpu], "", o, r["latency"] * 1e3),
                    "framework": framework, "version": version, "kernel": r["kernel_source"]}
+
+
+# LLMServingSim (github ``casys-kaist/LLMServingSim``, MIT): per-layer vLLM profiles,
+# ``profiler/perf/<gpu>/<model>/<variant>/{meta.yaml, tp1/dense.csv, tp1/attention.csv}``, the
+# model's shapes from ``configs/model/<model>.json`` (its Hugging Face config). The GPU folders
+# as the measured GPUs of ``devices.csv``.
+LSS_DEVICES = {"RTX4090": "RTX4090", "RTXPRO6000": "RTX-PRO-6000-Server"}
+LSS_PERF = "profiler/perf"
+LSS_DTYPES = {"bf16": "bf16", "fp16": "fp16"}
+
+
+def _lss_dense(c: dict[str, Any], dtype: str) -> dict[str, Any]:
+    """The engine kernel of each ``dense.csv`` layer name, as a function of the token count
+    (vLLM's layers; ``layernorm`` is its fused residual add + RMSNorm)."""
+    d, heads = c["hidden_size"], c["num_attention_heads"]
+    kv, hd = c.get("num_key_value_heads", heads), c.get("head_dim") or d // heads
+    ffn = c["intermediate_size"]
+    def lin(n: int, k: int) -> Any:
+        return lambda t: ops.Op("linear", dtype, 1, t, n, k)
+    def vec(name: str, h: int) -> Any:
+        return lambda t: ops.Op(name, dtype, t, h=h)
+    return {"qkv_proj": lin(d, (heads + 2 * kv) * hd), "o_proj": lin(heads * hd, d),
+            "gate_up_proj": lin(d, 2 * ffn), "down_proj": lin(ffn, d),
+            "act_fn": vec("silu_mul", ffn), "rotary_emb": vec("rope", (heads + kv) * hd),
+            "layernorm": vec("add_rmsnorm", d), "final_layernorm": vec("add_rmsnorm", d)}
+
+
+def _lss_attention(r: dict[str, str], c: dict[str, Any], dtype: str) -> ops.Op | None:
+    """The attention kernel of an ``attention.csv`` row that is pure prefill (one chunk after
+    ``kv_prefill`` cached positions) or pure decode (``n_decode`` sequences over
+    ``kv_decode`` positions each); None for a mixed batch or an empty one."""
+    heads = c["num_attention_heads"]
+    kv, hd = c.get("num_key_value_heads", heads), c.get("head_dim") or \
+        c["hidden_size"] // heads
+    chunk, past, n, length = (int(r[x]) for x in ("prefill_chunk", "kv_prefill", "n_decode",
+                                                   "kv_decode"))
+    if chunk and not n:
+        return ops.Op("prefill_attention", dtype, 1, chunk, chunk + past, hd, heads, kv)
+    if n and not chunk and length:
+        return ops.Op("decode_attention", dtype, n, 1, length, hd, heads, kv)
+    return None
+
+
+def llmservingsim(root: Path) -> Iterator[dict[str, Any]]:
+    """LLMServingSim's tensor-parallel-1 vLLM profiles of the GPUs of ``LSS_DEVICES``: the
+    dense layers and the attention kernel of each profiled model (MoE layers not read)."""
+    repo = Repo(root)
+    metas = [p for p in repo.list(LSS_PERF) if p.endswith("/meta.yaml")]
+    if not metas:
+        raise ConfigError(f"{root} has no {LSS_PERF}/**/meta.yaml: is it LLMServingSim's "
+                          f"repository?")
+    for path in metas:
+        folder = path.rsplit("/", 1)[0]
+        meta = yaml.safe_load(repo.read(path) or "") or {}
+        device, dtype = LSS_DEVICES.get(meta.get("hardware")), LSS_DTYPES.get(meta.get("variant"))
+        config = repo.read(f"configs/model/{meta.get('model')}.json")
+        if device is None or dtype is None or config is None:
+            continue
+        c = json.loads(config)
+        tag = {"framework": "vllm", "version": str(meta.get("vllm_version", ""))}
+        dense = _lss_dense(c, dtype)
+        for r in csv.DictReader(io.StringIO(repo.read(f"{folder}/tp1/dense.csv") or "")):
+            us = _time(r.get("time_us"))
+            if r.get("layer") in dense and us is not None:
+                o = dense[r["layer"]](int(r["tokens"]))
+                yield {**_row("llmservingsim", device, "", o, us), **tag, "kernel": r["layer"]}
+        for r in csv.DictReader(io.StringIO(repo.read(f"{folder}/tp1/attention.csv") or "")):
+            o, us = _lss_attention(r, c, dtype), _time(r.get("time_us"))
+            if o is not None and us is not None:
+                yield {**_row("llmservingsim", device, "", o, us), **tag, "kernel": "attention"}
 
 
 def write_engine(rows: list[dict[str, Any]], path: Path = ENGINE) -> None:
