@@ -37,26 +37,75 @@ def offline(n: int, input_tokens: int, output_tokens: int) -> list[Request]:
     return [Request(0.0, input_tokens, output_tokens) for _ in range(n)]
 
 
+# JSON-lines keys: ours, then LLMServingSim's workloads (github casys-kaist/LLMServingSim,
+# ``workloads/*.jsonl``: ``input_toks, output_toks, arrival_time_ns``)
+JSON_KEYS = (("arrival_s", "input_tokens", "output_tokens", 1.0),
+             ("arrival_time_ns", "input_toks", "output_toks", 1e-9))
+
+
 def trace(path: Path) -> list[Request]:
-    """A CSV with columns ``arrival_s, input_tokens, output_tokens`` (header required)."""
+    """A CSV with the columns ``arrival_s, input_tokens, output_tokens`` (header required),
+    or JSON lines (``.jsonl``) with those keys or LLMServingSim's (``JSON_KEYS``)."""
+    path = Path(path)
     try:
-        with path.open(newline="") as f:
-            rows = list(csv.DictReader(f))
-    except OSError as e:
-        raise ConfigError(f"cannot read the arrival trace {path}: {e.strerror}") from None
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError(f"cannot read the arrival trace {path}: "
+                          f"{getattr(e, 'strerror', None) or e}") from None
+    rows = _jsonl(path, text) if path.suffix == ".jsonl" else _csv(path, text)
+    out = []
+    for line, (arrival, prompt, output) in rows:
+        try:
+            r = Request(float(arrival), _whole(prompt), _whole(output))
+        except (TypeError, ValueError):
+            raise ConfigError(f"{path}:{line}: not a number in ({arrival!r}, {prompt!r}, "
+                              f"{output!r})") from None
+        if not r.arrival_s >= 0 or r.arrival_s == float("inf") or r.input_tokens < 0 \
+                or r.output_tokens < 1:
+            raise ConfigError(f"{path}:{line}: arrival_s and input_tokens must be finite and "
+                              f">= 0 and output_tokens >= 1 (got {r.arrival_s}, "
+                              f"{r.input_tokens}, {r.output_tokens})")
+        out.append(r)
+    if not out:
+        raise ConfigError(f"the arrival trace {path} holds no requests")
+    return sorted(out, key=lambda r: r.arrival_s)
+
+
+def _whole(v: object) -> int:
+    if isinstance(v, bool) or (isinstance(v, float) and not v.is_integer()):
+        raise ValueError(v)
+    return int(v)  # type: ignore[call-overload]
+
+
+def _csv(path: Path, text: str) -> list[tuple[int, tuple]]:
+    import io
+
+    rows = list(csv.DictReader(io.StringIO(text)))
     need = {"arrival_s", "input_tokens", "output_tokens"}
     if not rows or not need <= set(rows[0]):
         raise ConfigError(f"the arrival trace {path} needs a header with the columns "
                           f"{', '.join(sorted(need))}")
+    return [(line, (r["arrival_s"], r["input_tokens"], r["output_tokens"]))
+            for line, r in enumerate(rows, start=2)]
+
+
+def _jsonl(path: Path, text: str) -> list[tuple[int, tuple]]:
+    import json
+
     out = []
-    for line, row in enumerate(rows, start=2):
+    for line, raw in enumerate(text.splitlines(), start=1):
+        if not raw.strip():
+            continue
         try:
-            r = Request(float(row["arrival_s"]), int(row["input_tokens"]),
-                        int(row["output_tokens"]))
-        except ValueError:
-            raise ConfigError(f"{path}:{line}: not a number in {dict(row)}") from None
-        if r.arrival_s < 0 or r.input_tokens < 0 or r.output_tokens < 1:
-            raise ConfigError(f"{path}:{line}: arrival_s and input_tokens must be >= 0 and "
-                              f"output_tokens >= 1")
-        out.append(r)
-    return sorted(out, key=lambda r: r.arrival_s)
+            r = json.loads(raw)
+        except ValueError as e:
+            raise ConfigError(f"{path}:{line}: not JSON ({e})") from None
+        keys = next((k for k in JSON_KEYS if isinstance(r, dict) and k[0] in r), None)
+        if keys is None or not all(k in r for k in keys[1:3]):
+            raise ConfigError(f"{path}:{line}: needs the keys "
+                              f"{' or '.join(', '.join(k[:3]) for k in JSON_KEYS)}")
+        scale = keys[3]
+        arrival = r[keys[0]] * scale if isinstance(r[keys[0]], (int, float)) and \
+            not isinstance(r[keys[0]], bool) else r[keys[0]]
+        out.append((line, (arrival, r[keys[1]], r[keys[2]])))
+    return out

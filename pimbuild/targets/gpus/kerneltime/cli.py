@@ -31,7 +31,6 @@ from __future__ import annotations
 import argparse
 import csv
 import datetime
-import importlib.resources
 import json
 import math
 import sys
@@ -39,10 +38,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from omegaconf import OmegaConf
-
 from pimbuild.errors import ConfigError
-from pimbuild.targets.gpus.kerneltime import evaluate, grid, model, ops, sources, tables
+from pimbuild.targets.gpus.kerneltime import clock, evaluate, grid, model, ops, sources, tables
 
 
 def _names(text: str | None) -> list[str]:
@@ -253,26 +250,8 @@ def engine_markdown(engine: list[dict], fig: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def catalogue_gpu(name: str, config_dir: Path | None) -> tuple[ops.Gpu, str | None]:
-    """A device of the catalogue (``conf/device/<name>.yaml``, or the user's
-    ``--config-dir``'s ``device/<name>.yaml``) or a measured GPU (``devices.csv``), and its
-    name in the shipped measured data (None: not measured)."""
-    catalogue = Path(str(importlib.resources.files("pimbuild.conf").joinpath("device")))
-    for folder in ([config_dir / "device"] if config_dir else []) + [catalogue]:
-        path = folder / f"{name}.yaml"
-        if path.is_file():
-            spec = OmegaConf.to_container(OmegaConf.load(path))
-            spec.pop("defaults", None)
-            return ops.gpu_of(spec), spec.get("measured_as")
-    measured = sources.devices()
-    if name in measured:
-        return measured[name], name
-    known = sorted(p.stem for p in catalogue.glob("*.yaml")) + sorted(measured)
-    raise ConfigError(f"unknown device '{name}' (choices: {', '.join(known)})")
-
-
 def cmd_predict(args: argparse.Namespace) -> None:
-    gpu, measured_as = catalogue_gpu(args.device, args.config_dir)
+    gpu, _, measured_as = clock.catalogue_gpu(args.device, args.config_dir)
     out = args.out or args.ops.with_name(args.ops.stem + f"_{args.device}.csv")
     _writable(out)
     found, _ = ops.read(args.ops)
@@ -280,7 +259,7 @@ def cmd_predict(args: argparse.Namespace) -> None:
     began = time.perf_counter()
     seconds = fitted.predict(found, [gpu] * len(found))
     elapsed = time.perf_counter() - began
-    held = measured_grid(measured_as)
+    held = clock.measured_grid(measured_as)
     band = fitted.provenance.get("held_out_error", {})
     tmp = out.with_name(out.name + ".tmp")
     with tmp.open("w", newline="") as f:
@@ -305,11 +284,6 @@ def cmd_predict(args: argparse.Namespace) -> None:
     print(f"wrote {out}: {len(found)} ops on {gpu.name} ("
           + ", ".join(f"{n} {k}" for k, n in sorted(counts.items()))
           + f"); the model predicted them in {elapsed:.2f} s")
-
-
-def measured_grid(name: str | None) -> Any:
-    """The shipped measured grid of the GPU called ``name``, None if it has none."""
-    return grid.load([name]).get(name) if name else None
 
 
 def _stage_dir(run: Path, stage: str) -> Path:

@@ -158,10 +158,11 @@ def vidur(*roots: Path) -> Iterator[dict[str, Any]]:
                 continue
             seen.add(path)
             model = "/".join(parts[4:-1])
-            yield from _vidur_file(text, device, model, i == 0 and model.endswith("Llama-2-7b-hf"))
+            yield from _vidur_file(text, device, model, "vidur" if i == 0 else "vidur_fork",
+                                   i == 0 and model.endswith("Llama-2-7b-hf"))
 
 
-def _vidur_file(text: str, device: str, model: str,
+def _vidur_file(text: str, device: str, model: str, source: str,
                 keep_all: bool) -> Iterator[dict[str, Any]]:
     for r in csv.DictReader(io.StringIO(text)):
         if r["use_gated_mlp"] != "True" or \
@@ -171,7 +172,7 @@ def _vidur_file(text: str, device: str, model: str,
         for column, o in _vidur_ops(r):
             ms = _time(r.get(f"time_stats.{column}.median"))
             if ms is not None:  # a blank cell (some forks hold them) is no measurement
-                yield _row("vidur", device, group, o, ms * 1e3)
+                yield _row(source, device, group, o, ms * 1e3)
 
 
 def _time(text: str | None) -> float | None:
@@ -232,10 +233,11 @@ def write(rows: list[dict[str, Any]], path: Path) -> None:
 
 
 def load(path: Path = MEASURED) -> list[dict[str, Any]]:
-    """The measured rows, each with its ``Op`` under ``"o"``; a ConfigError if unreadable."""
+    """The measured rows a fit uses (not those of ``NOT_FITTED``), each with its ``Op`` under
+    ``"o"``; a ConfigError if unreadable."""
     try:
         with gzip.open(path, "rt", newline="") as f:
-            rows = list(csv.DictReader(f))
+            rows = [r for r in csv.DictReader(f) if r.get("source") not in NOT_FITTED]
     except (OSError, EOFError, UnicodeDecodeError) as e:
         raise ConfigError(f"cannot read measured ops {path}: {e}") from None
     for i, r in enumerate(rows):
@@ -260,7 +262,8 @@ AIC_ROOT = "aiconfigurator_core/systems/data"
 AIC_FRAMEWORK = "vllm"  # the serving engine whose kernels the GPU target models
 LICENCES = {"aiconfigurator": "Apache-2.0 (PyPI aiconfigurator-core, NVIDIA AIConfigurator)",
             "neusight": "MIT (github sitar-lab/NeuSight)",
-            "vidur": "MIT (github microsoft/vidur, pouyahmdn/vidur, akaashrp/vidur)",
+            "vidur": "MIT (github microsoft/vidur)",
+            "vidur_fork": "MIT (github pouyahmdn/vidur, akaashrp/vidur)",
             "llmservingsim": "MIT (github casys-kaist/LLMServingSim)",
             "ours": "pimbuild's own runs (docs/measurements/kernels_h200)"}
 ENGINE = DATA / "engine_kernels.parquet"
@@ -374,6 +377,13 @@ def aiconfigurator(path: Path, framework: str = AIC_FRAMEWORK) -> Iterator[dict[
 LSS_DEVICES = {"RTX4090": "RTX4090", "RTXPRO6000": "RTX-PRO-6000-Server"}
 LSS_PERF = "profiler/perf"
 LSS_DTYPES = {"bf16": "bf16", "fp16": "fp16"}
+# Sources kept and shipped but not fitted to. LLMServingSim times a vLLM layer module in
+# eager mode (its hooks, the KV-cache write inside ``attention``), not one kernel: its rows
+# serve as measured tables. Vidur's forks (consumer and inference cards, fp16) made the fit
+# worse on the GPUs held out from it (docs/measurements/kernel_model.md: nested
+# leave-one-GPU-out, the A100's and H200's bf16 GEMMs from 11% and 10% median error to
+# 20% and 19%), so they are imported for a later fit to use, not used.
+NOT_FITTED = {"llmservingsim", "vidur_fork"}
 
 
 def _lss_dense(c: dict[str, Any], dtype: str) -> dict[str, Any]:
@@ -473,7 +483,8 @@ def load_engine(path: Path = ENGINE, devices: list[str] | None = None) -> Any:
 def engine_rows(frame: Any, per: int = 2500, seed: int = 0) -> list[dict[str, Any]]:
     """Rows of an engine-kernel frame as ``load``'s, at most ``per`` of each device and op
     (a seeded sample: the fit weighs every device and family alike, and a dense grid adds
-    little beyond a few thousand shapes)."""
+    little beyond a few thousand shapes), without the sources of ``NOT_FITTED``."""
+    frame = frame[~frame["source"].isin(NOT_FITTED)]
     frame = frame.sample(frac=1.0, random_state=seed).groupby(["device", "op"]).head(per)
     return [{"source": source, "device": device, "group": "", "o": o, "time_us": float(us),
              "framework": framework}

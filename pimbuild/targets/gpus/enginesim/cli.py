@@ -1,0 +1,169 @@
+"""``pimbuild-serve``: serve a request trace on one GPU as vLLM would, with step times from the
+GPU's engine-kernel times (measured where the shipped data hold them), and compare with a
+measured vLLM run (docs/gpus.md, "Serving as an engine runs it").
+
+    pimbuild-serve --trace REQUESTS.jsonl --model-config config.json --device rtx4090
+                   [--config-dir DIR] [--max-num-seqs 256] [--max-num-batched-tokens 2048]
+                   [--block-size 16] [--gpu-memory-utilization 0.9] [--kv-blocks N]
+                   [--measured VLLM_REQUESTS.jsonl] [--json OUT]
+
+``--kv-blocks`` gives the KV-cache size vLLM reported at start-up (its ``num_gpu_blocks``);
+without it the blocks come from the device's memory (``shape.Memory``). ``--measured`` reads
+vLLM's per-request records (``input_toks, output_toks, queued_ts, first_token_ts,
+last_token_ts``, as LLMServingSim's examples hold them) and prints them beside the
+simulation. Bad input is one ``error:`` line and exit 1, with nothing written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from pimbuild.errors import ConfigError
+from pimbuild.targets.gpus import arrivals
+from pimbuild.targets.gpus.engine import percentile
+from pimbuild.targets.gpus.enginesim import scheduler, shape
+from pimbuild.targets.gpus.enginesim.steps import Steps
+from pimbuild.targets.gpus.kerneltime import clock
+
+METRICS = ("ttft", "tpot", "latency")
+STATS = ("mean", "p50", "p90", "p99")
+
+
+def summary(per: dict[str, list[float]]) -> dict[str, dict[str, float]]:
+    """Mean and percentiles (nearest rank) of each metric, in milliseconds."""
+    out = {}
+    for k, values in per.items():
+        v = sorted(x * 1e3 for x in values)
+        out[k] = {"mean": sum(v) / len(v) if v else 0.0,
+                  **{f"p{q}": percentile(v, q) for q in (50, 90, 99)}}
+    return out
+
+
+def simulated(run: scheduler.Run) -> dict[str, list[float]]:
+    done = run.seqs
+    return {"ttft": [s.first_s - s.req.arrival_s for s in done],
+            "tpot": [(s.finish_s - s.first_s) / (s.req.output_tokens - 1) for s in done
+                     if s.req.output_tokens > 1],
+            "latency": [s.finish_s - s.req.arrival_s for s in done]}
+
+
+def measured(path: Path) -> dict[str, list[float]]:
+    """vLLM's per-request records: times from queueing, TPOT over the tokens after the first."""
+    per: dict[str, list[float]] = {k: [] for k in METRICS}
+    try:
+        lines = Path(path).read_text().splitlines()
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError(f"cannot read measured requests {path}: {e}") from None
+    for i, raw in enumerate(lines, start=1):
+        if not raw.strip():
+            continue
+        try:
+            r = json.loads(raw)
+            q, first, last = (float(r[k]) for k in ("queued_ts", "first_token_ts",
+                                                     "last_token_ts"))
+            out = int(r["output_toks"])
+        except (ValueError, KeyError, TypeError) as e:
+            raise ConfigError(f"{path}:{i}: not a vLLM request record ({e})") from None
+        per["ttft"].append(first - q)
+        per["latency"].append(last - q)
+        if out > 1:
+            per["tpot"].append((last - first) / (out - 1))
+    if not per["ttft"]:
+        raise ConfigError(f"{path} holds no request records")
+    return per
+
+
+def limits(args: argparse.Namespace, m: shape.LlmShape, spec: dict[str, Any]
+           ) -> tuple[scheduler.Limits, int]:
+    """The engine's limits and the KV blocks the memory model gives."""
+    for name in ("max_num_seqs", "max_num_batched_tokens", "block_size"):
+        if getattr(args, name) < 1:
+            raise ConfigError(f"--{name.replace('_', '-')} must be >= 1")
+    if not 0 < args.gpu_memory_utilization <= 1:
+        raise ConfigError("--gpu-memory-utilization must be in (0, 1]")
+    memory_gb = spec.get("memory_gb")
+    if not isinstance(memory_gb, (int, float)) or memory_gb <= 0:
+        raise ConfigError(f"device '{args.device}' has no memory_gb")
+    # a GPU's "GB" of memory are GiB (a 24 GB RTX 4090 holds 24 x 2^30 bytes of GDDR6X)
+    modelled = shape.Memory(memory_gb * 2**30, args.gpu_memory_utilization).kv_blocks(
+        m, args.block_size, args.max_num_batched_tokens, args.max_num_seqs)
+    if args.kv_blocks is not None and args.kv_blocks < 1:
+        raise ConfigError("--kv-blocks must be >= 1")
+    return scheduler.Limits(args.max_num_seqs, args.max_num_batched_tokens, args.block_size,
+                            args.kv_blocks or modelled), modelled
+
+
+def table(sim: dict, ref: dict | None) -> str:
+    lines = ["| metric (ms) | simulated | vLLM measured | difference |", "|---|---:|---:|---:|"]
+    for k in METRICS:
+        for q in STATS:
+            s = sim[k][q]
+            r = ref[k][q] if ref else None
+            diff = f"{s / r - 1:+.1%}" if r else ""
+            lines.append(f"| {k.upper()} {q} | {s:,.1f} | "
+                         f"{'' if r is None else f'{r:,.1f}'} | {diff} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="pimbuild-serve", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--trace", type=Path, required=True)
+    ap.add_argument("--model-config", type=Path, required=True,
+                    help="the model's Hugging Face config.json")
+    ap.add_argument("--device", required=True)
+    ap.add_argument("--config-dir", type=Path)
+    ap.add_argument("--max-num-seqs", type=int, default=256)
+    ap.add_argument("--max-num-batched-tokens", type=int, default=2048)
+    ap.add_argument("--block-size", type=int, default=16)
+    ap.add_argument("--gpu-memory-utilization", type=float, default=0.9)
+    ap.add_argument("--kv-blocks", type=int)
+    ap.add_argument("--measured", type=Path)
+    ap.add_argument("--json", type=Path)
+    args = ap.parse_args(argv)
+    try:
+        requests = arrivals.trace(args.trace)
+        m = shape.load(args.model_config)
+        kernels, spec = clock.clock(args.device, args.config_dir)
+        lim, modelled = limits(args, m, spec)
+        ref = summary(measured(args.measured)) if args.measured else None
+        began = time.perf_counter()
+        run = scheduler.simulate(requests, Steps(m, kernels.seconds), lim)
+        wall = time.perf_counter() - began
+        sim = summary(simulated(run))
+        print(table(sim, ref))
+        print(f"\n{len(requests)} requests on {args.device} ({kernels.gpu.name}): {run.steps} "
+              f"steps, mean batch {sum(run.batch) / max(run.steps, 1):.1f}, "
+              f"{run.preemptions} preemptions; KV blocks {lim.kv_blocks} "
+              f"(the memory model gives {modelled}), peak {run.peak_blocks} in use; "
+              f"kernel times {_shares(kernels.how)}; simulated in {wall:.2f} s")
+        if args.json:
+            _write(args.json, {"simulated": sim, "measured": ref, "kv_blocks": lim.kv_blocks,
+                               "kv_blocks_modelled": modelled, "steps": run.steps,
+                               "preemptions": run.preemptions,
+                               "kernel_times": kernels.how, "device": args.device})
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _shares(how: dict[str, int]) -> str:
+    total = sum(how.values()) or 1
+    return ", ".join(f"{n / total:.0%} {k}" for k, n in sorted(how.items()))
+
+
+def _write(path: Path, data: dict) -> None:
+    if not path.parent.is_dir():
+        raise ConfigError(f"cannot write {path}: {path.parent} does not exist")
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=1) + "\n")
+    tmp.replace(path)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,154 @@
+"""vLLM's scheduler (v1, chunked prefill, FCFS) over paged KV blocks, one step at a time.
+
+Each step has a budget of ``max_batched_tokens``. Running requests go first, in the order
+they were admitted: a decoding one takes one token, one still prefilling the next chunk of
+its prompt (as much as the budget leaves). Each needs KV blocks for the positions it reaches;
+where none are free, the latest-admitted running request is preempted (its blocks freed, it
+goes back to the head of the queue and recomputes its prompt and the tokens it produced
+when it runs again, vLLM's recompute mode). Then, if nothing was preempted, waiting requests
+that have arrived are admitted in arrival order while the budget, ``max_seqs`` and the free
+blocks allow (a prompt longer than the budget is chunked over several steps). The step takes
+``Steps.seconds`` of its batch; a request whose computed positions reach its length samples a
+token at the step's end. An idle engine jumps to the next arrival.
+
+Not modelled: prefix caching (vLLM's run may hit cached prefixes; counted as computed here),
+the sampler's time, and speculative decoding."""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+from pimbuild.errors import ConfigError
+from pimbuild.targets.gpus.arrivals import Request
+from pimbuild.targets.gpus.enginesim.steps import Steps
+
+
+@dataclass(frozen=True)
+class Limits:
+    """The engine's settings (vLLM's names)."""
+    max_seqs: int = 256  # max_num_seqs
+    max_batched_tokens: int = 2048  # max_num_batched_tokens
+    block_size: int = 16
+    kv_blocks: int = 0  # blocks of block_size positions for the KV cache
+
+
+@dataclass
+class Seq:
+    """A request in the engine."""
+    req: Request
+    index: int
+    computed: int = 0  # positions whose keys and values are in the cache
+    generated: int = 0  # tokens produced
+    blocks: int = 0
+    first_s: float = -1.0
+    finish_s: float = -1.0
+    preempted: int = 0
+
+    @property
+    def length(self) -> int:
+        """Positions to compute before the next token: the prompt and every token produced
+        (the last one's keys and values are computed by the step that samples the next)."""
+        return self.req.input_tokens + self.generated
+
+
+@dataclass
+class Run:
+    """What a simulation measured: per request its times, per step its batch."""
+    seqs: list[Seq]
+    steps: int = 0
+    busy_s: float = 0.0
+    preemptions: int = 0
+    peak_blocks: int = 0
+    batch: list[int] = field(default_factory=list)
+
+
+def simulate(requests: list[Request], steps: Steps, limits: Limits) -> Run:
+    """Serve ``requests`` (sorted by arrival) to completion."""
+    if limits.kv_blocks < 1:
+        raise ConfigError("the engine needs at least one KV block")
+    blocks_per_seq = -(-max((r.input_tokens + r.output_tokens for r in requests), default=0)
+                       // limits.block_size)
+    if blocks_per_seq > limits.kv_blocks:
+        raise ConfigError(f"a request of {blocks_per_seq * limits.block_size} positions "
+                          f"needs more than the {limits.kv_blocks} KV blocks the device holds")
+    if any(r.input_tokens < 1 for r in requests):
+        raise ConfigError("every request needs a prompt of at least one token")
+    seqs = [Seq(r, i) for i, r in enumerate(requests)]
+    arriving, waiting, running = deque(seqs), deque(), []
+    run, now, free = Run(seqs), 0.0, limits.kv_blocks
+    while arriving or waiting or running:
+        while arriving and arriving[0].req.arrival_s <= now:
+            waiting.append(arriving.popleft())
+        if not waiting and not running:
+            now = arriving[0].req.arrival_s
+            continue
+        batch, free = _schedule(waiting, running, limits, free, run)
+        if not batch:  # every waiting request needs more blocks than are free
+            raise ConfigError("the engine cannot schedule: no running request and too few "
+                              "free KV blocks for the next waiting one")
+        chunks = [(n, s.computed) for s, n in batch if s.generated == 0 or n > 1]
+        decodes = [s.computed + 1 for s, n in batch if not (s.generated == 0 or n > 1)]
+        dt = steps.seconds(chunks, decodes)
+        now += dt
+        run.steps, run.busy_s = run.steps + 1, run.busy_s + dt
+        run.batch.append(len(batch))
+        run.peak_blocks = max(run.peak_blocks, limits.kv_blocks - free)
+        for s, n in batch:
+            s.computed += n
+            if s.computed >= s.length:
+                s.generated += 1
+                if s.first_s < 0:
+                    s.first_s = now
+                if s.generated >= s.req.output_tokens:
+                    s.finish_s = now
+                    running.remove(s)
+                    free += s.blocks
+                    s.blocks = 0
+    return run
+
+
+def _schedule(waiting: deque, running: list[Seq], limits: Limits, free: int,
+              run: Run) -> tuple[list[tuple[Seq, int]], int]:
+    """The step's (sequence, tokens) and the free blocks left (see the module)."""
+    budget, batch, preempted, i = limits.max_batched_tokens, [], False, 0
+    while i < len(running) and budget > 0:
+        s = running[i]
+        n = min(s.length - s.computed, budget)
+        need = -(-(s.computed + n) // limits.block_size) - s.blocks
+        while need > free and running[-1] is not s:
+            victim = running.pop()
+            free += _preempt(victim, waiting, run)
+            preempted = True
+        if need > free:  # the last one running and still short: it waits itself
+            running.pop()
+            free += _preempt(s, waiting, run)
+            preempted = True
+            break
+        free -= need
+        s.blocks += need
+        budget -= n
+        batch.append((s, n))
+        i += 1
+    while waiting and budget > 0 and not preempted and len(running) < limits.max_seqs:
+        s = waiting[0]
+        n = min(s.length - s.computed, budget)
+        need = -(-(s.computed + n) // limits.block_size) - s.blocks
+        if need > free:
+            break
+        waiting.popleft()
+        free -= need
+        s.blocks += need
+        budget -= n
+        running.append(s)
+        batch.append((s, n))
+    return batch, free
+
+
+def _preempt(s: Seq, waiting: deque, run: Run) -> int:
+    """Free ``s``'s blocks and queue it first to recompute; the blocks freed."""
+    freed, s.blocks, s.computed = s.blocks, 0, 0
+    s.preempted += 1
+    run.preemptions += 1
+    waiting.appendleft(s)
+    return freed

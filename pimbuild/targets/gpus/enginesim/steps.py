@@ -1,0 +1,71 @@
+"""An engine step's time from its batch: the engine kernels (``fusion``'s view: fused
+add+RMSNorm, merged QKV and gate+up GEMMs, RoPE, attention, SiLU-and-mul) of every layer at
+the step's token count, the attention kernels at its prefill chunks and decode lengths, and
+the LM head over the sequences that sample a token.
+
+A step of ``T`` tokens (every prefill chunk plus one per decoding sequence) runs, per layer,
+two add+RMSNorms, QKV, RoPE, O, gate+up, SiLU-and-mul and down over ``T`` rows; one
+``prefill_attention`` per chunk (``c`` queries after ``p`` cached positions) and one
+``decode_attention`` over the decoding sequences at their mean KV length (vLLM runs them as
+one varlen kernel; timing them apart adds a launch at most). Then the final norm and the LM
+head over the sequences in the step. Sampling and the host's scheduling are not timed
+(``overhead_s`` adds a fixed cost per step where a user knows it)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from pimbuild.targets.gpus.enginesim.shape import LlmShape
+from pimbuild.targets.gpus.kerneltime import ops
+
+DTYPES = {2: "bf16", 4: "fp32"}
+KV_QUANTUM = 16  # decode lengths are timed at this granularity (a KV block's positions)
+
+
+class Steps:
+    """Step times of one model on one GPU (``seconds``: an op's time), memoised by batch."""
+
+    def __init__(self, m: LlmShape, seconds: Callable[[ops.Op], float],
+                 overhead_s: float = 0.0) -> None:
+        self.m, self.op_seconds, self.overhead_s = m, seconds, overhead_s
+        self.dtype = DTYPES[m.dtype_bytes]
+        self.memo: dict[tuple, float] = {}
+
+    def dense(self, t: int) -> float:
+        """One layer's token-parallel kernels over ``t`` rows."""
+        m, e, s = self.m, self.dtype, self.op_seconds
+        qkv = (m.heads + 2 * m.kv_heads) * m.head_dim
+        return (2 * s(ops.Op("add_rmsnorm", e, t, h=m.hidden))
+                + s(ops.Op("linear", e, 1, t, m.hidden, qkv))
+                + s(ops.Op("rope", e, t, h=(m.heads + m.kv_heads) * m.head_dim))
+                + s(ops.Op("linear", e, 1, t, m.heads * m.head_dim, m.hidden))
+                + s(ops.Op("linear", e, 1, t, m.hidden, 2 * m.ffn))
+                + s(ops.Op("silu_mul", e, t, h=m.ffn))
+                + s(ops.Op("linear", e, 1, t, m.ffn, m.hidden)))
+
+    def attention(self, chunks: tuple[tuple[int, int], ...], n_decode: int, kv: int) -> float:
+        m, e = self.m, self.dtype
+        t = sum(self.op_seconds(ops.Op("prefill_attention", e, 1, c, c + p, m.head_dim,
+                                       m.heads, m.kv_heads)) for c, p in chunks)
+        if n_decode:
+            t += self.op_seconds(ops.Op("decode_attention", e, n_decode, 1, kv, m.head_dim,
+                                        m.heads, m.kv_heads))
+        return t
+
+    def seconds(self, chunks: list[tuple[int, int]], decode_kv: list[int]) -> float:
+        """A step running prefill ``chunks`` (tokens, cached positions before them) and one
+        token for each sequence of ``decode_kv`` (its KV length, the new token included)."""
+        n = len(decode_kv)
+        kv = -(-sum(decode_kv) // (n * KV_QUANTUM)) * KV_QUANTUM if n else 0
+        key = (tuple(sorted(chunks)), n, kv)
+        t = self.memo.get(key)
+        if t is None:
+            m, e = self.m, self.dtype
+            tokens = sum(c for c, _ in chunks) + n
+            sampled = len(chunks) + n
+            t = m.layers * (self.dense(tokens) + self.attention(key[0], n, kv)) \
+                + self.op_seconds(ops.Op("add_rmsnorm", e, tokens, h=m.hidden)) \
+                + self.op_seconds(ops.Op("linear", e, 1, sampled, m.hidden, m.vocab)) \
+                + self.overhead_s
+            self.memo[key] = t
+        return t

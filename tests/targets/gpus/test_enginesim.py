@@ -1,0 +1,178 @@
+"""Serving as an engine runs it (``pimbuild.targets.gpus.enginesim``): a model's bytes, the
+KV blocks a device holds, step times by batch, vLLM's scheduler and ``pimbuild-serve``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from pimbuild.errors import ConfigError
+from pimbuild.targets.gpus import arrivals
+from pimbuild.targets.gpus.arrivals import Request
+from pimbuild.targets.gpus.enginesim import cli, scheduler, shape
+from pimbuild.targets.gpus.enginesim.steps import Steps
+from pimbuild.targets.gpus.kerneltime import ops
+
+LLAMA31_8B = {"hidden_size": 4096, "num_attention_heads": 32, "num_key_value_heads": 8,
+              "num_hidden_layers": 32, "intermediate_size": 14336, "vocab_size": 128256,
+              "torch_dtype": "bfloat16"}
+TINY = {**LLAMA31_8B, "hidden_size": 256, "num_attention_heads": 4, "num_key_value_heads": 2,
+        "num_hidden_layers": 2, "intermediate_size": 512, "vocab_size": 1000}
+
+
+def config(tmp_path: Path, c: dict, name: str = "config.json") -> Path:
+    p = tmp_path / name
+    p.write_text(json.dumps(c))
+    return p
+
+
+class Fixed:
+    """Step times of a law the tests can add up: ``prefill_s`` per prefill token, ``step_s``
+    per step."""
+
+    def __init__(self, step_s: float = 0.01, prefill_s: float = 0.0) -> None:
+        self.step_s, self.prefill_s, self.calls = step_s, prefill_s, []
+
+    def seconds(self, chunks: list, decode_kv: list) -> float:
+        self.calls.append((list(chunks), list(decode_kv)))
+        return self.step_s + self.prefill_s * sum(c for c, _ in chunks)
+
+
+def test_a_models_bytes_are_its_parameters(tmp_path: Path) -> None:
+    m = shape.load(config(tmp_path, LLAMA31_8B))
+    assert m.weight_bytes == pytest.approx(2 * 8.03e9, rel=0.01)  # Llama-3.1-8B: 8.03 B
+    assert m.kv_bytes_per_token == 2 * 32 * 8 * 128 * 2
+    assert m.head_dim == 128
+    for bad, match in (({**TINY, "num_experts": 8}, "mixture-of-experts"),
+                       ({k: v for k, v in TINY.items() if k != "vocab_size"}, "lacks vocab"),
+                       ({**TINY, "num_hidden_layers": True}, "whole number"),
+                       ({**TINY, "hidden_size": -4}, "whole number"),
+                       ({**TINY, "torch_dtype": "int3"}, "torch_dtype")):
+        with pytest.raises(ConfigError, match=match):
+            shape.load(config(tmp_path, bad, "bad.json"))
+    (tmp_path / "broken.json").write_text("{")
+    with pytest.raises(ConfigError, match="cannot read model config"):
+        shape.load(tmp_path / "broken.json")
+
+
+def test_kv_blocks_are_what_memory_leaves(tmp_path: Path) -> None:
+    m = shape.load(config(tmp_path, LLAMA31_8B))
+    mem = shape.Memory(24 * 2**30, 0.9, reserve_bytes=1e9)
+    blocks = mem.kv_blocks(m, 16, 2048, 256)
+    free = 24 * 2**30 * 0.9 - m.weight_bytes - 1e9 - mem.activation_bytes(m, 2048, 256)
+    assert blocks == int(free // (m.kv_bytes_per_token * 16))
+    # more utilisation, more blocks; a model larger than the card: no block at all
+    assert shape.Memory(24 * 2**30, 0.95).kv_blocks(m, 16, 2048, 256) > blocks
+    with pytest.raises(ConfigError, match="does not fit"):
+        shape.Memory(16 * 2**30, 0.9).kv_blocks(m, 16, 2048, 256)
+
+
+def test_step_times_follow_the_batch(tmp_path: Path) -> None:
+    m = shape.load(config(tmp_path, TINY))
+    seen: list[ops.Op] = []
+
+    def seconds(o: ops.Op) -> float:
+        seen.append(o)
+        flops, moved = o.work()
+        return 1e-6 + flops / 1e14 + moved / 1e12
+
+    steps = Steps(m, seconds)
+    one = steps.seconds([], [100])
+    assert steps.seconds([], [100] * 64) > one  # more sequences decoding
+    assert steps.seconds([], [4000]) > one  # a longer KV cache
+    assert steps.seconds([(512, 0)], []) > steps.seconds([(16, 0)], [])
+    # the engine kernels of a layer, timed at the step's tokens
+    names = {o.op for o in seen}
+    assert names == {"add_rmsnorm", "linear", "rope", "silu_mul", "prefill_attention",
+                     "decode_attention"}
+    qkv = [o for o in seen if o.op == "linear" and o.k == (4 + 2 * 2) * 64]
+    assert qkv and qkv[0].n == 256
+    calls = len(seen)
+    steps.seconds([], [100])  # memoised
+    assert len(seen) == calls
+    # decode lengths within one KV block share a step time
+    assert steps.seconds([], [97]) == one
+
+
+def test_one_request_prefills_then_decodes() -> None:
+    fixed = Fixed(step_s=0.01)
+    run = scheduler.simulate([Request(1.0, 100, 5)], fixed,
+                             scheduler.Limits(kv_blocks=100))
+    s = run.seqs[0]
+    assert s.first_s == pytest.approx(1.01) and s.finish_s == pytest.approx(1.05)
+    assert run.steps == 5 and fixed.calls[0] == ([(100, 0)], [])
+    # each decode reads the cache of every position before it, the new one included
+    assert [c[1] for c in fixed.calls[1:]] == [[101], [102], [103], [104]]
+
+
+def test_a_long_prompt_is_chunked_and_decodes_go_first() -> None:
+    fixed = Fixed()
+    lim = scheduler.Limits(max_batched_tokens=2048, kv_blocks=1000)
+    run = scheduler.simulate([Request(0.0, 10, 50), Request(0.0, 5000, 2)], fixed, lim)
+    chunks = [c for c, _ in fixed.calls if c]
+    assert chunks[0] == [(10, 0), (2038, 0)]  # the budget shared, FCFS
+    # the first request decodes one token beside each later chunk
+    assert chunks[1] == [(2047, 2038)] and chunks[2] == [(915, 4085)]
+    assert fixed.calls[1][1] == [11]
+    assert run.seqs[1].first_s == pytest.approx(0.03)
+
+
+def test_the_batch_is_bounded_by_seqs_and_blocks() -> None:
+    reqs = [Request(0.0, 64, 40) for _ in range(12)]
+    run = scheduler.simulate(reqs, Fixed(), scheduler.Limits(max_seqs=4, kv_blocks=1000))
+    assert max(run.batch) == 4 and run.preemptions == 0
+    tight = scheduler.simulate(reqs, Fixed(), scheduler.Limits(block_size=16, kv_blocks=20))
+    # 12 x (64 + 40) positions do not fit in 320: requests are preempted and recomputed
+    assert tight.preemptions > 0 and tight.peak_blocks <= 20
+    assert all(s.finish_s > 0 and s.generated == 40 for s in tight.seqs)
+    with pytest.raises(ConfigError, match="needs more than the 5 KV blocks"):
+        scheduler.simulate(reqs, Fixed(), scheduler.Limits(block_size=16, kv_blocks=5))
+    with pytest.raises(ConfigError, match="at least one token"):
+        scheduler.simulate([Request(0.0, 0, 3)], Fixed(), scheduler.Limits(kv_blocks=5))
+
+
+def test_traces_in_jsonl(tmp_path: Path) -> None:
+    p = tmp_path / "t.jsonl"
+    p.write_text('{"input_toks": 20, "output_toks": 3, "arrival_time_ns": 2000000000}\n\n'
+                 '{"arrival_s": 0.5, "input_tokens": 7, "output_tokens": 2}\n')
+    assert arrivals.trace(p) == [Request(0.5, 7, 2), Request(2.0, 20, 3)]
+    for text, match in (('{"input_toks": -1, "output_toks": 3, "arrival_time_ns": 0}', ":1: "),
+                        ('{"input_toks": 4, "arrival_time_ns": 0}', "needs the keys"),
+                        ('{"input_toks": 4.5, "output_toks": 3, "arrival_time_ns": 0}',
+                         "not a number"),
+                        ("[1, 2]", "needs the keys"), ("{", "not JSON"), ("", "no requests")):
+        p.write_text(text)
+        with pytest.raises(ConfigError, match=match):
+            arrivals.trace(p)
+
+
+def test_serve_command(tmp_path: Path, capsys) -> None:
+    trace = tmp_path / "t.jsonl"
+    trace.write_text("".join(json.dumps({"arrival_s": i * 0.01, "input_tokens": 300 + i,
+                                         "output_tokens": 20}) + "\n" for i in range(40)))
+    measured = tmp_path / "m.jsonl"
+    measured.write_text("".join(json.dumps({"input_toks": 300, "output_toks": 20,
+                                            "queued_ts": 1.0, "first_token_ts": 1.1,
+                                            "last_token_ts": 1.1 + 19 * 0.01}) + "\n"
+                                for _ in range(3)))
+    out = tmp_path / "serve.json"
+    model = config(tmp_path, TINY)
+    base = ["--trace", str(trace), "--model-config", str(model), "--device", "rtx4090"]
+    assert cli.main([*base, "--measured", str(measured), "--json", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "| TPOT mean |" in text and "40 requests on rtx4090" in text
+    data = json.loads(out.read_text())
+    assert data["measured"]["tpot"]["mean"] == pytest.approx(10.0)
+    assert data["simulated"]["ttft"]["p99"] >= data["simulated"]["ttft"]["p50"] > 0
+    assert data["kv_blocks"] == data["kv_blocks_modelled"] > 0
+    for extra, match in ((["--max-num-seqs", "0"], "--max-num-seqs must be >= 1"),
+                         (["--gpu-memory-utilization", "1.5"], "utilization"),
+                         (["--kv-blocks", "-2"], "--kv-blocks must be >= 1"),
+                         (["--measured", str(model)], "not a vLLM request record"),
+                         (["--device", "rtx3090"], "unknown device 'rtx3090'")):
+        assert cli.main([*base, *extra, "--json", str(tmp_path / "no.json")]) == 1
+        err = capsys.readouterr().err
+        assert err.startswith("error: ") and match in err and err.count("\n") == 1
+        assert not (tmp_path / "no.json").exists()
