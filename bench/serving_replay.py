@@ -109,8 +109,8 @@ def main() -> None:
                 results.append(r)
                 print(json.dumps({k: r.get(k) for k in ("example", "blocks_from", "kv_blocks",
                                                          "error")}))
-                if "error" in r:
-                    break
+                if "error" in r or not r.get("kv_blocks_vllm"):
+                    break  # no vLLM block count: the memory model's run is the only one
                 for k in cli.METRICS:
                     s, m = r["simulated"][k], r["measured"][k]
                     print("  " + k, "  ".join(f"{q} {s[q]:.1f}/{m[q]:.1f} "

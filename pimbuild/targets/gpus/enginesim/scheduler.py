@@ -33,23 +33,20 @@ class Limits:
     kv_blocks: int = 0  # blocks of block_size positions for the KV cache
 
 
-@dataclass
+@dataclass(slots=True)
 class Seq:
-    """A request in the engine."""
+    """A request in the engine. ``length``: the positions to compute before its next token,
+    the prompt and every token produced (the last one's keys and values are computed by the
+    step that samples the next)."""
     req: Request
     index: int
+    length: int = 0
     computed: int = 0  # positions whose keys and values are in the cache
     generated: int = 0  # tokens produced
     blocks: int = 0
     first_s: float = -1.0
     finish_s: float = -1.0
     preempted: int = 0
-
-    @property
-    def length(self) -> int:
-        """Positions to compute before the next token: the prompt and every token produced
-        (the last one's keys and values are computed by the step that samples the next)."""
-        return self.req.input_tokens + self.generated
 
 
 @dataclass
@@ -74,7 +71,7 @@ def simulate(requests: list[Request], steps: Steps, limits: Limits) -> Run:
                           f"needs more than the {limits.kv_blocks} KV blocks the device holds")
     if any(r.input_tokens < 1 for r in requests):
         raise ConfigError("every request needs a prompt of at least one token")
-    seqs = [Seq(r, i) for i, r in enumerate(requests)]
+    seqs = [Seq(r, i, r.input_tokens) for i, r in enumerate(requests)]
     arriving, waiting, running = deque(seqs), deque(), []
     run, now, free = Run(seqs), 0.0, limits.kv_blocks
     while arriving or waiting or running:
@@ -87,8 +84,12 @@ def simulate(requests: list[Request], steps: Steps, limits: Limits) -> Run:
         if not batch:  # every waiting request needs more blocks than are free
             raise ConfigError("the engine cannot schedule: no running request and too few "
                               "free KV blocks for the next waiting one")
-        chunks = [(n, s.computed) for s, n in batch if s.generated == 0 or n > 1]
-        decodes = [s.computed + 1 for s, n in batch if not (s.generated == 0 or n > 1)]
+        chunks, decodes = [], []
+        for s, n in batch:
+            if n == 1 and s.generated:
+                decodes.append(s.computed + 1)
+            else:
+                chunks.append((n, s.computed))
         dt = steps.seconds(chunks, decodes)
         now += dt
         run.steps, run.busy_s = run.steps + 1, run.busy_s + dt
@@ -98,6 +99,7 @@ def simulate(requests: list[Request], steps: Steps, limits: Limits) -> Run:
             s.computed += n
             if s.computed >= s.length:
                 s.generated += 1
+                s.length += 1
                 if s.first_s < 0:
                     s.first_s = now
                 if s.generated >= s.req.output_tokens:
