@@ -176,3 +176,11 @@ def test_serve_command(tmp_path: Path, capsys) -> None:
         err = capsys.readouterr().err
         assert err.startswith("error: ") and match in err and err.count("\n") == 1
         assert not (tmp_path / "no.json").exists()
+    big = config(tmp_path, {**LLAMA31_8B, "hidden_size": 8192, "num_attention_heads": 64,
+                            "num_hidden_layers": 80, "intermediate_size": 28672}, "70b.json")
+    big_run = ["--trace", str(trace), "--model-config", str(big), "--device", "rtx4090"]
+    assert cli.main(big_run) == 1  # 140 GB of weights on a 24 GB card
+    assert "does not fit" in capsys.readouterr().err
+    # vLLM's own block count (a sharded or offloaded run) is served with as given
+    assert cli.main([*big_run, "--kv-blocks", "100"]) == 0
+    assert "KV blocks 100 (the memory model gives 0)" in capsys.readouterr().out

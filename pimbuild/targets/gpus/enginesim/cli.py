@@ -89,11 +89,17 @@ def limits(args: argparse.Namespace, m: shape.LlmShape, spec: dict[str, Any]
     memory_gb = spec.get("memory_gb")
     if not isinstance(memory_gb, (int, float)) or memory_gb <= 0:
         raise ConfigError(f"device '{args.device}' has no memory_gb")
-    # a GPU's "GB" of memory are GiB (a 24 GB RTX 4090 holds 24 x 2^30 bytes of GDDR6X)
-    modelled = shape.Memory(memory_gb * 2**30, args.gpu_memory_utilization).kv_blocks(
-        m, args.block_size, args.max_num_batched_tokens, args.max_num_seqs)
     if args.kv_blocks is not None and args.kv_blocks < 1:
         raise ConfigError("--kv-blocks must be >= 1")
+    # a GPU's "GB" of memory are GiB (a 24 GB RTX 4090 holds 24 x 2^30 bytes of GDDR6X)
+    memory = shape.Memory(memory_gb * 2**30, args.gpu_memory_utilization)
+    try:
+        modelled = memory.kv_blocks(m, args.block_size, args.max_num_batched_tokens,
+                                    args.max_num_seqs)
+    except ConfigError:
+        if args.kv_blocks is None:  # no block count of vLLM's to serve with instead
+            raise
+        modelled = 0
     return scheduler.Limits(args.max_num_seqs, args.max_num_batched_tokens, args.block_size,
                             args.kv_blocks or modelled), modelled
 
