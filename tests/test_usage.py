@@ -19,19 +19,19 @@ from pimbuild.paper.experiments import point_overrides
 from pimbuild.tasks import plan
 from tests.conftest import CONFIG_MODULE, TEST_DEFAULTS, make_cfg, run_cli
 
-RTX4090 = """\
-# NVIDIA GeForce RTX 4090 (AD102), spec sheet: 82.6 TFLOPS FP32, 165.2 BF16 dense, 1008 GB/s.
-name: RTX 4090
-fp32_tflops: 82.6
-bf16_tflops: 165.2
-mem_gbps: 1008
-l2_mb: 72
+RTX3090 = """\
+# NVIDIA GeForce RTX 3090 (GA102), spec sheet: 35.6 TFLOPS FP32, 71 BF16 dense, 936 GB/s.
+name: RTX 3090
+fp32_tflops: 35.6
+bf16_tflops: 71.0
+mem_gbps: 936
+l2_mb: 6
 memory_gb: 24
 launch_us: 2.0
-price_per_hour: 0.35
-sms: 128
-boost_mhz: 2520
-tdp_w: 450
+price_per_hour: 0.25
+sms: 82
+boost_mhz: 1695
+tdp_w: 350
 """
 
 
@@ -136,15 +136,15 @@ def test_a_schema_is_refused_as_an_option() -> None:
 
 def test_a_user_device_joins_the_catalogue_when_named(tmp_path: Path) -> None:
     (tmp_path / "device").mkdir()
-    (tmp_path / "device" / "rtx4090.yaml").write_text(RTX4090)
+    (tmp_path / "device" / "rtx3090.yaml").write_text(RTX3090)
     (tmp_path / "device" / "unused.yaml").write_text("tflops: 1\n")  # wrong, but not named
-    assert usage.user_devices(tmp_path) == ["rtx4090", "unused"]
-    assert "rtx4090" in usage.help_text(tmp_path)
-    args = ["--config-dir", str(tmp_path), "system=gpus", "devices=[a100,rtx4090]"]
-    assert cli.with_user_devices(args) == [*args, "+device@device.rtx4090=rtx4090"]
+    assert usage.user_devices(tmp_path) == ["rtx3090", "unused"]
+    assert "rtx3090" in usage.help_text(tmp_path)
+    args = ["--config-dir", str(tmp_path), "system=gpus", "devices=[a100,rtx3090]"]
+    assert cli.with_user_devices(args) == [*args, "+device@device.rtx3090=rtx3090"]
     assert cli.with_user_devices(["system=pim", f"--config-dir={tmp_path}"]) == \
         ["system=pim", f"--config-dir={tmp_path}"]
-    mine = [*args, "+device@device.rtx4090=rtx4090"]  # the spelling of old: not added twice
+    mine = [*args, "+device@device.rtx3090=rtx3090"]  # the spelling of old: not added twice
     assert cli.with_user_devices(mine) == mine
 
 
@@ -164,21 +164,21 @@ def test_help_and_version_from_the_command(tmp_path: Path) -> None:
 def test_a_gpu_of_the_users_own_is_used_in_a_build(tmp_path: Path) -> None:
     conf = tmp_path / "my_conf"
     (conf / "device").mkdir(parents=True)
-    (conf / "device" / "rtx4090.yaml").write_text(RTX4090)
+    (conf / "device" / "rtx3090.yaml").write_text(RTX3090)
     proc = run_cli(["--config-dir", str(conf), "system=gpus", "model=mlp",
-                    "devices=[a100,rtx4090]", "gpus.robust_samples=0"], tmp_path)
+                    "devices=[a100,rtx3090]", "gpus.robust_samples=0"], tmp_path)
     assert proc.returncode == 0, proc.stderr
     [report] = (tmp_path / "outputs" / "artifacts" / "simulate").glob("*/report.json")
     r = json.loads(report.read_text())
-    assert r["devices"] == ["a100", "rtx4090"]
+    assert r["devices"] == ["a100", "rtx3090"]
     # Its kernel times came from its spec sheet through the fitted model; a missing field is
     # one line naming it.
-    (conf / "device" / "rtx4090.yaml").write_text(RTX4090.replace("sms: 128\n", ""))
+    (conf / "device" / "rtx3090.yaml").write_text(RTX3090.replace("sms: 82\n", ""))
     proc = run_cli(["--config-dir", str(conf), "system=gpus", "model=mlp",
-                    "devices=[a100,rtx4090]"], tmp_path)
+                    "devices=[a100,rtx3090]"], tmp_path)
     assert proc.returncode == 1
-    assert proc.stderr.strip() == ("error: device.rtx4090.sms has no value: set it in its "
-                                   "config file or on the command line (device.rtx4090.sms=...)")
+    assert proc.stderr.strip() == ("error: device.rtx3090.sms has no value: set it in its "
+                                   "config file or on the command line (device.rtx3090.sms=...)")
 
 
 @pytest.mark.parametrize(("args", "line"), [
