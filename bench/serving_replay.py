@@ -66,7 +66,7 @@ def replay(repo: Repo, folder: str, tmp: Path, kv_blocks: bool = True) -> dict:
                              lim)
     return {"example": folder, "kv_blocks": blocks, "kv_blocks_vllm": reported,
             "kv_blocks_modelled": modelled, "preemptions": run.preemptions,
-            "kernel_times": kernels.how, "simulated": cli.summary(cli.simulated(run)),
+            "kernel_times": kernels.how, "simulated": cli.summary(cli.simulated(run.seqs)),
             "measured": cli.summary(cli.measured(files["measured.jsonl"]))}
 
 

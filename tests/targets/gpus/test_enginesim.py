@@ -162,11 +162,12 @@ def test_serve_command(tmp_path: Path, capsys) -> None:
     base = ["--trace", str(trace), "--model-config", str(model), "--device", "rtx4090"]
     assert cli.main([*base, "--measured", str(measured), "--json", str(out)]) == 0
     text = capsys.readouterr().out
-    assert "| TPOT mean |" in text and "40 requests on rtx4090" in text
+    assert "| TPOT mean |" in text and "rtx4090 (RTX-4090): 40 requests" in text
     data = json.loads(out.read_text())
     assert data["measured"]["tpot"]["mean"] == pytest.approx(10.0)
     assert data["simulated"]["ttft"]["p99"] >= data["simulated"]["ttft"]["p50"] > 0
-    assert data["kv_blocks"] == data["kv_blocks_modelled"] > 0
+    dev = data["devices"]["rtx4090"]
+    assert dev["kv_blocks"] == dev["kv_blocks_modelled"] > 0 and dev["requests"] == 40
     for extra, match in ((["--max-num-seqs", "0"], "--max-num-seqs must be >= 1"),
                          (["--gpu-memory-utilization", "1.5"], "utilization"),
                          (["--kv-blocks", "-2"], "--kv-blocks must be >= 1"),
@@ -184,3 +185,38 @@ def test_serve_command(tmp_path: Path, capsys) -> None:
     # vLLM's own block count (a sharded or offloaded run) is served with as given
     assert cli.main([*big_run, "--kv-blocks", "100"]) == 0
     assert "KV blocks 100 (the memory model gives 0)" in capsys.readouterr().out
+    for extra, match in ((["--device", "a100,l40s", "--kv-blocks", "9"], "one --device"),
+                         (["--device", "a100,a100"], "name each GPU once"),
+                         (["--device", "a100,l40s", "--router", "random"], "unknown router")):
+        assert cli.main([*base[:-2], *extra]) == 1
+        assert match in capsys.readouterr().err
+
+
+def engine(step_s: float, kv_blocks: int = 1000, name: str = "") -> scheduler.Engine:
+    return scheduler.Engine(Fixed(step_s), scheduler.Limits(kv_blocks=kv_blocks), name)
+
+
+def test_routers_send_work_where_it_is_served() -> None:
+    from pimbuild.targets.gpus.enginesim import replicas
+
+    reqs = [Request(0.01 * i, 64, 30) for i in range(60)]
+    runs = replicas.distribute(reqs, [engine(0.01), engine(0.01)], "round_robin")
+    assert [len(r.seqs) for r in runs] == [30, 30]
+    # a GPU three times slower: a router that sees the queues sends it less
+    for router in ("jsq", "lot"):
+        fast, slow = replicas.distribute(reqs, [engine(0.01), engine(0.03)], router)
+        assert len(fast.seqs) > len(slow.seqs) > 0, router
+    # four sequences at most in a batch: a second replica doubles what is served
+    four = scheduler.Limits(max_seqs=4, kv_blocks=1000)
+    alone = replicas.throughput([scheduler.simulate(reqs, Fixed(0.01), four)])
+    both = replicas.throughput(replicas.distribute(
+        reqs, [scheduler.Engine(Fixed(0.01), four), scheduler.Engine(Fixed(0.01), four)],
+        "jsq"))
+    assert both == pytest.approx(2 * alone, rel=0.1)
+    # a request that fits only in the larger cache goes there, whatever the router says
+    big = [Request(0.0, 64, 30), Request(0.0, 1000, 10)]
+    small, large = replicas.distribute(big, [engine(0.01, 10), engine(0.01, 100)],
+                                       "round_robin")
+    assert [s.req.input_tokens for s in large.seqs] == [1000]
+    with pytest.raises(ConfigError, match="fits in no engine"):
+        replicas.distribute([Request(0.0, 5000, 10)], [engine(0.01, 10)], "jsq")

@@ -3,11 +3,14 @@ GPU's engine-kernel times (measured where the shipped data hold them), and compa
 measured vLLM run (docs/gpus.md, "Serving as an engine runs it").
 
     pimbuild-serve --trace REQUESTS.jsonl --model-config config.json --device rtx4090
+                   [--device a100,l40s --router jsq|lot|round_robin] [--offline]
                    [--config-dir DIR] [--max-num-seqs 256] [--max-num-batched-tokens 2048]
                    [--block-size 16] [--gpu-memory-utilization 0.9] [--kv-blocks N]
                    [--measured VLLM_REQUESTS.jsonl] [--json OUT]
 
-``--kv-blocks`` gives the KV-cache size vLLM reported at start-up (its ``num_gpu_blocks``);
+Several devices are request distribution: one replica of the model per GPU, each with its
+own queue, batch and memory, behind ``--router`` (``replicas``). ``--kv-blocks`` gives the
+KV-cache size vLLM reported at start-up (its ``num_gpu_blocks``);
 without it the blocks come from the device's memory (``shape.Memory``). ``--measured`` reads
 vLLM's per-request records (``input_toks, output_toks, queued_ts, first_token_ts,
 last_token_ts``, as LLMServingSim's examples hold them) and prints them beside the
@@ -20,13 +23,14 @@ import argparse
 import json
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from pimbuild.errors import ConfigError
 from pimbuild.targets.gpus import arrivals
 from pimbuild.targets.gpus.engine import percentile
-from pimbuild.targets.gpus.enginesim import scheduler, shape
+from pimbuild.targets.gpus.enginesim import replicas, scheduler, shape
 from pimbuild.targets.gpus.enginesim.steps import Steps
 from pimbuild.targets.gpus.kerneltime import clock
 
@@ -44,8 +48,7 @@ def summary(per: dict[str, list[float]]) -> dict[str, dict[str, float]]:
     return out
 
 
-def simulated(run: scheduler.Run) -> dict[str, list[float]]:
-    done = run.seqs
+def simulated(done: list[scheduler.Seq]) -> dict[str, list[float]]:
     return {"ttft": [s.first_s - s.req.arrival_s for s in done],
             "tpot": [(s.finish_s - s.first_s) / (s.req.output_tokens - 1) for s in done
                      if s.req.output_tokens > 1],
@@ -78,7 +81,7 @@ def measured(path: Path) -> dict[str, list[float]]:
     return per
 
 
-def limits(args: argparse.Namespace, m: shape.LlmShape, spec: dict[str, Any]
+def limits(args: argparse.Namespace, m: shape.LlmShape, spec: dict[str, Any], name: str
            ) -> tuple[scheduler.Limits, int]:
     """The engine's limits and the KV blocks the memory model gives."""
     for name in ("max_num_seqs", "max_num_batched_tokens", "block_size"):
@@ -88,7 +91,7 @@ def limits(args: argparse.Namespace, m: shape.LlmShape, spec: dict[str, Any]
         raise ConfigError("--gpu-memory-utilization must be in (0, 1]")
     memory_gb = spec.get("memory_gb")
     if not isinstance(memory_gb, (int, float)) or memory_gb <= 0:
-        raise ConfigError(f"device '{args.device}' has no memory_gb")
+        raise ConfigError(f"device '{name}' has no memory_gb")
     if args.kv_blocks is not None and args.kv_blocks < 1:
         raise ConfigError("--kv-blocks must be >= 1")
     # a GPU's "GB" of memory are GiB (a 24 GB RTX 4090 holds 24 x 2^30 bytes of GDDR6X)
@@ -116,42 +119,78 @@ def table(sim: dict, ref: dict | None) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
+def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="pimbuild-serve", description=__doc__.split("\n\n")[0])
     ap.add_argument("--trace", type=Path, required=True)
     ap.add_argument("--model-config", type=Path, required=True,
                     help="the model's Hugging Face config.json")
-    ap.add_argument("--device", required=True)
+    ap.add_argument("--device", required=True,
+                    help="a catalogue GPU; several, comma-separated: one replica each")
+    ap.add_argument("--router", default="jsq", help=f"replicas' router: "
+                    f"{', '.join(replicas.ROUTERS)}")
+    ap.add_argument("--offline", action="store_true",
+                    help="every request arrives at once (the most the GPUs sustain)")
     ap.add_argument("--config-dir", type=Path)
     ap.add_argument("--max-num-seqs", type=int, default=256)
     ap.add_argument("--max-num-batched-tokens", type=int, default=2048)
     ap.add_argument("--block-size", type=int, default=16)
     ap.add_argument("--gpu-memory-utilization", type=float, default=0.9)
-    ap.add_argument("--kv-blocks", type=int)
+    ap.add_argument("--kv-blocks", type=int, help="vLLM's num_gpu_blocks (one device only)")
     ap.add_argument("--measured", type=Path)
     ap.add_argument("--json", type=Path)
-    args = ap.parse_args(argv)
+    return ap
+
+
+def engines(args: argparse.Namespace, m: shape.LlmShape
+            ) -> tuple[list[scheduler.Engine], list[clock.Clock], list[int]]:
+    """An engine per ``--device``, its kernel clock and the KV blocks its memory gives."""
+    names = [n.strip() for n in args.device.split(",")]
+    if any(not n for n in names) or len(set(names)) != len(names):
+        raise ConfigError(f"--device {args.device!r}: name each GPU once, comma-separated")
+    if args.kv_blocks is not None and len(names) > 1:
+        raise ConfigError("--kv-blocks is one device's count: give one --device with it")
+    out: tuple[list, list, list] = ([], [], [])
+    for name in names:
+        kernels, spec = clock.clock(name, args.config_dir)
+        lim, modelled = limits(args, m, spec, name)
+        out[0].append(scheduler.Engine(Steps(m, kernels.seconds), lim, name))
+        out[1].append(kernels)
+        out[2].append(modelled)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
     try:
         requests = arrivals.trace(args.trace)
+        if args.offline:
+            requests = [replace(r, arrival_s=0.0) for r in requests]
         m = shape.load(args.model_config)
-        kernels, spec = clock.clock(args.device, args.config_dir)
-        lim, modelled = limits(args, m, spec)
+        engs, clocks, modelled = engines(args, m)
         ref = summary(measured(args.measured)) if args.measured else None
         began = time.perf_counter()
-        run = scheduler.simulate(requests, Steps(m, kernels.seconds), lim)
+        runs = replicas.distribute(requests, engs, args.router)
         wall = time.perf_counter() - began
-        sim = summary(simulated(run))
+        sim = summary(simulated([s for r in runs for s in r.seqs]))
         print(table(sim, ref))
-        print(f"\n{len(requests)} requests on {args.device} ({kernels.gpu.name}): {run.steps} "
-              f"steps, mean batch {sum(run.batch) / max(run.steps, 1):.1f}, "
-              f"{run.preemptions} preemptions; KV blocks {lim.kv_blocks} "
-              f"(the memory model gives {modelled}), peak {run.peak_blocks} in use; "
-              f"kernel times {_shares(kernels.how)}; simulated in {wall:.2f} s")
+        print(f"\n{len(requests)} requests, {replicas.throughput(runs):,.0f} output tokens/s"
+              + (f" ({args.router} router)" if len(engs) > 1 else "")
+              + f"; simulated in {wall:.2f} s")
+        for e, k, b in zip(engs, clocks, modelled, strict=True):
+            r = e.run
+            print(f"  {e.name} ({k.gpu.name}): {len(r.seqs)} requests, {r.steps} steps, mean "
+                  f"batch {sum(r.batch) / max(r.steps, 1):.1f}, {r.preemptions} preemptions; "
+                  f"KV blocks {e.limits.kv_blocks} (the memory model gives {b}), peak "
+                  f"{r.peak_blocks} in use; kernel times {_shares(k.how)}")
         if args.json:
-            _write(args.json, {"simulated": sim, "measured": ref, "kv_blocks": lim.kv_blocks,
-                               "kv_blocks_modelled": modelled, "steps": run.steps,
-                               "preemptions": run.preemptions,
-                               "kernel_times": kernels.how, "device": args.device})
+            _write(args.json, {"simulated": sim, "measured": ref,
+                               "throughput_tokens_per_s": replicas.throughput(runs),
+                               "router": args.router, "devices": {
+                                   e.name: {"requests": len(e.run.seqs), "steps": e.run.steps,
+                                            "preemptions": e.run.preemptions,
+                                            "kv_blocks": e.limits.kv_blocks,
+                                            "kv_blocks_modelled": b, "kernel_times": k.how}
+                                   for e, k, b in zip(engs, clocks, modelled, strict=True)}})
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1

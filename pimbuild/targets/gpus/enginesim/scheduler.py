@@ -16,6 +16,7 @@ the sampler's time, and speculative decoding."""
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -60,27 +61,52 @@ class Run:
     batch: list[int] = field(default_factory=list)
 
 
-def simulate(requests: list[Request], steps: Steps, limits: Limits) -> Run:
-    """Serve ``requests`` (sorted by arrival) to completion."""
-    if limits.kv_blocks < 1:
-        raise ConfigError("the engine needs at least one KV block")
-    blocks_per_seq = -(-max((r.input_tokens + r.output_tokens for r in requests), default=0)
-                       // limits.block_size)
-    if blocks_per_seq > limits.kv_blocks:
-        raise ConfigError(f"a request of {blocks_per_seq * limits.block_size} positions "
-                          f"needs more than the {limits.kv_blocks} KV blocks the device holds")
-    if any(r.input_tokens < 1 for r in requests):
-        raise ConfigError("every request needs a prompt of at least one token")
-    seqs = [Seq(r, i, r.input_tokens) for i, r in enumerate(requests)]
-    arriving, waiting, running = deque(seqs), deque(), []
-    run, now, free = Run(seqs), 0.0, limits.kv_blocks
-    while arriving or waiting or running:
-        while arriving and arriving[0].req.arrival_s <= now:
-            waiting.append(arriving.popleft())
-        if not waiting and not running:
-            now = arriving[0].req.arrival_s
-            continue
-        batch, free = _schedule(waiting, running, limits, free, run)
+class Engine:
+    """One engine instance on one GPU: its queue, running batch, KV blocks and clock."""
+
+    def __init__(self, steps: Steps, limits: Limits, name: str = "") -> None:
+        if limits.kv_blocks < 1:
+            raise ConfigError(f"the engine{' on ' + name if name else ''} needs at least one "
+                              f"KV block")
+        self.steps, self.limits, self.name = steps, limits, name
+        self.waiting: deque[Seq] = deque()
+        self.running: list[Seq] = []
+        self.free, self.now = limits.kv_blocks, 0.0
+        self.run = Run([])
+
+    @property
+    def busy(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    def outstanding(self) -> int:
+        """Tokens still to compute or produce for the requests it holds."""
+        return sum(s.length - s.computed + s.req.output_tokens - s.generated
+                   for q in (self.waiting, self.running) for s in q)
+
+    def fits(self, r: Request) -> bool:
+        return -(-(r.input_tokens + r.output_tokens) // self.limits.block_size) \
+            <= self.limits.kv_blocks
+
+    def submit(self, s: Seq) -> None:
+        """Queue ``s``, which arrives now."""
+        if not self.fits(s.req):
+            raise ConfigError(
+                f"a request of {s.req.input_tokens + s.req.output_tokens} positions needs "
+                f"more than the {self.limits.kv_blocks} KV blocks of "
+                f"{self.limits.block_size}{' on ' + self.name if self.name else ''}")
+        self.waiting.append(s)
+        self.run.seqs.append(s)
+
+    def advance(self, until: float) -> None:
+        """Run steps while one starts before ``until``; idle, wait until then."""
+        while self.busy and self.now < until:
+            self.step()
+        if not self.busy:
+            self.now = max(self.now, until)
+
+    def step(self) -> None:
+        lim, run = self.limits, self.run
+        batch, self.free = _schedule(self.waiting, self.running, lim, self.free, run)
         if not batch:  # every waiting request needs more blocks than are free
             raise ConfigError("the engine cannot schedule: no running request and too few "
                               "free KV blocks for the next waiting one")
@@ -90,24 +116,39 @@ def simulate(requests: list[Request], steps: Steps, limits: Limits) -> Run:
                 decodes.append(s.computed + 1)
             else:
                 chunks.append((n, s.computed))
-        dt = steps.seconds(chunks, decodes)
-        now += dt
+        dt = self.steps.seconds(chunks, decodes)
+        self.now += dt
         run.steps, run.busy_s = run.steps + 1, run.busy_s + dt
         run.batch.append(len(batch))
-        run.peak_blocks = max(run.peak_blocks, limits.kv_blocks - free)
+        run.peak_blocks = max(run.peak_blocks, lim.kv_blocks - self.free)
         for s, n in batch:
             s.computed += n
             if s.computed >= s.length:
                 s.generated += 1
                 s.length += 1
                 if s.first_s < 0:
-                    s.first_s = now
+                    s.first_s = self.now
                 if s.generated >= s.req.output_tokens:
-                    s.finish_s = now
-                    running.remove(s)
-                    free += s.blocks
+                    s.finish_s = self.now
+                    self.running.remove(s)
+                    self.free += s.blocks
                     s.blocks = 0
-    return run
+
+
+def seqs_of(requests: list[Request]) -> list[Seq]:
+    if any(r.input_tokens < 1 for r in requests):
+        raise ConfigError("every request needs a prompt of at least one token")
+    return [Seq(r, i, r.input_tokens) for i, r in enumerate(requests)]
+
+
+def simulate(requests: list[Request], steps: Steps, limits: Limits) -> Run:
+    """Serve ``requests`` (sorted by arrival) to completion on one engine."""
+    engine = Engine(steps, limits)
+    for s in seqs_of(requests):
+        engine.advance(s.req.arrival_s)
+        engine.submit(s)
+    engine.advance(math.inf)
+    return engine.run
 
 
 def _schedule(waiting: deque, running: list[Seq], limits: Limits, free: int,
