@@ -1,9 +1,10 @@
-"""Request distribution as it runs, against the ideal sum it is usually credited with (not a
-test): each GPU alone serves a trace offline (every request at once: the most it sustains);
-then replicas of the model on every GPU, one engine each with its own queue and memory,
-serve the same trace behind each router (``pimbuild-serve``'s engines), offline and arriving
-at twice the trace's rate. The ratio of a
-router's throughput to the sum of the GPUs' alone is the imbalance the sum hides.
+"""Request distribution and PD as they run, against the ideal sum request distribution is
+usually credited with (not a test): each GPU alone serves a trace offline (every request at
+once: the most it sustains); then replicas of the model on every GPU, one engine each with
+its own queue and memory, serve the same trace behind each router (``pimbuild-serve``'s
+engines), offline and arriving at twice the trace's rate. The ratio of a router's
+throughput to the sum of the GPUs' alone is the imbalance the sum hides. Then PD both ways
+round (rdma200 between the GPUs) and each GPU alone, on the same trace.
 
     .venv/bin/python bench/serving_routers.py LLMSERVINGSIM [--devices a100,l40s]
                                               [--repeat 10] [--out outputs/bench]
@@ -25,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from common import write_json  # noqa: E402
 
 from pimbuild.targets.gpus import arrivals  # noqa: E402
-from pimbuild.targets.gpus.enginesim import cli, replicas, scheduler, shape  # noqa: E402
+from pimbuild.targets.gpus.enginesim import cli, disagg, replicas, scheduler, shape  # noqa: E402
 from pimbuild.targets.gpus.enginesim.steps import Steps  # noqa: E402
 from pimbuild.targets.gpus.kerneltime import clock  # noqa: E402
 from pimbuild.targets.gpus.kerneltime.sources import Repo  # noqa: E402
@@ -34,11 +35,16 @@ TRACE = "workloads/sharegpt-llama-3.1-8b-300-sps10.jsonl"
 MODEL = "configs/model/meta-llama/Llama-3.1-8B.json"
 
 
-def engine(name: str, m: shape.LlmShape) -> scheduler.Engine:
+def engine(name: str, m: shape.LlmShape, role: str = "both") -> scheduler.Engine:
     kernels, spec = clock.clock(name)
     blocks = shape.Memory(spec["memory_gb"] * 2**30).kv_blocks(m, 16, 2048, 256)
     return scheduler.Engine(Steps(m, kernels.seconds), scheduler.Limits(kv_blocks=blocks),
-                            name)
+                            name, role)
+
+
+def pd(reqs: list, first: str, second: str, m: shape.LlmShape) -> list:
+    return disagg.serve(reqs, engine(first, m, "prefill"), engine(second, m, "decode"),
+                        cli.link("rdma200"), m.kv_bytes_per_token)
 
 
 def main() -> None:
@@ -87,6 +93,24 @@ def main() -> None:
                                         zip(names, runs, strict=True))
               + f"); arriving at twice the trace's rate {busy:,.0f} = {busy / ideal:.1%}; "
               f"at the trace's rate TTFT P99 {lat['ttft']['p99']:,.0f} ms, "
+              f"TPOT P99 {lat['tpot']['p99']:.1f} ms")
+    out["pd"] = {}
+    for first, second in (names, names[::-1]):
+        got = replicas.served(pd(offline, first, second, m))
+        busy = replicas.served(pd(fast, first, second, m))
+        lat = cli.summary(cli.simulated(pd(timed, first, second, m)))
+        out["pd"][f"{first} prefills, {second} decodes"] = {
+            "offline_tokens_per_s": got, "of_ideal_sum": got / ideal,
+            "twice_the_rate_of_ideal_sum": busy / ideal, "at_trace_rate": lat}
+        print(f"PD, {first} prefills, {second} decodes (rdma200): {got:,.0f} tokens/s offline "
+              f"= {got / ideal:.1%}; twice the rate {busy / ideal:.1%}; at the trace's rate "
+              f"TTFT P99 {lat['ttft']['p99']:,.0f} ms, TPOT P99 {lat['tpot']['p99']:.1f} ms")
+    out["alone_at_trace_rate"] = {}
+    for name in names:
+        e = engine(name, m)
+        lat = cli.summary(cli.simulated(scheduler.simulate(timed, e.steps, e.limits).seqs))
+        out["alone_at_trace_rate"][name] = lat
+        print(f"{name} alone at the trace's rate: TTFT P99 {lat['ttft']['p99']:,.0f} ms, "
               f"TPOT P99 {lat['tpot']['p99']:.1f} ms")
     write_json(args.out / "serving_routers.json", out)
 

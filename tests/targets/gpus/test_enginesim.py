@@ -187,9 +187,22 @@ def test_serve_command(tmp_path: Path, capsys) -> None:
     assert "KV blocks 100 (the memory model gives 0)" in capsys.readouterr().out
     for extra, match in ((["--device", "a100,l40s", "--kv-blocks", "9"], "one --device"),
                          (["--device", "a100,a100"], "name each GPU once"),
-                         (["--device", "a100,l40s", "--router", "random"], "unknown router")):
+                         (["--device", "a100,l40s", "--router", "random"], "unknown router"),
+                         (["--device", "a100", "--pd"], "--pd takes two devices"),
+                         (["--device", "a100,l40s", "--pd", "--link", "cb"], "unknown link")):
         assert cli.main([*base[:-2], *extra]) == 1
         assert match in capsys.readouterr().err
+
+
+def test_serve_command_runs_pd(tmp_path: Path, capsys) -> None:
+    trace = tmp_path / "t.csv"
+    trace.write_text("arrival_s,input_tokens,output_tokens\n0,300,20\n0.01,500,10\n")
+    out = tmp_path / "pd.json"
+    assert cli.main(["--trace", str(trace), "--model-config", str(config(tmp_path, TINY)),
+                     "--device", "a100,l40s", "--pd", "--json", str(out)]) == 0
+    assert "PD: a100 prefills, l40s decodes over rdma200" in capsys.readouterr().out
+    data = json.loads(out.read_text())
+    assert data["system"] == "pd" and data["devices"]["l40s"]["requests"] == 2
 
 
 def engine(step_s: float, kv_blocks: int = 1000, name: str = "") -> scheduler.Engine:
@@ -220,3 +233,30 @@ def test_routers_send_work_where_it_is_served() -> None:
     assert [s.req.input_tokens for s in large.seqs] == [1000]
     with pytest.raises(ConfigError, match="fits in no engine"):
         replicas.distribute([Request(0.0, 5000, 10)], [engine(0.01, 10)], "jsq")
+
+
+def test_pd_hands_each_cache_over_the_link() -> None:
+    from pimbuild.targets.gpus.cost import Link
+    from pimbuild.targets.gpus.enginesim import disagg
+
+    link = Link(gbps=8.0, latency_us=0.0)  # a byte a nanosecond
+    pre = scheduler.Engine(Fixed(0.01), scheduler.Limits(kv_blocks=7), "p", "prefill")
+    dec = scheduler.Engine(Fixed(0.02), scheduler.Limits(kv_blocks=100), "d", "decode")
+    [s] = disagg.serve([Request(0.0, 100, 4)], pre, dec, link, kv_bytes_per_token=10**5)
+    # the prompt (7 blocks of 16 hold it) is prefilled in one step, its 10 MB cross in 10 ms,
+    # then three decode steps on the other GPU
+    assert s.first_s == pytest.approx(0.01)
+    assert s.finish_s == pytest.approx(0.01 + 0.01 + 3 * 0.02)
+    assert pre.free == 7 and dec.run.steps == 3 and pre.run.steps == 1
+    # transfers queue on the link: two prompts prefilled together arrive one after the other
+    pre = scheduler.Engine(Fixed(0.01), scheduler.Limits(kv_blocks=100), "p", "prefill")
+    dec = scheduler.Engine(Fixed(0.02), scheduler.Limits(kv_blocks=100), "d", "decode")
+    a, b = disagg.serve([Request(0.0, 100, 2), Request(0.0, 100, 2)], pre, dec, link, 10**5)
+    assert (a.finish_s, b.finish_s) == (pytest.approx(0.04), pytest.approx(0.06))
+    # a one-token answer never leaves the prefill GPU
+    pre = scheduler.Engine(Fixed(0.01), scheduler.Limits(kv_blocks=100), "p", "prefill")
+    [one] = disagg.serve([Request(0.0, 100, 1)], pre, dec, link, 10**5)
+    assert one.finish_s == pytest.approx(0.01) and pre.handoffs == []
+    small = scheduler.Engine(Fixed(0.02), scheduler.Limits(kv_blocks=2), "d", "decode")
+    with pytest.raises(ConfigError, match="does not fit in the decode engine"):
+        disagg.serve([Request(0.0, 100, 4)], pre, small, link, 10**5)

@@ -4,13 +4,15 @@ measured vLLM run (docs/gpus.md, "Serving as an engine runs it").
 
     pimbuild-serve --trace REQUESTS.jsonl --model-config config.json --device rtx4090
                    [--device a100,l40s --router jsq|lot|round_robin] [--offline]
+                   [--device a100,l40s --pd --link rdma200]
                    [--config-dir DIR] [--max-num-seqs 256] [--max-num-batched-tokens 2048]
                    [--block-size 16] [--gpu-memory-utilization 0.9] [--kv-blocks N]
                    [--measured VLLM_REQUESTS.jsonl] [--json OUT]
 
 Several devices are request distribution: one replica of the model per GPU, each with its
-own queue, batch and memory, behind ``--router`` (``replicas``). ``--kv-blocks`` gives the
-KV-cache size vLLM reported at start-up (its ``num_gpu_blocks``);
+own queue, batch and memory, behind ``--router`` (``replicas``); with ``--pd`` the first
+prefills and the second decodes, the KV caches crossing ``--link`` (``disagg``).
+``--kv-blocks`` gives the KV-cache size vLLM reported at start-up (its ``num_gpu_blocks``);
 without it the blocks come from the device's memory (``shape.Memory``). ``--measured`` reads
 vLLM's per-request records (``input_toks, output_toks, queued_ts, first_token_ts,
 last_token_ts``, as LLMServingSim's examples hold them) and prints them beside the
@@ -20,6 +22,7 @@ simulation. Bad input is one ``error:`` line and exit 1, with nothing written.
 from __future__ import annotations
 
 import argparse
+import importlib.resources
 import json
 import sys
 import time
@@ -29,8 +32,9 @@ from typing import Any
 
 from pimbuild.errors import ConfigError
 from pimbuild.targets.gpus import arrivals
+from pimbuild.targets.gpus.cost import Link
 from pimbuild.targets.gpus.engine import percentile
-from pimbuild.targets.gpus.enginesim import replicas, scheduler, shape
+from pimbuild.targets.gpus.enginesim import disagg, replicas, scheduler, shape
 from pimbuild.targets.gpus.enginesim.steps import Steps
 from pimbuild.targets.gpus.kerneltime import clock
 
@@ -128,6 +132,10 @@ def parser() -> argparse.ArgumentParser:
                     help="a catalogue GPU; several, comma-separated: one replica each")
     ap.add_argument("--router", default="jsq", help=f"replicas' router: "
                     f"{', '.join(replicas.ROUTERS)}")
+    ap.add_argument("--pd", action="store_true",
+                    help="two devices: the first prefills, the second decodes (PD)")
+    ap.add_argument("--link", default="rdma200",
+                    help="what carries PD's KV caches: a conf/link/*.yaml name")
     ap.add_argument("--offline", action="store_true",
                     help="every request arrives at once (the most the GPUs sustain)")
     ap.add_argument("--config-dir", type=Path)
@@ -149,11 +157,14 @@ def engines(args: argparse.Namespace, m: shape.LlmShape
         raise ConfigError(f"--device {args.device!r}: name each GPU once, comma-separated")
     if args.kv_blocks is not None and len(names) > 1:
         raise ConfigError("--kv-blocks is one device's count: give one --device with it")
+    if args.pd and len(names) != 2:
+        raise ConfigError("--pd takes two devices: --device PREFILL,DECODE")
     out: tuple[list, list, list] = ([], [], [])
-    for name in names:
+    for i, name in enumerate(names):
         kernels, spec = clock.clock(name, args.config_dir)
         lim, modelled = limits(args, m, spec, name)
-        out[0].append(scheduler.Engine(Steps(m, kernels.seconds), lim, name))
+        role = ("prefill", "decode")[i] if args.pd else "both"
+        out[0].append(scheduler.Engine(Steps(m, kernels.seconds), lim, name, role))
         out[1].append(kernels)
         out[2].append(modelled)
     return out
@@ -169,13 +180,18 @@ def main(argv: list[str] | None = None) -> int:
         engs, clocks, modelled = engines(args, m)
         ref = summary(measured(args.measured)) if args.measured else None
         began = time.perf_counter()
-        runs = replicas.distribute(requests, engs, args.router)
+        if args.pd:
+            seqs = disagg.serve(requests, *engs, link(args.link), m.kv_bytes_per_token)
+            how = f" (PD: {engs[0].name} prefills, {engs[1].name} decodes over {args.link})"
+        else:
+            seqs = [s for r in replicas.distribute(requests, engs, args.router) for s in r.seqs]
+            how = f" ({args.router} router)" if len(engs) > 1 else ""
         wall = time.perf_counter() - began
-        sim = summary(simulated([s for r in runs for s in r.seqs]))
+        sim = summary(simulated(seqs))
+        rate = replicas.served(seqs)
         print(table(sim, ref))
-        print(f"\n{len(requests)} requests, {replicas.throughput(runs):,.0f} output tokens/s"
-              + (f" ({args.router} router)" if len(engs) > 1 else "")
-              + f"; simulated in {wall:.2f} s")
+        print(f"\n{len(requests)} requests, {rate:,.0f} output tokens/s{how}; "
+              f"simulated in {wall:.2f} s")
         for e, k, b in zip(engs, clocks, modelled, strict=True):
             r = e.run
             print(f"  {e.name} ({k.gpu.name}): {len(r.seqs)} requests, {r.steps} steps, mean "
@@ -184,7 +200,8 @@ def main(argv: list[str] | None = None) -> int:
                   f"{r.peak_blocks} in use; kernel times {_shares(k.how)}")
         if args.json:
             _write(args.json, {"simulated": sim, "measured": ref,
-                               "throughput_tokens_per_s": replicas.throughput(runs),
+                               "throughput_tokens_per_s": rate,
+                               "system": "pd" if args.pd else "replicas",
                                "router": args.router, "devices": {
                                    e.name: {"requests": len(e.run.seqs), "steps": e.run.steps,
                                             "preemptions": e.run.preemptions,
@@ -195,6 +212,19 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 1
     return 0
+
+
+def link(name: str) -> Link:
+    """A link of the catalogue (``conf/link/<name>.yaml``)."""
+    from omegaconf import OmegaConf
+
+    folder = Path(str(importlib.resources.files("pimbuild.conf").joinpath("link")))
+    path = folder / f"{name}.yaml"
+    if not path.is_file():
+        raise ConfigError(f"unknown link '{name}' (choices: "
+                          f"{', '.join(sorted(p.stem for p in folder.glob('*.yaml')))})")
+    spec = OmegaConf.load(path)
+    return Link(float(spec.gbps), float(spec.latency_us))
 
 
 def _shares(how: dict[str, int]) -> str:

@@ -46,7 +46,11 @@ def distribute(requests: list[Request], engines: list[Engine], router: str) -> l
 
 def throughput(runs: list[Run]) -> float:
     """Output tokens per second from the first arrival to the last finish."""
-    seqs = [s for r in runs for s in r.seqs]
+    return served([s for r in runs for s in r.seqs])
+
+
+def served(seqs: list[Seq]) -> float:
+    """Output tokens per second of ``seqs`` from the first arrival to the last finish."""
     if not seqs:
         return 0.0
     span = max(s.finish_s for s in seqs) - min(s.req.arrival_s for s in seqs)

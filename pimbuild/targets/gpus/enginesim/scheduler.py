@@ -64,7 +64,8 @@ class Run:
 class Engine:
     """One engine instance on one GPU: its queue, running batch, KV blocks and clock."""
 
-    def __init__(self, steps: Steps, limits: Limits, name: str = "") -> None:
+    def __init__(self, steps: Steps, limits: Limits, name: str = "",
+                 role: str = "both") -> None:
         if limits.kv_blocks < 1:
             raise ConfigError(f"the engine{' on ' + name if name else ''} needs at least one "
                               f"KV block")
@@ -73,6 +74,11 @@ class Engine:
         self.running: list[Seq] = []
         self.free, self.now = limits.kv_blocks, 0.0
         self.run = Run([])
+        # "prefill": a request leaves at its first token, its KV cache handed on
+        # (``handoffs``: (request, when)); "decode": requests arrive with their prompt's
+        # cache (``submit_prefilled``); "both": a whole engine
+        self.role = role
+        self.handoffs: list[tuple[Seq, float]] = []
 
     @property
     def busy(self) -> bool:
@@ -84,18 +90,25 @@ class Engine:
                    for q in (self.waiting, self.running) for s in q)
 
     def fits(self, r: Request) -> bool:
-        return -(-(r.input_tokens + r.output_tokens) // self.limits.block_size) \
-            <= self.limits.kv_blocks
+        """Whether its cache can hold ``r`` at its longest (a prefill engine: its prompt)."""
+        positions = r.input_tokens + (1 if self.role == "prefill" else r.output_tokens)
+        return -(-positions // self.limits.block_size) <= self.limits.kv_blocks
 
     def submit(self, s: Seq) -> None:
         """Queue ``s``, which arrives now."""
         if not self.fits(s.req):
             raise ConfigError(
-                f"a request of {s.req.input_tokens + s.req.output_tokens} positions needs "
+                f"a request of {s.req.input_tokens} + {s.req.output_tokens} positions needs "
                 f"more than the {self.limits.kv_blocks} KV blocks of "
                 f"{self.limits.block_size}{' on ' + self.name if self.name else ''}")
         self.waiting.append(s)
         self.run.seqs.append(s)
+
+    def submit_prefilled(self, s: Seq) -> None:
+        """Queue ``s`` with its prompt's keys and values arrived and its first token out: its
+        blocks are allocated when it is first scheduled."""
+        s.computed, s.blocks = s.req.input_tokens, 0
+        self.submit(s)
 
     def advance(self, until: float) -> None:
         """Run steps while one starts before ``until``; idle, wait until then."""
@@ -128,11 +141,17 @@ class Engine:
                 s.length += 1
                 if s.first_s < 0:
                     s.first_s = self.now
-                if s.generated >= s.req.output_tokens:
+                if self.role == "prefill" and s.generated < s.req.output_tokens:
+                    self._leave(s)
+                    self.handoffs.append((s, self.now))
+                elif s.generated >= s.req.output_tokens:
                     s.finish_s = self.now
-                    self.running.remove(s)
-                    self.free += s.blocks
-                    s.blocks = 0
+                    self._leave(s)
+
+    def _leave(self, s: Seq) -> None:
+        self.running.remove(s)
+        self.free += s.blocks
+        s.blocks = 0
 
 
 def seqs_of(requests: list[Request]) -> list[Seq]:
