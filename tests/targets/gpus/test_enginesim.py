@@ -260,3 +260,52 @@ def test_pd_hands_each_cache_over_the_link() -> None:
     small = scheduler.Engine(Fixed(0.02), scheduler.Limits(kv_blocks=2), "d", "decode")
     with pytest.raises(ConfigError, match="does not fit in the decode engine"):
         disagg.serve([Request(0.0, 100, 4)], pre, small, link, 10**5)
+
+
+BIG = {**LLAMA31_8B, "hidden_size": 8192, "num_attention_heads": 64, "num_hidden_layers": 40,
+       "intermediate_size": 28672}  # 73 GB of weights: an 80 GB A100 holds it, an L40S not
+
+
+def test_a_split_model_holds_each_stage_s_share(tmp_path: Path) -> None:
+    from pimbuild.targets.gpus.enginesim import pipeline
+
+    m = shape.load(config(tmp_path, BIG))
+    a, b = m.stages(10)
+    assert (a.layers, b.layers, a.head, b.embed) == (10, 30, False, False)
+    assert a.weight_bytes + b.weight_bytes == m.weight_bytes
+    assert a.kv_bytes_per_token + b.kv_bytes_per_token == m.kv_bytes_per_token
+    with pytest.raises(ConfigError, match="1 to 39"):
+        m.stages(40)
+
+    def clock(o: ops.Op) -> float:
+        flops, moved = o.work()
+        return 2e-6 + max(flops / 3e14, moved / 2e12)
+
+    from pimbuild.targets.gpus.cost import Link
+    big, small = shape.Memory(80 * 2**30), shape.Memory(48 * 2**30)
+    first, pipe, blocks = pipeline.split(m, [clock, clock], [big, small], Link(200, 5), 16,
+                                         2048, 256)
+    # the smaller GPU can hold only part of the layers: more go to the larger
+    assert first > m.layers // 2 and blocks > 0
+    assert small.kv_blocks(m.stages(first)[1], 16, 2048, 256) >= blocks
+    t = pipe.seconds([], [1024] * 8)
+    assert t > sum(s.seconds([], [1024] * 8) for s in pipe.stages)  # plus the hop
+    tiny = shape.Memory(24 * 2**30)  # two 24 GB cards hold less than the weights
+    with pytest.raises(ConfigError, match="split at no layer"):
+        pipeline.split(m, [clock, clock], [tiny, tiny], Link(200, 5), 16, 2048, 256)
+
+
+def test_what_no_gpu_holds_alone_is_served_split(tmp_path: Path, capsys) -> None:
+    trace = tmp_path / "t.csv"
+    trace.write_text("arrival_s,input_tokens,output_tokens\n0,300,20\n0.01,500,10\n")
+    base = ["--trace", str(trace), "--model-config", str(config(tmp_path, BIG))]
+    for extra, system in (([], "request distribution"), (["--pd"], "PD")):
+        assert cli.main([*base, "--device", "a100,l40s", *extra]) == 1
+        err = capsys.readouterr().err
+        assert err.startswith(f"error: {system} is infeasible: on l40s, ") and \
+            "does not fit" in err
+    assert cli.main([*base, "--device", "a100,l40s", "--pp"]) == 0
+    out = capsys.readouterr().out
+    assert "layers split over a100+l40s" in out and "2 requests" in out
+    assert cli.main([*base, "--device", "a100,l40s", "--pp", "--pd"]) == 1
+    assert "two systems" in capsys.readouterr().err

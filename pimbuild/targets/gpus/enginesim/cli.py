@@ -4,14 +4,15 @@ measured vLLM run (docs/gpus.md, "Serving as an engine runs it").
 
     pimbuild-serve --trace REQUESTS.jsonl --model-config config.json --device rtx4090
                    [--device a100,l40s --router jsq|lot|round_robin] [--offline]
-                   [--device a100,l40s --pd --link rdma200]
+                   [--device a100,l40s --pd|--pp --link rdma200]
                    [--config-dir DIR] [--max-num-seqs 256] [--max-num-batched-tokens 2048]
                    [--block-size 16] [--gpu-memory-utilization 0.9] [--kv-blocks N]
                    [--measured VLLM_REQUESTS.jsonl] [--json OUT]
 
 Several devices are request distribution: one replica of the model per GPU, each with its
 own queue, batch and memory, behind ``--router`` (``replicas``); with ``--pd`` the first
-prefills and the second decodes, the KV caches crossing ``--link`` (``disagg``).
+prefills and the second decodes, the KV caches crossing ``--link`` (``disagg``); with
+``--pp`` one engine runs the model's layers split over the two (``pipeline``).
 ``--kv-blocks`` gives the KV-cache size vLLM reported at start-up (its ``num_gpu_blocks``);
 without it the blocks come from the device's memory (``shape.Memory``). ``--measured`` reads
 vLLM's per-request records (``input_toks, output_toks, queued_ts, first_token_ts,
@@ -26,7 +27,7 @@ import importlib.resources
 import json
 import sys
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +35,7 @@ from pimbuild.errors import ConfigError
 from pimbuild.targets.gpus import arrivals
 from pimbuild.targets.gpus.cost import Link
 from pimbuild.targets.gpus.engine import percentile
-from pimbuild.targets.gpus.enginesim import disagg, replicas, scheduler, shape
+from pimbuild.targets.gpus.enginesim import disagg, pipeline, replicas, scheduler, shape
 from pimbuild.targets.gpus.enginesim.steps import Steps
 from pimbuild.targets.gpus.kerneltime import clock
 
@@ -85,14 +86,16 @@ def measured(path: Path) -> dict[str, list[float]]:
     return per
 
 
-def limits(args: argparse.Namespace, m: shape.LlmShape, spec: dict[str, Any], name: str
-           ) -> tuple[scheduler.Limits, int]:
+def limits(args: argparse.Namespace, m: shape.LlmShape, spec: dict[str, Any], name: str,
+           check_only: bool = False) -> tuple[scheduler.Limits, int]:
     """The engine's limits and the KV blocks the memory model gives."""
     for name in ("max_num_seqs", "max_num_batched_tokens", "block_size"):
         if getattr(args, name) < 1:
             raise ConfigError(f"--{name.replace('_', '-')} must be >= 1")
     if not 0 < args.gpu_memory_utilization <= 1:
         raise ConfigError("--gpu-memory-utilization must be in (0, 1]")
+    if check_only:
+        return scheduler.Limits(), 0
     memory_gb = spec.get("memory_gb")
     if not isinstance(memory_gb, (int, float)) or memory_gb <= 0:
         raise ConfigError(f"device '{name}' has no memory_gb")
@@ -134,8 +137,11 @@ def parser() -> argparse.ArgumentParser:
                     f"{', '.join(replicas.ROUTERS)}")
     ap.add_argument("--pd", action="store_true",
                     help="two devices: the first prefills, the second decodes (PD)")
+    ap.add_argument("--pp", action="store_true",
+                    help="two devices: the model's layers split over them (pipeline)")
     ap.add_argument("--link", default="rdma200",
-                    help="what carries PD's KV caches: a conf/link/*.yaml name")
+                    help="what joins two devices (PD's KV caches, PP's hidden states): a "
+                         "conf/link/*.yaml name")
     ap.add_argument("--offline", action="store_true",
                     help="every request arrives at once (the most the GPUs sustain)")
     ap.add_argument("--config-dir", type=Path)
@@ -149,25 +155,69 @@ def parser() -> argparse.ArgumentParser:
     return ap
 
 
-def engines(args: argparse.Namespace, m: shape.LlmShape
-            ) -> tuple[list[scheduler.Engine], list[clock.Clock], list[int]]:
-    """An engine per ``--device``, its kernel clock and the KV blocks its memory gives."""
+@dataclass
+class Served:
+    """An engine and what the report says of it."""
+    engine: scheduler.Engine
+    gpus: str  # the GPU names it runs on
+    clocks: list[clock.Clock]
+    modelled: int  # the KV blocks the memory model gives
+    note: str = ""
+
+    @property
+    def how(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for k in self.clocks:
+            for key, n in k.how.items():
+                out[key] = out.get(key, 0) + n
+        return out
+
+
+def engines(args: argparse.Namespace, m: shape.LlmShape) -> list[Served]:
+    """An engine per ``--device`` (replicas, or PD's two), or one over both (``--pp``)."""
     names = [n.strip() for n in args.device.split(",")]
     if any(not n for n in names) or len(set(names)) != len(names):
         raise ConfigError(f"--device {args.device!r}: name each GPU once, comma-separated")
     if args.kv_blocks is not None and len(names) > 1:
         raise ConfigError("--kv-blocks is one device's count: give one --device with it")
-    if args.pd and len(names) != 2:
-        raise ConfigError("--pd takes two devices: --device PREFILL,DECODE")
-    out: tuple[list, list, list] = ([], [], [])
-    for i, name in enumerate(names):
-        kernels, spec = clock.clock(name, args.config_dir)
-        lim, modelled = limits(args, m, spec, name)
+    if args.pd and args.pp:
+        raise ConfigError("--pd and --pp are two systems: give one")
+    if (args.pd or args.pp) and len(names) != 2:
+        raise ConfigError(f"--{'pd' if args.pd else 'pp'} takes two devices: --device A,B")
+    found = [clock.clock(name, args.config_dir) for name in names]
+    if args.pp:
+        return [pipelined(args, m, names, found)]
+    out = []
+    system = "PD" if args.pd else "request distribution" if len(names) > 1 \
+        else f"serving on {names[0]}"
+    for i, (name, (kernels, spec)) in enumerate(zip(names, found, strict=True)):
+        try:
+            lim, modelled = limits(args, m, spec, name)
+        except ConfigError as e:  # a GPU that cannot hold the model: the system cannot run
+            raise ConfigError(f"{system} is infeasible: on {name}, {e}") from None
         role = ("prefill", "decode")[i] if args.pd else "both"
-        out[0].append(scheduler.Engine(Steps(m, kernels.seconds), lim, name, role))
-        out[1].append(kernels)
-        out[2].append(modelled)
+        out.append(Served(scheduler.Engine(Steps(m, kernels.seconds), lim, name, role),
+                          kernels.gpu.name, [kernels], modelled))
     return out
+
+
+def pipelined(args: argparse.Namespace, m: shape.LlmShape, names: list[str],
+              found: list[tuple[clock.Clock, dict[str, Any]]]) -> Served:
+    limits(args, m, {"memory_gb": 1.0}, names[0], check_only=True)
+    memories = []
+    for name, (_, spec) in zip(names, found, strict=True):
+        memory_gb = spec.get("memory_gb")
+        if not isinstance(memory_gb, (int, float)) or memory_gb <= 0:
+            raise ConfigError(f"device '{name}' has no memory_gb")
+        memories.append(shape.Memory(memory_gb * 2**30, args.gpu_memory_utilization))
+    first, pipe, blocks = pipeline.split(
+        m, [k.seconds for k, _ in found], memories, link(args.link), args.block_size,
+        args.max_num_batched_tokens, args.max_num_seqs)
+    lim = scheduler.Limits(args.max_num_seqs, args.max_num_batched_tokens, args.block_size,
+                           blocks)
+    return Served(scheduler.Engine(pipe, lim, "+".join(names)),
+                  " + ".join(k.gpu.name for k, _ in found), [k for k, _ in found], blocks,
+                  f"; layers {first} + {m.layers - first}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -177,12 +227,16 @@ def main(argv: list[str] | None = None) -> int:
         if args.offline:
             requests = [replace(r, arrival_s=0.0) for r in requests]
         m = shape.load(args.model_config)
-        engs, clocks, modelled = engines(args, m)
+        served = engines(args, m)
+        engs = [x.engine for x in served]
         ref = summary(measured(args.measured)) if args.measured else None
         began = time.perf_counter()
         if args.pd:
             seqs = disagg.serve(requests, *engs, link(args.link), m.kv_bytes_per_token)
             how = f" (PD: {engs[0].name} prefills, {engs[1].name} decodes over {args.link})"
+        elif args.pp:
+            seqs = scheduler.serve(requests, engs[0]).seqs
+            how = f" (layers split over {engs[0].name}, joined by {args.link})"
         else:
             seqs = [s for r in replicas.distribute(requests, engs, args.router) for s in r.seqs]
             how = f" ({args.router} router)" if len(engs) > 1 else ""
@@ -192,22 +246,26 @@ def main(argv: list[str] | None = None) -> int:
         print(table(sim, ref))
         print(f"\n{len(requests)} requests, {rate:,.0f} output tokens/s{how}; "
               f"simulated in {wall:.2f} s")
-        for e, k, b in zip(engs, clocks, modelled, strict=True):
-            r = e.run
-            print(f"  {e.name} ({k.gpu.name}): {len(r.seqs)} requests, {r.steps} steps, mean "
-                  f"batch {sum(r.batch) / max(r.steps, 1):.1f}, {r.preemptions} preemptions; "
-                  f"KV blocks {e.limits.kv_blocks} (the memory model gives {b}), peak "
-                  f"{r.peak_blocks} in use; kernel times {_shares(k.how)}")
+        for x in served:
+            e, r = x.engine, x.engine.run
+            print(f"  {e.name} ({x.gpus}{x.note}): {len(r.seqs)} requests, {r.steps} steps, "
+                  f"mean batch {sum(r.batch) / max(r.steps, 1):.1f}, {r.preemptions} "
+                  f"preemptions; KV blocks {e.limits.kv_blocks} (the memory model gives "
+                  f"{x.modelled}), peak {r.peak_blocks} in use; kernel times "
+                  f"{_shares(x.how)}")
         if args.json:
             _write(args.json, {"simulated": sim, "measured": ref,
                                "throughput_tokens_per_s": rate,
-                               "system": "pd" if args.pd else "replicas",
+                               "system": "pd" if args.pd else "pp" if args.pp
+                               else "replicas",
                                "router": args.router, "devices": {
-                                   e.name: {"requests": len(e.run.seqs), "steps": e.run.steps,
-                                            "preemptions": e.run.preemptions,
-                                            "kv_blocks": e.limits.kv_blocks,
-                                            "kv_blocks_modelled": b, "kernel_times": k.how}
-                                   for e, k, b in zip(engs, clocks, modelled, strict=True)}})
+                                   x.engine.name: {
+                                       "requests": len(x.engine.run.seqs),
+                                       "steps": x.engine.run.steps,
+                                       "preemptions": x.engine.run.preemptions,
+                                       "kv_blocks": x.engine.limits.kv_blocks,
+                                       "kv_blocks_modelled": x.modelled,
+                                       "kernel_times": x.how} for x in served}})
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1

@@ -162,7 +162,11 @@ def seqs_of(requests: list[Request]) -> list[Seq]:
 
 def simulate(requests: list[Request], steps: Steps, limits: Limits) -> Run:
     """Serve ``requests`` (sorted by arrival) to completion on one engine."""
-    engine = Engine(steps, limits)
+    return serve(requests, Engine(steps, limits))
+
+
+def serve(requests: list[Request], engine: Engine) -> Run:
+    """Serve ``requests`` (sorted by arrival) to completion on ``engine``."""
     for s in seqs_of(requests):
         engine.advance(s.req.arrival_s)
         engine.submit(s)

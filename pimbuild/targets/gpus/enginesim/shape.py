@@ -4,7 +4,7 @@ weights and KV cache take (what bounds an engine's batch)."""
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from pimbuild.errors import ConfigError
@@ -27,6 +27,9 @@ class LlmShape:
     vocab: int
     dtype_bytes: int = 2
     tied: bool = False  # input embedding and LM head share one matrix
+    # a pipeline stage holds the embedding (the first) or the final norm and LM head (the last)
+    embed: bool = True
+    head: bool = True
 
     @property
     def weight_bytes(self) -> int:
@@ -34,8 +37,17 @@ class LlmShape:
         d, hd = self.hidden, self.head_dim
         layer = d * (self.heads + 2 * self.kv_heads) * hd + self.heads * hd * d \
             + 3 * d * self.ffn + 2 * d
-        vocab = self.vocab * d * (1 if self.tied else 2)
-        return self.dtype_bytes * (self.layers * layer + vocab + d)
+        matrices = 1 if self.tied and self.embed and self.head else self.embed + self.head
+        return self.dtype_bytes * (self.layers * layer + matrices * self.vocab * d
+                                   + self.head * d)
+
+    def stages(self, first: int) -> tuple[LlmShape, LlmShape]:
+        """The model split after its first ``first`` layers (a pipeline of two stages)."""
+        if not 0 < first < self.layers:
+            raise ConfigError(f"a split of {self.layers} layers needs 1 to {self.layers - 1} "
+                              f"in the first stage (got {first})")
+        return (replace(self, layers=first, head=False),
+                replace(self, layers=self.layers - first, embed=False))
 
     @property
     def kv_bytes_per_token(self) -> int:
@@ -88,7 +100,7 @@ class Memory:
         """One layer's largest live tensors at ``max_batched_tokens`` (the residual stream,
         QKV, gate+up and its product) and the fp32 logits of ``max_seqs`` sequences."""
         per_token = m.hidden * 2 + (m.heads + 2 * m.kv_heads) * m.head_dim + 3 * m.ffn
-        return m.dtype_bytes * max_batched_tokens * per_token + 4 * max_seqs * m.vocab
+        return m.dtype_bytes * max_batched_tokens * per_token + 4 * max_seqs * m.vocab * m.head
 
     def kv_blocks(self, m: LlmShape, block_size: int, max_batched_tokens: int,
                   max_seqs: int) -> int:

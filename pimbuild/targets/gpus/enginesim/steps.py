@@ -64,8 +64,9 @@ class Steps:
             tokens = sum(c for c, _ in chunks) + n
             sampled = len(chunks) + n
             t = m.layers * (self.dense(tokens) + self.attention(key[0], n, kv)) \
-                + self.op_seconds(ops.Op("add_rmsnorm", e, tokens, h=m.hidden)) \
-                + self.op_seconds(ops.Op("linear", e, 1, sampled, m.hidden, m.vocab)) \
                 + self.overhead_s
+            if m.head:  # the last stage: the final norm and the LM head
+                t += self.op_seconds(ops.Op("add_rmsnorm", e, tokens, h=m.hidden)) \
+                    + self.op_seconds(ops.Op("linear", e, 1, sampled, m.hidden, m.vocab))
             self.memo[key] = t
         return t
