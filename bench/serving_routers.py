@@ -4,7 +4,9 @@ once: the most it sustains); then replicas of the model on every GPU, one engine
 its own queue and memory, serve the same trace behind each router (``pimbuild-serve``'s
 engines), offline and arriving at twice the trace's rate. The ratio of a router's
 throughput to the sum of the GPUs' alone is the imbalance the sum hides. Then PD both ways
-round (rdma200 between the GPUs) and each GPU alone, on the same trace.
+round (rdma200 between the GPUs) and each GPU alone, on the same trace. Last, Qwen3-32B,
+too large for an L40S, on the same pair at the trace's rate: every system, those that cannot
+hold it named infeasible, and the model's layers split over both.
 
     .venv/bin/python bench/serving_routers.py LLMSERVINGSIM [--devices a100,l40s]
                                               [--repeat 10] [--out outputs/bench]
@@ -33,6 +35,7 @@ from pimbuild.targets.gpus.kerneltime.sources import Repo  # noqa: E402
 
 TRACE = "workloads/sharegpt-llama-3.1-8b-300-sps10.jsonl"
 MODEL = "configs/model/meta-llama/Llama-3.1-8B.json"
+BIG = "configs/model/Qwen/Qwen3-32B.json"
 
 
 def engine(name: str, m: shape.LlmShape, role: str = "both") -> scheduler.Engine:
@@ -112,7 +115,50 @@ def main() -> None:
         out["alone_at_trace_rate"][name] = lat
         print(f"{name} alone at the trace's rate: TTFT P99 {lat['ttft']['p99']:,.0f} ms, "
               f"TPOT P99 {lat['tpot']['p99']:.1f} ms")
+    out["too_large"] = too_large(repo, timed, names)
     write_json(args.out / "serving_routers.json", out)
+
+
+def too_large(repo: Repo, timed: list, names: list[str]) -> dict:
+    """Qwen3-32B (65 GB of weights: more than an L40S holds) on the pair: every system, the
+    ones that cannot hold it named infeasible."""
+    from pimbuild.errors import ConfigError
+
+    with tempfile.TemporaryDirectory() as d:
+        (Path(d) / "Qwen3-32B.json").write_text(repo.read(BIG) or "")
+        m = shape.load(Path(d) / "Qwen3-32B.json")
+    out: dict = {"model": BIG}
+    args = cli.parser().parse_args(["--trace", "x", "--model-config", "x", "--device",
+                                    ",".join(names)])
+    systems = {f"{n} alone": {"device": n} for n in names}
+    systems["request distribution (lot)"] = {"device": ",".join(names), "router": "lot"}
+    systems[f"PD, {names[1]} prefills"] = {"device": ",".join(names[::-1]), "pd": True}
+    systems[f"PD, {names[0]} prefills"] = {"device": ",".join(names), "pd": True}
+    systems[f"layers split, {names[0]} first"] = {"device": ",".join(names), "pp": True}
+    systems[f"layers split, {names[1]} first"] = {"device": ",".join(names[::-1]), "pp": True}
+    for label, over in systems.items():
+        a = argparse.Namespace(**{**vars(args), **over})
+        try:
+            served = cli.engines(a, m)
+        except ConfigError as e:
+            out[label] = {"infeasible": str(e)}
+            print(f"{label}: infeasible ({e})")
+            continue
+        engs = [x.engine for x in served]
+        if a.pd:
+            seqs = disagg.serve(timed, *engs, cli.link("rdma200"), m.kv_bytes_per_token)
+        elif len(engs) > 1:
+            seqs = [s for r in replicas.distribute(timed, engs, a.router) for s in r.seqs]
+        else:
+            seqs = scheduler.serve(timed, engs[0]).seqs
+        lat = cli.summary(cli.simulated(seqs))
+        out[label] = {"tokens_per_s": replicas.served(seqs), "kv_blocks":
+                      [e.limits.kv_blocks for e in engs], "note": served[0].note,
+                      "at_trace_rate": lat}
+        print(f"{label}{served[0].note}: {replicas.served(seqs):,.0f} tokens/s, KV blocks "
+              f"{[e.limits.kv_blocks for e in engs]}, TTFT P99 {lat['ttft']['p99']:,.0f} ms, "
+              f"TPOT P99 {lat['tpot']['p99']:.1f} ms")
+    return out
 
 
 if __name__ == "__main__":
