@@ -19,10 +19,19 @@ from __future__ import annotations
 import math
 from collections import deque
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from pimbuild.errors import ConfigError
 from pimbuild.targets.gpus.arrivals import Request
-from pimbuild.targets.gpus.enginesim.steps import Steps
+
+ROLES = ("both", "prefill", "decode")
+
+
+class StepTimes(Protocol):
+    """What an engine asks of its GPU(s): a step's seconds from its batch (``Steps``, or
+    ``pipeline.Pipeline`` over two GPUs)."""
+
+    def seconds(self, chunks: list[tuple[int, int]], decode_kv: list[int]) -> float: ...
 
 
 @dataclass(frozen=True)
@@ -64,8 +73,10 @@ class Run:
 class Engine:
     """One engine instance on one GPU: its queue, running batch, KV blocks and clock."""
 
-    def __init__(self, steps: Steps, limits: Limits, name: str = "",
+    def __init__(self, steps: StepTimes, limits: Limits, name: str = "",
                  role: str = "both") -> None:
+        if role not in ROLES:
+            raise ConfigError(f"unknown engine role '{role}' (choices: {', '.join(ROLES)})")
         if limits.kv_blocks < 1:
             raise ConfigError(f"the engine{' on ' + name if name else ''} needs at least one "
                               f"KV block")
@@ -160,7 +171,7 @@ def seqs_of(requests: list[Request]) -> list[Seq]:
     return [Seq(r, i, r.input_tokens) for i, r in enumerate(requests)]
 
 
-def simulate(requests: list[Request], steps: Steps, limits: Limits) -> Run:
+def simulate(requests: list[Request], steps: StepTimes, limits: Limits) -> Run:
     """Serve ``requests`` (sorted by arrival) to completion on one engine."""
     return serve(requests, Engine(steps, limits))
 
