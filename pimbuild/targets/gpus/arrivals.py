@@ -4,6 +4,7 @@ file, or all at once (offline: the largest sustainable throughput)."""
 from __future__ import annotations
 
 import csv
+import math
 import random
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +31,31 @@ def poisson(rate_per_s: float, n: int, input_tokens: int, output_tokens: int,
     for _ in range(n):
         t += rng.expovariate(rate_per_s)
         out.append(Request(t, input_tokens, output_tokens))
+    return out
+
+
+def lognormal(rate_per_s: float, n: int, input_mean: float, output_mean: float,
+              sigma: float, seed: int = 0, longest: int = 32768) -> list[Request]:
+    """``n`` Poisson arrivals at ``rate_per_s`` whose prompt and output lengths are drawn from
+    log-normal laws with these means and log-space spread ``sigma`` (0: every request the
+    means), each at least 1 and at most ``longest`` tokens; from a seeded generator."""
+    for name, v in (("rate", rate_per_s), ("prompt mean", input_mean),
+                    ("output mean", output_mean)):
+        if not (v > 0 and math.isfinite(v)):
+            raise ConfigError(f"the synthetic trace's {name} must be a finite number > 0 "
+                              f"(got {v})")
+    if n < 1 or not (0 <= sigma <= 3):
+        raise ConfigError(f"the synthetic trace needs >= 1 request (got {n}) and a spread "
+                          f"from 0 to 3 (got {sigma})")
+    rng, t, out = random.Random(seed), 0.0, []
+
+    def draw(mean: float) -> int:
+        x = rng.lognormvariate(math.log(mean) - sigma**2 / 2, sigma) if sigma else mean
+        return max(1, min(longest, round(x)))
+
+    for _ in range(n):
+        t += rng.expovariate(rate_per_s)
+        out.append(Request(t, draw(input_mean), draw(output_mean)))
     return out
 
 

@@ -309,3 +309,29 @@ def test_what_no_gpu_holds_alone_is_served_split(tmp_path: Path, capsys) -> None
     assert "layers split over a100+l40s" in out and "2 requests" in out
     assert cli.main([*base, "--device", "a100,l40s", "--pp", "--pd"]) == 1
     assert "two systems" in capsys.readouterr().err
+
+
+def test_synthetic_requests_follow_their_laws(tmp_path: Path, capsys) -> None:
+    reqs = arrivals.lognormal(4.0, 4000, 512, 128, 0.8, seed=1)
+    assert reqs == arrivals.lognormal(4.0, 4000, 512, 128, 0.8, seed=1)  # seeded
+    mean = sum(r.input_tokens for r in reqs) / len(reqs)
+    assert mean == pytest.approx(512, rel=0.05)
+    assert sum(r.output_tokens for r in reqs) / len(reqs) == pytest.approx(128, rel=0.05)
+    assert reqs[-1].arrival_s == pytest.approx(1000, rel=0.1)  # 4,000 at 4 a second
+    assert len({r.input_tokens for r in reqs}) > 100 and min(r.output_tokens for r in reqs) >= 1
+    assert {r.input_tokens for r in arrivals.lognormal(1.0, 50, 300, 20, 0.0)} == {300}
+    for bad in ((0.0, 5, 1, 1, 0.5), (1.0, 0, 1, 1, 0.5), (1.0, 5, float("nan"), 1, 0.5),
+                (1.0, 5, 1, 1, 4.0)):
+        with pytest.raises(ConfigError, match="synthetic trace"):
+            arrivals.lognormal(*bad)
+    model = config(tmp_path, TINY)
+    base = ["--model-config", str(model), "--device", "l40s"]
+    assert cli.main([*base, "--synthetic", "50,20,300,20"]) == 0
+    assert "50 requests" in capsys.readouterr().out
+    for extra, match in ((["--synthetic", "50,x,300,20"], "N,RATE,PROMPT,OUTPUT"),
+                         (["--synthetic", "50,1,300"], "N,RATE,PROMPT,OUTPUT"),
+                         (["--synthetic", "1,1,1,1,1,1"], "at most five"),
+                         ([], "--trace FILE or --synthetic"),
+                         (["--synthetic", "5,1,300,20", "--trace", str(model)], "--trace FILE")):
+        assert cli.main([*base, *extra]) == 1
+        assert match in capsys.readouterr().err

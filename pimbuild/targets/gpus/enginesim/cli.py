@@ -3,6 +3,7 @@ GPU's engine-kernel times (measured where the shipped data hold them), and compa
 measured vLLM run (docs/gpus.md, "Serving as an engine runs it").
 
     pimbuild-serve --trace REQUESTS.jsonl --model-config config.json --device rtx4090
+                   [--synthetic N,RATE,PROMPT,OUTPUT[,SIGMA] --seed 0] (instead of --trace)
                    [--device a100,l40s --router jsq|lot|round_robin] [--offline]
                    [--device a100,l40s --pd|--pp --link rdma200]
                    [--config-dir DIR] [--max-num-seqs 256] [--max-num-batched-tokens 2048]
@@ -128,7 +129,12 @@ def table(sim: dict, ref: dict | None) -> str:
 
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="pimbuild-serve", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--trace", type=Path, required=True)
+    ap.add_argument("--trace", type=Path,
+                    help="requests: a CSV or JSON-lines trace (or --synthetic)")
+    ap.add_argument("--synthetic", metavar="N,RATE,PROMPT,OUTPUT[,SIGMA]",
+                    help="N Poisson requests at RATE per second, prompt and output lengths "
+                         "log-normal with these means and log spread SIGMA (default 0.8)")
+    ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--model-config", type=Path, required=True,
                     help="the model's Hugging Face config.json")
     ap.add_argument("--device", required=True,
@@ -223,7 +229,7 @@ def pipelined(args: argparse.Namespace, m: shape.LlmShape, names: list[str],
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
-        requests = arrivals.trace(args.trace)
+        requests = trace(args)
         if args.offline:
             requests = [replace(r, arrival_s=0.0) for r in requests]
         m = shape.load(args.model_config)
@@ -270,6 +276,24 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 1
     return 0
+
+
+def trace(args: argparse.Namespace) -> list[arrivals.Request]:
+    """The requests of ``--trace`` or ``--synthetic`` (one of them)."""
+    if bool(args.trace) == bool(args.synthetic):
+        raise ConfigError("give the requests as --trace FILE or --synthetic N,RATE,PROMPT,OUTPUT")
+    if args.trace:
+        return arrivals.trace(args.trace)
+    parts = args.synthetic.split(",")
+    try:
+        n, rate, prompt, output = int(parts[0]), *(float(x) for x in parts[1:4])
+        sigma = float(parts[4]) if len(parts) == 5 else 0.8
+    except (ValueError, IndexError, TypeError):
+        raise ConfigError(f"--synthetic {args.synthetic!r}: give N,RATE,PROMPT,OUTPUT[,SIGMA] "
+                          f"(e.g. 1000,5,1024,256)") from None
+    if len(parts) > 5:
+        raise ConfigError(f"--synthetic {args.synthetic!r}: at most five numbers")
+    return arrivals.lognormal(rate, n, prompt, output, sigma, args.seed)
 
 
 def link(name: str) -> Link:
