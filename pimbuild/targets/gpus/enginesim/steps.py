@@ -29,27 +29,18 @@ class Steps:
                  overhead_s: float = 0.0) -> None:
         self.m, self.op_seconds, self.overhead_s = m, seconds, overhead_s
         self.dtype = DTYPES[m.dtype_bytes]
+        self.layer = ops.Layer(m.hidden, m.heads, m.kv_heads, m.head_dim, m.ffn)
         self.memo: dict[tuple, float] = {}
 
     def dense(self, t: int) -> float:
-        """One layer's token-parallel kernels over ``t`` rows."""
-        m, e, s = self.m, self.dtype, self.op_seconds
-        qkv = (m.heads + 2 * m.kv_heads) * m.head_dim
-        return (2 * s(ops.Op("add_rmsnorm", e, t, h=m.hidden))
-                + s(ops.Op("linear", e, 1, t, m.hidden, qkv))
-                + s(ops.Op("rope", e, t, h=(m.heads + m.kv_heads) * m.head_dim))
-                + s(ops.Op("linear", e, 1, t, m.heads * m.head_dim, m.hidden))
-                + s(ops.Op("linear", e, 1, t, m.hidden, 2 * m.ffn))
-                + s(ops.Op("silu_mul", e, t, h=m.ffn))
-                + s(ops.Op("linear", e, 1, t, m.ffn, m.hidden)))
+        """One layer's token-parallel kernels over ``t`` rows (the add+RMSNorm twice)."""
+        k = self.layer.kernels(self.dtype, t)
+        return sum(self.op_seconds(o) for o in k.values()) + self.op_seconds(k["layernorm"])
 
     def attention(self, chunks: tuple[tuple[int, int], ...], n_decode: int, kv: int) -> float:
-        m, e = self.m, self.dtype
-        t = sum(self.op_seconds(ops.Op("prefill_attention", e, 1, c, c + p, m.head_dim,
-                                       m.heads, m.kv_heads)) for c, p in chunks)
+        t = sum(self.op_seconds(self.layer.prefill(self.dtype, c, p)) for c, p in chunks)
         if n_decode:
-            t += self.op_seconds(ops.Op("decode_attention", e, n_decode, 1, kv, m.head_dim,
-                                        m.heads, m.kv_heads))
+            t += self.op_seconds(self.layer.decode(self.dtype, n_decode, kv))
         return t
 
     def seconds(self, chunks: list[tuple[int, int]], decode_kv: list[int]) -> float:

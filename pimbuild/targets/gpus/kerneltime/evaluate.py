@@ -221,7 +221,7 @@ def pooled(results: dict[str, dict[str, Any]], learned: tuple[str, ...] = model.
 # 14336; its GEMMs (qkv, o, gate+up, down) and attention, the kernels the measured grids hold
 # (its norms, RoPE and SiLU-and-mul are elementwise kernels no public source times on these
 # GPUs: they are left out of the sums).
-LLAMA3 = {"hidden": 4096, "heads": 32, "kv_heads": 8, "head_dim": 128, "ffn": 14336}
+LLAMA3 = ops.Layer(hidden=4096, heads=32, kv_heads=8, head_dim=128, ffn=14336)
 PREFILL_TOKENS = (1, 16, 256, 4096)
 DECODE = tuple((b, kv) for b in (1, 4, 16, 64, 256) for kv in (1024, 2048, 4096, 8192))
 PAPER_FIG2 = {"all_by_count": 0.67, "all_by_time": 0.36, "decode_by_count": 0.57,
@@ -231,20 +231,9 @@ PAPER_FIG2 = {"all_by_count": 0.67, "all_by_time": 0.36, "decode_by_count": 0.57
 def llama_layer(phase: str, a: int, b: int = 0, dtype: str = "bf16") -> list[ops.Op]:
     """The GEMMs and attention of one Llama-3-8B layer: a prefill of ``a`` tokens, or a
     decode step of ``a`` sequences over ``b`` cached positions."""
-    c = LLAMA3
-    t = a  # tokens: the prompt's, or one per sequence
-    qkv = (c["heads"] + 2 * c["kv_heads"]) * c["head_dim"]
-    gemms = [ops.Op("linear", dtype, 1, t, c["hidden"], qkv),
-             ops.Op("linear", dtype, 1, t, c["hidden"], c["hidden"]),
-             ops.Op("linear", dtype, 1, t, c["hidden"], 2 * c["ffn"]),
-             ops.Op("linear", dtype, 1, t, c["ffn"], c["hidden"])]
-    if phase == "prefill":
-        att = ops.Op("prefill_attention", dtype, 1, a, a, c["head_dim"], c["heads"],
-                     c["kv_heads"])
-    else:
-        att = ops.Op("decode_attention", dtype, a, 1, b, c["head_dim"], c["heads"],
-                     c["kv_heads"])
-    return [*gemms[:1], att, *gemms[1:]]
+    k = LLAMA3.kernels(dtype, a)  # tokens: the prompt's, or one per sequence
+    att = LLAMA3.prefill(dtype, a) if phase == "prefill" else LLAMA3.decode(dtype, a, b)
+    return [k["qkv_proj"], att, k["o_proj"], k["gate_up_proj"], k["down_proj"]]
 
 
 def scenarios() -> list[tuple[str, str, list[ops.Op]]]:

@@ -102,6 +102,40 @@ class Op:
         return f"{self.op}:{self.dtype}:" + "x".join(str(getattr(self, d)) for d in self.dims)
 
 
+@dataclass(frozen=True)
+class Layer:
+    """A LLaMA-style decoder layer (gated MLP, grouped-query attention) and the engine
+    kernels vLLM launches for it: the shapes the per-layer check, LLMServingSim's profiles
+    and the engine simulation's steps all time."""
+    hidden: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    ffn: int
+
+    def kernels(self, dtype: str, t: int) -> dict[str, Op]:
+        """The token-parallel kernels over ``t`` tokens, by vLLM's layer names
+        (``layernorm``: the fused residual add + RMSNorm, run twice a layer)."""
+        d, hd, q = self.hidden, self.head_dim, self.heads * self.head_dim
+        return {"layernorm": Op("add_rmsnorm", dtype, t, h=d),
+                "qkv_proj": Op("linear", dtype, 1, t, d, q + 2 * self.kv_heads * hd),
+                "rotary_emb": Op("rope", dtype, t, h=q + self.kv_heads * hd),
+                "o_proj": Op("linear", dtype, 1, t, q, d),
+                "gate_up_proj": Op("linear", dtype, 1, t, d, 2 * self.ffn),
+                "act_fn": Op("silu_mul", dtype, t, h=self.ffn),
+                "down_proj": Op("linear", dtype, 1, t, self.ffn, d)}
+
+    def prefill(self, dtype: str, chunk: int, past: int = 0) -> Op:
+        """Attention over a prompt chunk of ``chunk`` tokens after ``past`` cached ones."""
+        return Op("prefill_attention", dtype, 1, chunk, chunk + past, self.head_dim,
+                  self.heads, self.kv_heads)
+
+    def decode(self, dtype: str, b: int, kv: int) -> Op:
+        """Attention of ``b`` sequences' new tokens over ``kv`` positions each."""
+        return Op("decode_attention", dtype, b, 1, kv, self.head_dim, self.heads,
+                  self.kv_heads)
+
+
 def parse(row: dict[str, Any], where: str) -> Op:
     """One ops-CSV row as an Op; a ConfigError naming ``where`` (file and line) otherwise."""
     op = (row.get("op") or "").strip()

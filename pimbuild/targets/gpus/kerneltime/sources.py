@@ -75,6 +75,15 @@ class Repo:
                               "HEAD", folder], capture_output=True, text=True, check=False)
         return out.stdout.split()
 
+    def find(self, folder: str, name: str, what: str) -> list[str]:
+        """The files under ``folder`` whose path ends in ``name``; a ConfigError saying the
+        folder is not ``what`` where there are none."""
+        found = [p for p in self.list(folder) if p.endswith(name)]
+        if not found:
+            raise ConfigError(f"{self.root} has no {folder}/**/{name.lstrip('/')}: is it "
+                              f"{what}?")
+        return found
+
     def read(self, path: str) -> str | None:
         """The file's text; None where it is absent (a large-file pointer not fetched)."""
         if not self.bare:
@@ -146,11 +155,7 @@ def vidur(*roots: Path) -> Iterator[dict[str, Any]]:
     seen: set[str] = set()
     for i, root in enumerate(roots):
         repo = Repo(root)
-        files = [p for p in repo.list(VIDUR_COMPUTE) if p.endswith("/mlp.csv")]
-        if not files:
-            raise ConfigError(f"{root} has no {VIDUR_COMPUTE}/*/mlp.csv: is it Vidur's "
-                              f"repository or a fork of it?")
-        for path in files:
+        for path in repo.find(VIDUR_COMPUTE, "/mlp.csv", "Vidur's repository or a fork of it"):
             parts = path.split("/")
             device = VIDUR_DEVICES.get(parts[3])
             text = repo.read(path) if path not in seen else None
@@ -386,35 +391,23 @@ LSS_DTYPES = {"bf16": "bf16", "fp16": "fp16"}
 NOT_FITTED = {"llmservingsim", "vidur_fork"}
 
 
-def _lss_dense(c: dict[str, Any], dtype: str) -> dict[str, Any]:
-    """The engine kernel of each ``dense.csv`` layer name, as a function of the token count
-    (vLLM's layers; ``layernorm`` is its fused residual add + RMSNorm)."""
+def _lss_layer(c: dict[str, Any]) -> ops.Layer:
+    """The layer of a Hugging Face config (``configs/model/*.json``)."""
     d, heads = c["hidden_size"], c["num_attention_heads"]
-    kv, hd = c.get("num_key_value_heads", heads), c.get("head_dim") or d // heads
-    ffn = c["intermediate_size"]
-    def lin(n: int, k: int) -> Any:
-        return lambda t: ops.Op("linear", dtype, 1, t, n, k)
-    def vec(name: str, h: int) -> Any:
-        return lambda t: ops.Op(name, dtype, t, h=h)
-    return {"qkv_proj": lin(d, (heads + 2 * kv) * hd), "o_proj": lin(heads * hd, d),
-            "gate_up_proj": lin(d, 2 * ffn), "down_proj": lin(ffn, d),
-            "act_fn": vec("silu_mul", ffn), "rotary_emb": vec("rope", (heads + kv) * hd),
-            "layernorm": vec("add_rmsnorm", d), "final_layernorm": vec("add_rmsnorm", d)}
+    return ops.Layer(d, heads, c.get("num_key_value_heads", heads),
+                     c.get("head_dim") or d // heads, c["intermediate_size"])
 
 
-def _lss_attention(r: dict[str, str], c: dict[str, Any], dtype: str) -> ops.Op | None:
+def _lss_attention(r: dict[str, str], layer: ops.Layer, dtype: str) -> ops.Op | None:
     """The attention kernel of an ``attention.csv`` row that is pure prefill (one chunk after
     ``kv_prefill`` cached positions) or pure decode (``n_decode`` sequences over
     ``kv_decode`` positions each); None for a mixed batch or an empty one."""
-    heads = c["num_attention_heads"]
-    kv, hd = c.get("num_key_value_heads", heads), c.get("head_dim") or \
-        c["hidden_size"] // heads
     chunk, past, n, length = (int(r[x]) for x in ("prefill_chunk", "kv_prefill", "n_decode",
                                                    "kv_decode"))
     if chunk and not n:
-        return ops.Op("prefill_attention", dtype, 1, chunk, chunk + past, hd, heads, kv)
+        return layer.prefill(dtype, chunk, past)
     if n and not chunk and length:
-        return ops.Op("decode_attention", dtype, n, 1, length, hd, heads, kv)
+        return layer.decode(dtype, n, length)
     return None
 
 
@@ -422,27 +415,25 @@ def llmservingsim(root: Path) -> Iterator[dict[str, Any]]:
     """LLMServingSim's tensor-parallel-1 vLLM profiles of the GPUs of ``LSS_DEVICES``: the
     dense layers and the attention kernel of each profiled model (MoE layers not read)."""
     repo = Repo(root)
-    metas = [p for p in repo.list(LSS_PERF) if p.endswith("/meta.yaml")]
-    if not metas:
-        raise ConfigError(f"{root} has no {LSS_PERF}/**/meta.yaml: is it LLMServingSim's "
-                          f"repository?")
-    for path in metas:
+    for path in repo.find(LSS_PERF, "/meta.yaml", "LLMServingSim's repository"):
         folder = path.rsplit("/", 1)[0]
         meta = yaml.safe_load(repo.read(path) or "") or {}
         device, dtype = LSS_DEVICES.get(meta.get("hardware")), LSS_DTYPES.get(meta.get("variant"))
         config = repo.read(f"configs/model/{meta.get('model')}.json")
         if device is None or dtype is None or config is None:
             continue
-        c = json.loads(config)
+        layer = _lss_layer(json.loads(config))
         tag = {"framework": "vllm", "version": str(meta.get("vllm_version", ""))}
-        dense = _lss_dense(c, dtype)
         for r in csv.DictReader(io.StringIO(repo.read(f"{folder}/tp1/dense.csv") or "")):
+            # the final norm is the layers' fused add + RMSNorm once more
+            name = {"final_layernorm": "layernorm"}.get(r.get("layer"), r.get("layer"))
             us = _time(r.get("time_us"))
-            if r.get("layer") in dense and us is not None:
-                o = dense[r["layer"]](int(r["tokens"]))
-                yield {**_row("llmservingsim", device, "", o, us), **tag, "kernel": r["layer"]}
+            kernels = layer.kernels(dtype, int(r["tokens"])) if us is not None else {}
+            if name in kernels:
+                yield {**_row("llmservingsim", device, "", kernels[name], us), **tag,
+                       "kernel": r["layer"]}
         for r in csv.DictReader(io.StringIO(repo.read(f"{folder}/tp1/attention.csv") or "")):
-            o, us = _lss_attention(r, c, dtype), _time(r.get("time_us"))
+            o, us = _lss_attention(r, layer, dtype), _time(r.get("time_us"))
             if o is not None and us is not None:
                 yield {**_row("llmservingsim", device, "", o, us), **tag, "kernel": "attention"}
 
