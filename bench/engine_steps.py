@@ -16,7 +16,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 from common import write_json  # noqa: E402
 
-from pimbuild.targets.gpus.enginesim import shape  # noqa: E402
+from pimbuild.targets.gpus.enginesim import cli, shape  # noqa: E402
 from pimbuild.targets.gpus.enginesim.steps import Steps  # noqa: E402
 from pimbuild.targets.gpus.kerneltime import clock  # noqa: E402
 
@@ -35,7 +35,7 @@ def main() -> None:
     for name in args.devices.split(","):
         kernels, spec = clock.clock(name)
         steps = Steps(m, kernels.seconds)
-        blocks = shape.Memory(spec["memory_gb"] * 2**30).kv_blocks(m, 16, 2048, 256)
+        blocks = cli.memory(spec, name, 0.9).kv_blocks(m, 16, 2048, 256)
         per = {b: steps.seconds([], [args.kv] * b) for b in BUCKETS}
         out["devices"][name] = {"kv_blocks": blocks, "kv_positions": blocks * 16,
                                 "decode_step_s": per, "kernel_times": kernels.how}

@@ -54,7 +54,7 @@ def replay(repo: Repo, folder: str, tmp: Path, kv_blocks: bool = True) -> dict:
         m = shape.load(files["config.json"])
         kernels, spec = clock.clock(DEVICES[gpu])
         util = meta.get("kv_cache", {}).get("gpu_memory_utilization", 0.9)
-        modelled = shape.Memory(spec["memory_gb"] * 2**30, util).kv_blocks(
+        modelled = cli.memory(spec, DEVICES[gpu], util).kv_blocks(
             m, 16, kw.get("max_num_batched_tokens", 2048), kw.get("max_num_seqs", 256))
     except ConfigError as e:
         return {"example": folder, "error": str(e)}

@@ -40,7 +40,7 @@ BIG = "configs/model/Qwen/Qwen3-32B.json"
 
 def engine(name: str, m: shape.LlmShape, role: str = "both") -> scheduler.Engine:
     kernels, spec = clock.clock(name)
-    blocks = shape.Memory(spec["memory_gb"] * 2**30).kv_blocks(m, 16, 2048, 256)
+    blocks = cli.memory(spec, name, 0.9).kv_blocks(m, 16, 2048, 256)
     return scheduler.Engine(Steps(m, kernels.seconds), scheduler.Limits(kv_blocks=blocks),
                             name, role)
 

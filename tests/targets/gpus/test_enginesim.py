@@ -177,6 +177,13 @@ def test_serve_command(tmp_path: Path, capsys) -> None:
         err = capsys.readouterr().err
         assert err.startswith("error: ") and match in err and err.count("\n") == 1
         assert not (tmp_path / "no.json").exists()
+    (tmp_path / "device").mkdir()
+    (tmp_path / "device" / "nomem.yaml").write_text(
+        "name: No-Memory\nfp32_tflops: 82.6\nbf16_tflops: 165.2\nmem_gbps: 1008\n"
+        "l2_mb: 72\nlaunch_us: 2\nprice_per_hour: 0.7\nsms: 128\nboost_mhz: 2520\n"
+        "tdp_w: 450\n")
+    assert cli.main([*base[:-1], "nomem", "--config-dir", str(tmp_path)]) == 1
+    assert "device 'nomem' has no memory_gb" in capsys.readouterr().err
     big = config(tmp_path, {**LLAMA31_8B, "hidden_size": 8192, "num_attention_heads": 64,
                             "num_hidden_layers": 80, "intermediate_size": 28672}, "70b.json")
     big_run = ["--trace", str(trace), "--model-config", str(big), "--device", "rtx4090"]

@@ -87,26 +87,33 @@ def measured(path: Path) -> dict[str, list[float]]:
     return per
 
 
-def limits(args: argparse.Namespace, m: shape.LlmShape, spec: dict[str, Any], name: str,
-           check_only: bool = False) -> tuple[scheduler.Limits, int]:
-    """The engine's limits and the KV blocks the memory model gives."""
-    for name in ("max_num_seqs", "max_num_batched_tokens", "block_size"):
-        if getattr(args, name) < 1:
-            raise ConfigError(f"--{name.replace('_', '-')} must be >= 1")
+def check(args: argparse.Namespace) -> None:
+    """The engine settings' bounds."""
+    for option in ("max_num_seqs", "max_num_batched_tokens", "block_size"):
+        if getattr(args, option) < 1:
+            raise ConfigError(f"--{option.replace('_', '-')} must be >= 1")
     if not 0 < args.gpu_memory_utilization <= 1:
         raise ConfigError("--gpu-memory-utilization must be in (0, 1]")
-    if check_only:
-        return scheduler.Limits(), 0
+    if args.kv_blocks is not None and args.kv_blocks < 1:
+        raise ConfigError("--kv-blocks must be >= 1")
+
+
+def memory(spec: dict[str, Any], name: str, utilisation: float) -> shape.Memory:
+    """Device ``name``'s memory; a GPU's "GB" are GiB (a 24 GB RTX 4090 holds 24 x 2^30
+    bytes of GDDR6X)."""
     memory_gb = spec.get("memory_gb")
     if not isinstance(memory_gb, (int, float)) or memory_gb <= 0:
         raise ConfigError(f"device '{name}' has no memory_gb")
-    if args.kv_blocks is not None and args.kv_blocks < 1:
-        raise ConfigError("--kv-blocks must be >= 1")
-    # a GPU's "GB" of memory are GiB (a 24 GB RTX 4090 holds 24 x 2^30 bytes of GDDR6X)
-    memory = shape.Memory(memory_gb * 2**30, args.gpu_memory_utilization)
+    return shape.Memory(memory_gb * 2**30, utilisation)
+
+
+def limits(args: argparse.Namespace, m: shape.LlmShape, spec: dict[str, Any], name: str
+           ) -> tuple[scheduler.Limits, int]:
+    """The engine's limits and the KV blocks the memory model gives."""
+    check(args)
     try:
-        modelled = memory.kv_blocks(m, args.block_size, args.max_num_batched_tokens,
-                                    args.max_num_seqs)
+        modelled = memory(spec, name, args.gpu_memory_utilization).kv_blocks(
+            m, args.block_size, args.max_num_batched_tokens, args.max_num_seqs)
     except ConfigError:
         if args.kv_blocks is None:  # no block count of vLLM's to serve with instead
             raise
@@ -209,13 +216,9 @@ def engines(args: argparse.Namespace, m: shape.LlmShape) -> list[Served]:
 
 def pipelined(args: argparse.Namespace, m: shape.LlmShape, names: list[str],
               found: list[tuple[clock.Clock, dict[str, Any]]]) -> Served:
-    limits(args, m, {"memory_gb": 1.0}, names[0], check_only=True)
-    memories = []
-    for name, (_, spec) in zip(names, found, strict=True):
-        memory_gb = spec.get("memory_gb")
-        if not isinstance(memory_gb, (int, float)) or memory_gb <= 0:
-            raise ConfigError(f"device '{name}' has no memory_gb")
-        memories.append(shape.Memory(memory_gb * 2**30, args.gpu_memory_utilization))
+    check(args)
+    memories = [memory(spec, name, args.gpu_memory_utilization)
+                for name, (_, spec) in zip(names, found, strict=True)]
     first, pipe, blocks = pipeline.split(
         m, [k.seconds for k, _ in found], memories, link(args.link), args.block_size,
         args.max_num_batched_tokens, args.max_num_seqs)
