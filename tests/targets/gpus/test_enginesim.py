@@ -44,7 +44,10 @@ def test_a_models_bytes_are_its_parameters(tmp_path: Path) -> None:
     m = shape.load(config(tmp_path, LLAMA31_8B))
     assert m.weight_bytes == pytest.approx(2 * 8.03e9, rel=0.01)  # Llama-3.1-8B: 8.03 B
     assert m.kv_bytes_per_token == 2 * 32 * 8 * 128 * 2
-    assert m.head_dim == 128
+    assert m.head_dim == 128 and m.dtype == "bf16"
+    # an fp16 model is timed as fp16 kernels (the bf16 tables do not answer for it)
+    assert shape.load(config(tmp_path, {**TINY, "torch_dtype": "float16"}, "h.json")).dtype \
+        == "fp16"
     for bad, match in (({**TINY, "num_experts": 8}, "mixture-of-experts"),
                        ({k: v for k, v in TINY.items() if k != "vocab_size"}, "lacks vocab"),
                        ({**TINY, "num_hidden_layers": True}, "whole number"),

@@ -10,6 +10,8 @@ from pathlib import Path
 from pimbuild.errors import ConfigError
 
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
+# the precisions as the kernel data name them
+DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
 REQUIRED = ("hidden_size", "num_attention_heads", "num_hidden_layers", "intermediate_size",
             "vocab_size")
 
@@ -26,6 +28,7 @@ class LlmShape:
     ffn: int
     vocab: int
     dtype_bytes: int = 2
+    dtype: str = "bf16"  # the kernel data's name of its precision
     tied: bool = False  # input embedding and LM head share one matrix
     # a pipeline stage holds the embedding (the first) or the final norm and LM head (the last)
     embed: bool = True
@@ -84,7 +87,8 @@ def load(path: Path) -> LlmShape:
                     kv_heads=c.get("num_key_value_heads") or heads,
                     head_dim=c.get("head_dim") or c["hidden_size"] // heads,
                     ffn=c["intermediate_size"], vocab=c["vocab_size"],
-                    dtype_bytes=DTYPE_BYTES[dtype], tied=bool(c.get("tie_word_embeddings")))
+                    dtype_bytes=DTYPE_BYTES[dtype], dtype=DTYPES[dtype],
+                    tied=bool(c.get("tie_word_embeddings")))
 
 
 @dataclass(frozen=True)

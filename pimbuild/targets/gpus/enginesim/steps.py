@@ -18,7 +18,6 @@ from collections.abc import Callable
 from pimbuild.targets.gpus.enginesim.shape import LlmShape
 from pimbuild.targets.gpus.kerneltime import ops
 
-DTYPES = {2: "bf16", 4: "fp32"}
 KV_QUANTUM = 16  # decode lengths are timed at this granularity (a KV block's positions)
 
 
@@ -28,7 +27,7 @@ class Steps:
     def __init__(self, m: LlmShape, seconds: Callable[[ops.Op], float],
                  overhead_s: float = 0.0) -> None:
         self.m, self.op_seconds, self.overhead_s = m, seconds, overhead_s
-        self.dtype = DTYPES[m.dtype_bytes]
+        self.dtype = m.dtype
         self.layer = ops.Layer(m.hidden, m.heads, m.kv_heads, m.head_dim, m.ffn)
         self.memo: dict[tuple, float] = {}
 
