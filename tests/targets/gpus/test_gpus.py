@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 import json
 import random
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -1079,3 +1080,36 @@ def test_an_isolated_forward_takes_its_state_from_home(run_build) -> None:
     assert (cache, 0, 1, graph.buffer_bytes[cache]) in moved
     specs = [{"id": k.id, "results": list(k.writes)} for k in graph.kernels]
     assert workers.unsent_transfers(specs, place, moved, set(graph.inputs)) == []
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_planners_keep_each_device_within_its_memory(seed: int) -> None:
+    """With what each kernel keeps where it runs and each device's room (``resident``,
+    ``capacity``), every planner's optimum is brute force's over the placements that fit,
+    per kernel and with identical layers counted; a placement that fits nowhere fails."""
+    from pimbuild.targets.gpus.planners import unrolled
+
+    rng = random.Random(300 + seed)
+    n, period = (3, 3) if seed % 2 else (4, 2)
+    g = layer_graph(rng, n)
+    one = PlanContext(g, layer_times(rng, n, True), LINK, 2, 0.5)
+    resident = tuple(rng.choice([0, 1, 2, 3]) * 1e9 for _ in range(n))  # weights, KV: GB
+    total = sum(resident) * period
+    assert total > 0
+    # the faster device 0 holds a little over a third of it: the unconstrained optimum,
+    # which puts most kernels there, no longer fits
+    capacity = (total * 0.4 + 0.5e9, total)
+    ctx = unrolled(replace(one, resident=resident, capacity=capacity), period)
+    fitting = [list(p) for p in itertools.product(range(2), repeat=n * period) if ctx.fits(p)]
+    assert fitting and len(fitting) < 2 ** (n * period)
+    best_cycle = min(cost.cycle_time(ctx.graph, p, ctx.times, LINK, 2, 0.5) for p in fitting)
+    best_path = min(cost.critical_path(ctx.graph, p, ctx.times, LINK, 2) for p in fitting)
+    thr = place("throughput", ctx)
+    assert "aggregated" in thr.info["formulation"] and ctx.fits(thr.place)
+    assert thr.objective == pytest.approx(best_cycle, rel=1e-7)
+    flat = replace(ctx, layer=None, period=1)
+    assert place("throughput", flat).objective == pytest.approx(best_cycle, rel=1e-7)
+    lat = place("latency", flat)
+    assert ctx.fits(lat.place) and lat.objective == pytest.approx(best_path, rel=1e-7)
+    with pytest.raises(RuntimeError):
+        place("throughput", replace(ctx, capacity=(0.0, 0.0)))

@@ -2,8 +2,12 @@
 
 A planner is a module ``pimbuild/targets/gpus/planners/<name>.py`` (or ``package.module:place``)
 with ``place(ctx: PlanContext) -> Plan``. ``throughput`` and ``latency`` are FluidGPU's two
-policies, solved exactly as MILPs with HiGHS; ``single`` and ``af`` are baselines in the same
-cost model (``pimbuild.targets.gpus.cost``).
+policies, solved exactly as MILPs with HiGHS, in the cost model of
+``pimbuild.targets.gpus.cost``.
+
+Memory (``PlanContext.resident``, ``capacity``): where given, what the kernels placed on a
+device keep there (their weights, the KV cache of an attention kernel) must fit its capacity,
+``sum_k r_k x[k][d] <= M_d``, a row of every planner's MILP.
 """
 
 from __future__ import annotations
@@ -39,6 +43,18 @@ class PlanContext:
     # (``unrolled``), which the throughput planner aggregates on two devices.
     layer: Graph | None = None
     period: int = 1
+    # bytes each kernel keeps on the device it runs on, and each device's room for them
+    resident: tuple[float, ...] | None = None
+    capacity: tuple[float, ...] | None = None
+
+    def fits(self, place: list[int] | tuple[int, ...]) -> bool:
+        """Whether a placement keeps every device within its ``capacity``."""
+        if self.capacity is None:
+            return True
+        held = [0.0] * self.n_dev
+        for k, d in enumerate(place):
+            held[d] += self.resident[k]
+        return all(h <= c for h, c in zip(held, self.capacity, strict=True))
 
 
 @dataclass
@@ -61,11 +77,24 @@ def solved(place: list[int], achieved_s: float, model: Any, seconds: float,
                  "gap": max(0.0, achieved_s - bound) / achieved_s if achieved_s else 0.0})
 
 
-def start_values(x: list[list[int]], start: tuple[int, ...] | None) -> dict[int, float] | None:
-    """The assignment columns ``x[k][d]`` of a start placement, for ``Model.solve``."""
-    if start is None:
+def start_values(x: list[list[int]], ctx: PlanContext) -> dict[int, float] | None:
+    """The assignment columns ``x[k][d]`` of the start placement, for ``Model.solve`` (none
+    where it does not fit the devices' memory)."""
+    start = ctx.start
+    if start is None or not ctx.fits(start):
         return None
     return {col: float(d == start[k]) for k, row in enumerate(x) for d, col in enumerate(row)}
+
+
+GB = 1e-9  # memory rows in gigabytes: coefficients near the times' microseconds
+
+
+def memory_rows(m: Any, x: list[list[int]], ctx: PlanContext) -> None:
+    """Each device holds what its kernels keep there: ``sum_k r_k x[k][d] <= M_d``."""
+    if ctx.capacity is None:
+        return
+    for d, room in enumerate(ctx.capacity):
+        m.row({x[k][d]: GB * r for k, r in enumerate(ctx.resident) if r}, hi=GB * room)
 
 
 def unrolled(one: PlanContext, period: int) -> PlanContext:
@@ -74,8 +103,9 @@ def unrolled(one: PlanContext, period: int) -> PlanContext:
 
     if period == 1:
         return one
+    resident = None if one.resident is None else one.resident * period
     return replace(one, graph=ddg.unroll(one.graph, period), times=one.times * period,
-                   layer=one.graph, period=period)
+                   layer=one.graph, period=period, resident=resident)
 
 
 def one_layer(ctx: PlanContext) -> PlanContext:
@@ -84,8 +114,11 @@ def one_layer(ctx: PlanContext) -> PlanContext:
 
     if ctx.layer is None:
         return ctx
-    return replace(ctx, graph=ctx.layer, times=ctx.times[:len(ctx.layer.kernels)], layer=None,
-                   period=1, start=None)
+    n = len(ctx.layer.kernels)
+    capacity = None if ctx.capacity is None else tuple(c / ctx.period for c in ctx.capacity)
+    return replace(ctx, graph=ctx.layer, times=ctx.times[:n], layer=None, period=1, start=None,
+                   resident=None if ctx.resident is None else ctx.resident[:n],
+                   capacity=capacity)
 
 
 def place(name: str, ctx: PlanContext) -> Plan:

@@ -53,7 +53,7 @@ from dataclasses import dataclass, replace
 from pimbuild.milp import INF, US, Model
 from pimbuild.targets.gpus.cost import cycle_time
 from pimbuild.targets.gpus.ddg import Graph
-from pimbuild.targets.gpus.planners import Plan, PlanContext
+from pimbuild.targets.gpus.planners import GB, Plan, PlanContext
 
 ENTRY = -1  # a buffer's source: the exit kernel of the layer before
 STREAMS = 2  # carried streams written by different kernels counted (2**STREAMS exit states)
@@ -184,6 +184,11 @@ def model(ctx: PlanContext, bufs: list[Buffer], spec: list[Spec]) -> tuple[Model
                 receives(m, buf, group, received)
     moved = [(col, -ctx.comm_on_device * sec) for side in received for col, sec in side.items()]
     ys = [(group, k) for group in groups for k in range(n_k)]
+    if ctx.capacity is not None:  # device 1 holds r_k in y[k] layers, device 0 in n - y[k]
+        r = [GB * b for b in ctx.resident[:n_k]]
+        m.row([(g.y[k], r[k]) for g, k in ys if r[k]], hi=GB * ctx.capacity[1])
+        m.row([(g.y[k], -r[k]) for g, k in ys if r[k]],
+              hi=GB * ctx.capacity[0] - sum(g.n * r[k] for g, k in ys))
     m.row([(c, 1.0)] + [(g.y[k], -US * t[k][1]) for g, k in ys] + moved, lo=0)
     m.row([(c, 1.0)] + [(g.y[k], US * t[k][0]) for g, k in ys] + moved,
           lo=sum(g.n * US * t[k][0] for g, k in ys))
@@ -307,7 +312,7 @@ def place(ctx: PlanContext, per_kernel: PerKernel) -> Plan:
             size = [size[0] + plan.info["variables"], size[1] + plan.info["constraints"]]
             if best is None or plan.objective < best[1]:
                 best = plan.place, plan.objective
-    if ctx.start is not None:  # never worse than the start (a stopped solve could be)
+    if ctx.start is not None and ctx.fits(ctx.start):  # never worse than the start
         start = cycle_time(ctx.graph, list(ctx.start), ctx.times, ctx.link, 2,
                            ctx.comm_on_device)
         if best is None or start < best[1]:

@@ -27,7 +27,7 @@ from __future__ import annotations
 from pimbuild.milp import US, Model
 from pimbuild.targets.gpus.cost import critical_path
 from pimbuild.targets.gpus.ddg import HOME
-from pimbuild.targets.gpus.planners import Plan, PlanContext, solved, start_values
+from pimbuild.targets.gpus.planners import Plan, PlanContext, memory_rows, solved, start_values
 from pimbuild.targets.gpus.planners.throughput import assignment, placement
 
 
@@ -37,6 +37,7 @@ def place(ctx: PlanContext) -> Plan:
     m = Model()
     end = m.var(cost=1.0)
     x = assignment(m, len(g.kernels), n_dev)
+    memory_rows(m, x, ctx)
     start = [m.var() for _ in g.kernels]
 
     def finish(k: int) -> list[tuple[int, float]]:
@@ -84,7 +85,7 @@ def place(ctx: PlanContext) -> Plan:
             c_b = US * ctx.link.seconds(g.buffer_bytes[b])
             m.row([(end, 1.0), (x[s][HOME], c_b)] + [(c, -v) for c, v in finish(s)], c_b)
     values, _, seconds, status = m.solve(ctx.time_limit_s, ctx.mip_gap, ctx.incumbent,
-                                         start_values(x, ctx.start))
+                                         start_values(x, ctx))
     chosen = placement(x, values, ctx.start)
     return solved(chosen, critical_path(g, chosen, ctx.times, ctx.link, n_dev), m, seconds,
                   status)

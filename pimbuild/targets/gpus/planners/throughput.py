@@ -27,7 +27,8 @@ from __future__ import annotations
 from pimbuild.milp import US, Model
 from pimbuild.targets.gpus.cost import cycle_time
 from pimbuild.targets.gpus.ddg import HOME
-from pimbuild.targets.gpus.planners import Plan, PlanContext, _layers, solved, start_values
+from pimbuild.targets.gpus.planners import (Plan, PlanContext, _layers, memory_rows, solved,
+                                             start_values)
 
 
 def assignment(m: Model, n_kernels: int, n_dev: int) -> list[list[int]]:
@@ -57,6 +58,7 @@ def per_kernel(ctx: PlanContext, options: dict | None = None) -> Plan:
     m = Model()
     c = m.var(cost=1.0)
     x = assignment(m, len(g.kernels), n_dev)
+    memory_rows(m, x, ctx)
     busy = [{x[k][d]: US * t[d] for k, t in enumerate(ctx.times)} for d in range(n_dev)]
     out = [dict() for _ in range(n_dev)]
     into = [dict() for _ in range(n_dev)]
@@ -100,7 +102,7 @@ def per_kernel(ctx: PlanContext, options: dict | None = None) -> Plan:
         m.row({c: 1.0, **{col: -t for col, t in out[d].items()}}, 0)
         m.row({c: 1.0, **{col: -t for col, t in into[d].items()}}, 0)
     values, _, seconds, status = m.solve(ctx.time_limit_s, ctx.mip_gap, ctx.incumbent,
-                                         start_values(x, ctx.start), options=options)
+                                         start_values(x, ctx), options=options)
     chosen = placement(x, values, ctx.start)
     return solved(chosen, cycle_time(g, chosen, ctx.times, ctx.link, n_dev, ctx.comm_on_device),
                   m, seconds, status)
