@@ -5,7 +5,8 @@ measured vLLM run (docs/gpus.md, "Serving as an engine runs it").
     pimbuild-serve --trace REQUESTS.jsonl --model-config config.json --device rtx4090
                    [--synthetic N,RATE,PROMPT,OUTPUT[,SIGMA] --seed 0] (instead of --trace)
                    [--device a100,l40s --router jsq|lot|round_robin] [--offline]
-                   [--device a100,l40s --pd|--pp --link rdma200]
+                   [--device a100,l40s --pd|--pp|--placed|--af --link rdma200]
+                   [--depth 2] [--buckets 1,2,4,8,...]
                    [--config-dir DIR] [--max-num-seqs 256] [--max-num-batched-tokens 2048]
                    [--block-size 16] [--gpu-memory-utilization 0.9] [--kv-blocks N]
                    [--measured VLLM_REQUESTS.jsonl] [--json OUT]
@@ -13,7 +14,10 @@ measured vLLM run (docs/gpus.md, "Serving as an engine runs it").
 Several devices are request distribution: one replica of the model per GPU, each with its
 own queue, batch and memory, behind ``--router`` (``replicas``); with ``--pd`` the first
 prefills and the second decodes, the KV caches crossing ``--link`` (``disagg``); with
-``--pp`` one engine runs the model's layers split over the two (``pipeline``).
+``--pp`` one engine runs the model's layers split over the two (``pipeline``); with
+``--placed`` one engine runs every step's kernels placed over the two by FluidGPU's
+throughput planner, a placement per token bucket (``placed``), and with ``--af`` attention's
+kernels on the first and the rest on the second (AF disaggregation, in the same engine).
 ``--kv-blocks`` gives the KV-cache size vLLM reported at start-up (its ``num_gpu_blocks``);
 without it the blocks come from the device's memory (``shape.Memory``). ``--measured`` reads
 vLLM's per-request records (``input_toks, output_toks, queued_ts, first_token_ts,
@@ -36,11 +40,12 @@ from pimbuild.errors import ConfigError
 from pimbuild.targets.gpus import arrivals
 from pimbuild.targets.gpus.cost import Link
 from pimbuild.targets.gpus.engine import percentile
-from pimbuild.targets.gpus.enginesim import disagg, pipeline, replicas, scheduler, shape
+from pimbuild.targets.gpus.enginesim import disagg, pipeline, placed, replicas, scheduler, shape
 from pimbuild.targets.gpus.enginesim.steps import Steps
 from pimbuild.targets.gpus.kerneltime import clock
 
 METRICS = ("ttft", "tpot", "latency")
+TWO = ("pd", "pp", "placed", "af")  # the systems of two devices in one
 STATS = ("mean", "p50", "p90", "p99")
 
 
@@ -152,9 +157,17 @@ def parser() -> argparse.ArgumentParser:
                     help="two devices: the first prefills, the second decodes (PD)")
     ap.add_argument("--pp", action="store_true",
                     help="two devices: the model's layers split over them (pipeline)")
+    ap.add_argument("--placed", action="store_true",
+                    help="two devices: each step's kernels placed over both (FluidGPU)")
+    ap.add_argument("--af", action="store_true",
+                    help="two devices: attention on the first, the rest on the second (AF)")
+    ap.add_argument("--depth", type=int, default=2,
+                    help="--placed/--af: micro-batches in flight (default 2)")
+    ap.add_argument("--buckets", help="--placed: token buckets, increasing, comma-separated "
+                    "(default: vLLM's CUDA-graph sizes, then powers of two)")
     ap.add_argument("--link", default="rdma200",
-                    help="what joins two devices (PD's KV caches, PP's hidden states): a "
-                         "conf/link/*.yaml name")
+                    help="what joins two devices (PD's KV caches, the hidden states of "
+                         "PP, --placed and --af): a conf/link/*.yaml name")
     ap.add_argument("--offline", action="store_true",
                     help="every request arrives at once (the most the GPUs sustain)")
     ap.add_argument("--config-dir", type=Path)
@@ -193,13 +206,16 @@ def engines(args: argparse.Namespace, m: shape.LlmShape) -> list[Served]:
         raise ConfigError(f"--device {args.device!r}: name each GPU once, comma-separated")
     if args.kv_blocks is not None and len(names) > 1:
         raise ConfigError("--kv-blocks is one device's count: give one --device with it")
-    if args.pd and args.pp:
-        raise ConfigError("--pd and --pp are two systems: give one")
-    if (args.pd or args.pp) and len(names) != 2:
-        raise ConfigError(f"--{'pd' if args.pd else 'pp'} takes two devices: --device A,B")
+    chosen = [k for k in TWO if getattr(args, k)]
+    if len(chosen) > 1:
+        raise ConfigError(f"--{' and --'.join(chosen)} are different systems: give one")
+    if chosen and len(names) != 2:
+        raise ConfigError(f"--{chosen[0]} takes two devices: --device A,B")
     found = [clock.clock(name, args.config_dir) for name in names]
     if args.pp:
         return [pipelined(args, m, names, found)]
+    if args.placed or args.af:
+        return [kernel_level(args, m, names, found)]
     out = []
     system = "PD" if args.pd else "request distribution" if len(names) > 1 \
         else f"serving on {names[0]}"
@@ -229,6 +245,43 @@ def pipelined(args: argparse.Namespace, m: shape.LlmShape, names: list[str],
                   f"; layers {first} + {m.layers - first}")
 
 
+def kernel_level(args: argparse.Namespace, m: shape.LlmShape, names: list[str],
+                 found: list[tuple[clock.Clock, dict[str, Any]]]) -> Served:
+    """One engine over both GPUs, its kernels placed per bucket (``--placed``) or split
+    attention / the rest (``--af``)."""
+    check(args)
+    if args.depth < 1:
+        raise ConfigError("--depth must be >= 1")
+    memories = [memory(spec, name, args.gpu_memory_utilization)
+                for name, (_, spec) in zip(names, found, strict=True)]
+    setting = placed.Setting(link(args.link), args.block_size, args.max_num_batched_tokens,
+                             args.max_num_seqs, args.depth, buckets=buckets(args.buckets))
+    system = "AF" if args.af else "kernel-level placement"
+    try:
+        steps = placed.Placed(m, [k.seconds for k, _ in found], memories, setting,
+                              af=0 if args.af else None)
+        blocks = steps.kv_blocks()
+    except ConfigError as e:
+        raise ConfigError(f"{system} is infeasible: {e}") from None
+    lim = scheduler.Limits(args.max_num_seqs, args.max_num_batched_tokens, args.block_size,
+                           blocks)
+    how = "attention on the first" if args.af else (
+        "weights replicated" if steps.replicated else "weights where the placement runs them")
+    return Served(scheduler.Engine(steps, lim, "+".join(names)),
+                  " + ".join(k.gpu.name for k, _ in found), [k for k, _ in found], blocks,
+                  f"; {how}, {len(steps.plans)} bucket placement(s)")
+
+
+def buckets(text: str | None) -> tuple[int, ...]:
+    if text is None:
+        return placed.BUCKETS
+    try:
+        values = tuple(int(x) for x in text.split(","))
+    except ValueError:
+        raise ConfigError(f"--buckets {text!r}: give whole numbers, comma-separated") from None
+    return placed.check_buckets(values)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
@@ -243,9 +296,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.pd:
             seqs = disagg.serve(requests, *engs, link(args.link), m.kv_bytes_per_token)
             how = f" (PD: {engs[0].name} prefills, {engs[1].name} decodes over {args.link})"
-        elif args.pp:
+        elif args.pp or args.placed or args.af:
             seqs = scheduler.serve(requests, engs[0]).seqs
-            how = f" (layers split over {engs[0].name}, joined by {args.link})"
+            what = "layers split" if args.pp else "AF" if args.af else "kernels placed"
+            how = f" ({what} over {engs[0].name}, joined by {args.link})"
         else:
             seqs = [s for r in replicas.distribute(requests, engs, args.router) for s in r.seqs]
             how = f" ({args.router} router)" if len(engs) > 1 else ""
@@ -265,8 +319,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.json:
             _write(args.json, {"simulated": sim, "measured": ref,
                                "throughput_tokens_per_s": rate,
-                               "system": "pd" if args.pd else "pp" if args.pp
-                               else "replicas",
+                               "system": next((k for k in TWO if getattr(args, k)),
+                                              "replicas"),
                                "router": args.router, "devices": {
                                    x.engine.name: {
                                        "requests": len(x.engine.run.seqs),

@@ -27,8 +27,14 @@ from __future__ import annotations
 from pimbuild.milp import US, Model
 from pimbuild.targets.gpus.cost import cycle_time
 from pimbuild.targets.gpus.ddg import HOME
-from pimbuild.targets.gpus.planners import (Plan, PlanContext, _layers, memory_rows, solved,
-                                             start_values)
+from pimbuild.targets.gpus.planners import (
+    Plan,
+    PlanContext,
+    _layers,
+    memory_rows,
+    solved,
+    start_values,
+)
 
 
 def assignment(m: Model, n_kernels: int, n_dev: int) -> list[list[int]]:

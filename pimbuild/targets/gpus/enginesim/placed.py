@@ -1,0 +1,346 @@
+"""Kernel-level placement in the engine (FluidGPU, docs/gpus.md): one engine, one scheduler
+and one KV cache, whose steps run each decoder layer's engine kernels placed over two GPUs,
+with a placement per token bucket (the paper's DDG per captured CUDA graph). AF is the same
+engine with attention's kernels on one GPU and the rest on the other.
+
+- **The layer's DDG** (``layer_graph``): the engine kernels of ``Steps`` at ``T`` tokens,
+  the buffers they pass, the normed hidden state and the residual carried to the next
+  layer (``KERNELS``). The LM head runs on the first GPU (home), where requests enter and
+  tokens leave.
+- **A placement per bucket**: ``T`` is rounded up to a bucket (``BUCKETS``: vLLM's CUDA-graph
+  sizes up to 512 tokens, then eager steps in powers of two). Each bucket's DDG, over every
+  layer, is placed by the throughput planner (``planners.throughput``, layers counted) at a
+  reference batch: ``T`` sequences decoding at ``REFERENCE_KV`` positions, or one prefill
+  chunk of ``T`` tokens where ``T`` exceeds ``max_seqs``.
+- **Memory**: where each GPU holds every weight with room to spare, the weights are
+  replicated (as FluidGPU does) and every bucket is placed freely; else the reference
+  bucket (``REFERENCE_BATCH`` sequences) is placed with each GPU's memory a constraint
+  (``PlanContext.capacity``; an attention kernel keeps the KV of that batch's positions) and
+  every bucket runs that one placement. A layer's KV cache lives on every GPU where some
+  bucket runs its attention (FluidGPU keeps replicas in step); the cache holds as many
+  blocks as the tighter GPU allows.
+- **A step**: its batch split into up to ``depth`` micro-batches (FluidGPU's forwards in
+  flight; as many as make the step shortest),
+  each on its bucket's placement with its own kernel times (its chunks, its decode lengths).
+  In flight, each micro-batch starts its next step when it ends this one, so a step takes
+  the longer of a micro-batch's critical path and the busiest GPU's (or link direction's)
+  load summed over the micro-batches: the planners' cost model (``cost``), summed layer by
+  layer (``layer_cost``), with the LM head on GPU 0.
+
+Approximations, stated: a bucket is planned at its reference batch, not at every batch it
+serves; a step is its micro-batches' steady state (no pipeline fill or drain); the LM head is
+not placed.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+from pimbuild.errors import ConfigError
+from pimbuild.targets.gpus import planners
+from pimbuild.targets.gpus.cost import Link
+from pimbuild.targets.gpus.ddg import Graph, Kernel
+from pimbuild.targets.gpus.enginesim.shape import LlmShape, Memory
+from pimbuild.targets.gpus.enginesim.steps import Steps
+from pimbuild.targets.gpus.kerneltime import ops
+
+BUCKETS = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 1024, 2048, 4096,
+           8192)
+REFERENCE_KV = 1024  # a decode bucket is planned at this many positions a sequence
+REFERENCE_BATCH = 16  # sequences whose KV a memory-bound placement keeps room for
+# (name, op of ops.Layer.kernels or "attention", reads, writes). A layer reads the normed
+# hidden state ``x`` and the residual ``res`` and ends with the next layer's fused add+RMSNorm
+# (the last layer's is the model's final norm), so one kernel writes what it carries: the
+# planner counts the layers exactly (``planners._layers``, one stream). The first layer's
+# own input norm runs with the embedding, at home.
+KERNELS = (
+    ("qkv_proj", "qkv_proj", ("x",), ("qkv",)),
+    ("rotary_emb", "rotary_emb", ("qkv",), ("qkvr",)),
+    ("attention", "attention", ("qkvr",), ("a",)),
+    ("o_proj", "o_proj", ("a",), ("o",)),
+    ("post_attention_layernorm", "layernorm", ("o", "res"), ("x2", "r1")),
+    ("gate_up_proj", "gate_up_proj", ("x2",), ("gu",)),
+    ("act_fn", "act_fn", ("gu",), ("act",)),
+    ("down_proj", "down_proj", ("act",), ("out",)),
+    ("input_layernorm", "layernorm", ("out", "r1"), ("x_next", "r2")),
+)
+ATTENTION = ("qkv_proj", "rotary_emb", "attention", "o_proj")  # AF's attention side
+ATTN = 2  # the attention kernel's index
+
+
+def widths(m: LlmShape) -> dict[str, int]:
+    """Elements per token of every buffer of the layer."""
+    q, kv = m.heads * m.head_dim, m.kv_heads * m.head_dim
+    return {"x": m.hidden, "res": m.hidden, "qkv": q + 2 * kv, "qkvr": q + 2 * kv, "a": q,
+            "o": m.hidden, "x2": m.hidden, "r1": m.hidden, "gu": 2 * m.ffn, "act": m.ffn,
+            "out": m.hidden, "x_next": m.hidden, "r2": m.hidden}
+
+
+def layer_graph(m: LlmShape, t: int) -> Graph:
+    """One decoder layer's DDG at ``t`` tokens."""
+    size = {b: t * w * m.dtype_bytes for b, w in widths(m).items()}
+    kernels = tuple(Kernel(i, name, "other", 0, {b: size[b] for b in reads},
+                           {b: size[b] for b in writes})
+                    for i, (name, _, reads, writes) in enumerate(KERNELS))
+    producer = {b: k.id for k in kernels for b in k.writes}
+    readers: dict[str, list[int]] = {}
+    for k in kernels:
+        for b in k.reads:
+            readers.setdefault(b, []).append(k.id)
+    return Graph(kernels, size, producer, {b: tuple(r) for b, r in readers.items()},
+                 ("x", "res"), (), {"x": "x_next", "res": "r2"})
+
+
+def weights(m: LlmShape) -> list[float]:
+    """Bytes of weights each of the layer's kernels reads."""
+    d, q, kv, b = m.hidden, m.heads * m.head_dim, m.kv_heads * m.head_dim, m.dtype_bytes
+    per = {"input_layernorm": d, "qkv_proj": d * (q + 2 * kv), "o_proj": q * d,
+           "post_attention_layernorm": d, "gate_up_proj": 2 * d * m.ffn,
+           "down_proj": m.ffn * d}
+    return [float(b * per.get(name, 0)) for name, *_ in KERNELS]
+
+
+def bucket(t: int, buckets: tuple[int, ...]) -> int:
+    """The smallest bucket of at least ``t`` tokens (the largest above them all)."""
+    return next((b for b in buckets if b >= t), buckets[-1])
+
+
+def check_buckets(buckets: tuple[int, ...]) -> tuple[int, ...]:
+    if not buckets or any(isinstance(b, bool) or not isinstance(b, int) or b < 1
+                          for b in buckets):
+        raise ConfigError(f"buckets {list(buckets)}: give whole numbers of tokens >= 1")
+    if any(a >= b for a, b in itertools.pairwise(buckets)):
+        raise ConfigError(f"buckets {list(buckets)} are not increasing")
+    return buckets
+
+
+@dataclass(frozen=True)
+class Setting:
+    """What the placed engine is planned for."""
+    link: Link
+    block_size: int = 16
+    max_batched_tokens: int = 2048
+    max_seqs: int = 256
+    depth: int = 2  # micro-batches in flight
+    comm_on_device: float = 1.0
+    buckets: tuple[int, ...] = BUCKETS
+    time_limit_s: float = 10.0
+
+
+class Placed:
+    """Step times of one model placed kernel by kernel over two GPUs (``StepTimes``)."""
+
+    def __init__(self, m: LlmShape, clocks: list[Callable[[ops.Op], float]],
+                 memories: list[Memory], s: Setting, af: int | None = None) -> None:
+        """``af``: the GPU that runs attention's kernels (AF), else placed by the planner."""
+        if len(clocks) != 2:
+            raise ConfigError("kernel-level placement here takes two devices")
+        self.m, self.s, self.af = m, s, af
+        self.steps = [Steps(m, c) for c in clocks]
+        self.buckets = tuple(b for b in check_buckets(s.buckets)
+                             if b <= max(s.max_batched_tokens, s.buckets[0]))
+        self.room = [room(m, mem, s) for mem in memories]
+        # FluidGPU replicates the weights; AF keeps each side's own
+        self.replicated = af is None and all(r >= m.weight_bytes for r in self.room)
+        self.plans: dict[int, list[int]] = {}
+        self.fixed: list[int] | None = None  # the one placement of every bucket
+        if af is not None:
+            self.fixed = [af if name in ATTENTION else 1 - af
+                          for _ in range(m.layers) for name, *_ in KERNELS]
+        elif not self.replicated:
+            self.fixed = self._plan(bucket(REFERENCE_BATCH, self.buckets))
+        self.memo: dict[tuple, float] = {}
+        self.patterns: dict[int, Counter] = {}
+
+    # -- planning -------------------------------------------------------------------------
+    def times(self, t: int, chunks: tuple[tuple[int, int], ...], n: int, kv: int
+              ) -> list[list[float]]:
+        """Seconds of each of the layer's kernels on each GPU at ``t`` tokens, attention
+        over ``chunks`` and ``n`` decodes at ``kv`` positions."""
+        cols = []
+        for st in self.steps:
+            ks, attn = st.layer.kernels(st.dtype, t), st.attention(chunks, n, kv)
+            cols.append([attn if op == "attention" else st.op_seconds(ks[op])
+                         for _, op, *_ in KERNELS])
+        return [list(row) for row in zip(*cols, strict=True)]
+
+    def reference(self, t: int) -> list[list[float]]:
+        if t <= self.s.max_seqs:
+            return self.times(t, (), t, REFERENCE_KV)
+        return self.times(t, ((t, 0),), 0, 0)
+
+    def context(self, t: int) -> planners.PlanContext:
+        one = planners.PlanContext(layer_graph(self.m, t), self.reference(t), self.s.link, 2,
+                                   self.s.comm_on_device, self.s.time_limit_s,
+                                   incumbent=True)
+        return planners.unrolled(one, self.m.layers)
+
+    def _plan(self, t: int) -> list[int]:
+        """Bucket ``t``'s placement, over every layer."""
+        if self.fixed is not None:
+            return self.fixed
+        ctx = self.context(t)
+        if not self.replicated:  # weights and the reference batch's KV must fit
+            kv = 2 * self.m.kv_heads * self.m.head_dim * self.m.dtype_bytes \
+                * REFERENCE_BATCH * REFERENCE_KV
+            resident = [w + (kv if i == ATTN else 0.0) for i, w in enumerate(weights(self.m))]
+            home = self.m.weight_bytes - self.m.layers * sum(weights(self.m))
+            ctx = replace(ctx, resident=tuple(resident) * self.m.layers,
+                          capacity=(self.room[0] - home, self.room[1]))
+        try:
+            return planners.place("throughput", ctx).place
+        except RuntimeError as e:
+            raise ConfigError(f"{self.m.name} cannot be placed over the two GPUs within their "
+                              f"memory ({e})") from None
+
+    def plan(self, t: int) -> list[int]:
+        b = bucket(t, self.buckets)
+        if b not in self.plans:
+            self.plans[b] = self._plan(b)
+        return self.plans[b]
+
+    def plan_all(self) -> None:
+        for b in self.buckets:
+            self.plan(b)
+
+    # -- memory -----------------------------------------------------------------------------
+    def kv_blocks(self) -> int:
+        """Blocks the KV cache holds: every layer's cache where any bucket runs its
+        attention, on the GPU with the least room for its share (plans every bucket)."""
+        self.plan_all()
+        n_k, per_layer = len(KERNELS), 2 * self.m.kv_heads * self.m.head_dim \
+            * self.m.dtype_bytes * self.s.block_size
+        layers = [set(), set()]
+        for p in self.plans.values():
+            for j in range(self.m.layers):
+                layers[p[j * n_k + ATTN]].add(j)
+        blocks = []
+        for d in range(2):
+            if layers[d]:
+                held = self.m.weight_bytes if self.replicated else self.held(d)
+                blocks.append(int((self.room[d] - held) // (len(layers[d]) * per_layer)))
+        if min(blocks) < 1:
+            raise ConfigError(f"{self.m.name}: placed over the two GPUs, no room is left for "
+                              f"a KV block")
+        return min(blocks)
+
+    def held(self, d: int) -> float:
+        """Weight bytes on GPU ``d`` under the one placement every bucket runs."""
+        p, w, n_k = self.plan(1), weights(self.m), len(KERNELS)
+        home = self.m.weight_bytes - self.m.layers * sum(w)
+        return (home if d == 0 else 0.0) + sum(w[i % n_k] for i, dev in enumerate(p) if dev == d)
+
+    def attention_share(self, t: int) -> float:
+        """The share of the layers whose attention bucket ``t`` runs on the second GPU."""
+        p, n_k = self.plan(t), len(KERNELS)
+        return sum(p[j * n_k + ATTN] for j in range(self.m.layers)) / self.m.layers
+
+    def compute_share(self, t: int) -> float:
+        """The share of bucket ``t``'s reference compute on the second GPU."""
+        p, times = self.plan(t), self.reference(bucket(t, self.buckets)) * self.m.layers
+        on = [times[k][d] for k, d in enumerate(p)]
+        return sum(x for x, d in zip(on, p, strict=True) if d == 1) / sum(on)
+
+    # -- steps ------------------------------------------------------------------------------
+    def seconds(self, chunks: list[tuple[int, int]], decode_kv: list[int]) -> float:
+        """The step in as many micro-batches, up to ``depth``, as make it the shortest (one
+        where the weights' reads dominate, several where they fill both GPUs)."""
+        return min(self.split(chunks, decode_kv, d) for d in range(1, self.s.depth + 1))
+
+    def split(self, chunks: list[tuple[int, int]], decode_kv: list[int], depth: int) -> float:
+        parts = micro_batches(chunks, decode_kv, depth)
+        key = tuple((tuple(sorted(c)), len(d), _kv(d)) for c, d in parts)
+        t = self.memo.get(key)
+        if t is None:
+            t = self.memo[key] = self._seconds(key)
+        return t
+
+    def _seconds(self, key: tuple) -> float:
+        """The steady state of the micro-batches in flight, each starting its next step when
+        it ends its last: the longest of one micro-batch's critical path and the busiest
+        GPU's or link direction's load over all of them (``cost``; the LM head on GPU 0)."""
+        paths, load = [], [0.0] * 6
+        for chunks, n, kv in key:
+            tokens = sum(c for c, _ in chunks) + n
+            g, t = layer_graph(self.m, tokens), self.times(tokens, chunks, n, kv)
+            path = 0.0
+            for (pattern, entry), count in self.layers_of(tokens).items():
+                cp, vector = layer_cost(g, pattern, entry, t, self.s.link, self.s.comm_on_device)
+                path += count * cp
+                load = [a + count * b for a, b in zip(load, vector, strict=True)]
+            st = self.steps[0]
+            head = st.op_seconds(ops.Op("linear", st.dtype, 1, len(chunks) + n,
+                                        self.m.hidden, self.m.vocab))
+            if self.plan(tokens)[-1]:  # the final norm's output goes home to the head
+                path += self.s.link.seconds(tokens * self.m.hidden * self.m.dtype_bytes)
+            paths.append(path + head)
+            load[0] += head
+        return max(max(paths), max(load))
+
+    def layers_of(self, tokens: int) -> Counter:
+        """How many layers of bucket ``tokens``' placement run each (placement of the layer's
+        kernels, GPU its carried inputs come from) (the first layer's: the last's exit)."""
+        b = bucket(tokens, self.buckets)
+        out = self.patterns.get(b)
+        if out is None:
+            p, n = self.plan(b), len(KERNELS)
+            out = self.patterns[b] = Counter(
+                (tuple(p[j * n:(j + 1) * n]), p[j * n - 1]) for j in range(self.m.layers))
+        return out
+
+
+def layer_cost(g: Graph, pattern: tuple[int, ...], entry: int, times: list[list[float]],
+               link: Link, kappa: float) -> tuple[float, list[float]]:
+    """One layer's critical path and load vector (``cost.load_vector``: busy, sent, received
+    per GPU) with its carried inputs on GPU ``entry``. Every kernel of the layer leads to its
+    exit kernel, so the next layer starts after it: a stack's ``cost.critical_path`` and
+    ``cost.loads`` over ``ddg.unroll`` are these summed layer by layer."""
+    finish, free = [0.0] * len(g.kernels), [0.0, 0.0]
+    sent, received, busy = [0.0, 0.0], [0.0, 0.0], [0.0, 0.0]
+    for b, size in g.buffer_bytes.items():
+        src = entry if b in g.carry else pattern[g.producer[b]]
+        for d in {pattern[r] for r in g.readers.get(b, ())} - {src}:
+            sent[src] += link.seconds(size)
+            received[d] += link.seconds(size)
+    for k, kern in enumerate(g.kernels):
+        d = pattern[k]
+        start = free[d]
+        for b in kern.reads:
+            src = g.producer.get(b)
+            ready = 0.0 if src is None else finish[src]
+            if (entry if src is None else pattern[src]) != d:
+                ready += link.seconds(g.buffer_bytes[b])
+            start = max(start, ready)
+        finish[k] = free[d] = start + times[k][d]
+        busy[d] += times[k][d]
+    busy = [busy[d] + kappa * (sent[d] + received[d]) for d in range(2)]
+    return max(finish), busy + sent + received
+
+
+def room(m: LlmShape, mem: Memory, s: Setting) -> float:
+    """Bytes a GPU has for weights and KV cache: its memory times the utilisation, less the
+    activations of the largest step and the runtime reserve."""
+    return mem.memory_bytes * mem.utilisation - mem.reserve_bytes \
+        - mem.activation_bytes(m, s.max_batched_tokens, s.max_seqs)
+
+
+def _kv(decode_kv: list[int]) -> int:
+    from pimbuild.targets.gpus.enginesim.steps import KV_QUANTUM
+
+    n = len(decode_kv)
+    return -(-sum(decode_kv) // (n * KV_QUANTUM)) * KV_QUANTUM if n else 0
+
+
+def micro_batches(chunks: list[tuple[int, int]], decode_kv: list[int], depth: int
+                  ) -> list[tuple[list[tuple[int, int]], list[int]]]:
+    """The step's work in at most ``depth`` non-empty micro-batches of near-equal tokens:
+    decodes dealt in turn, each prefill chunk to the one with the fewest tokens."""
+    parts: list[tuple[list, list]] = [([], []) for _ in range(depth)]
+    for i, kv in enumerate(decode_kv):
+        parts[i % depth][1].append(kv)
+    for c in sorted(chunks, reverse=True):
+        min(parts, key=lambda p: sum(x for x, _ in p[0]) + len(p[1]))[0].append(c)
+    return [p for p in parts if p[0] or p[1]]

@@ -1,0 +1,137 @@
+"""Kernel-level placement and AF in the engine (``enginesim.placed``): a layer's cost summed
+layer by layer is the unrolled stack's, placements per bucket, memory, and the command."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+
+from pimbuild.errors import ConfigError
+from pimbuild.targets.gpus import cost, ddg
+from pimbuild.targets.gpus.cost import Link
+from pimbuild.targets.gpus.enginesim import cli, placed, shape
+from pimbuild.targets.gpus.kerneltime import ops
+from tests.targets.gpus.test_enginesim import BIG, LLAMA31_8B, TINY, config
+
+LINK = Link(200, 5.0)
+
+
+def roofline(flops_per_s: float, bytes_per_s: float):
+    def seconds(o: ops.Op) -> float:
+        flops, moved = o.work()
+        return 2e-6 + max(flops / flops_per_s, moved / bytes_per_s)
+    return seconds
+
+
+FAST, SLOW = roofline(3e14, 2e12), roofline(3.6e14, 0.86e12)  # A100-like, L40S-like
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_layer_costs_summed_are_the_unrolled_stacks(tmp_path: Path, seed: int) -> None:
+    """``layer_cost`` summed over the layers, each entering where the one before exits (the
+    first where the last exits), is ``cost.critical_path`` and ``cost.load_vector`` of the
+    unrolled graph, for any placement."""
+    rng = random.Random(seed)
+    m = shape.load(config(tmp_path, TINY))
+    layers, tokens = 4, rng.choice([1, 7, 300])
+    g = placed.layer_graph(m, tokens)
+    n = len(g.kernels)
+    times = [[rng.uniform(1e-6, 1e-4) for _ in range(2)] for _ in range(n)]
+    p = [rng.randrange(2) for _ in range(n * layers)]
+    kappa = rng.choice([0.0, 0.5, 1.0])
+    path, load = 0.0, [0.0] * 6
+    for j in range(layers):
+        cp, vector = placed.layer_cost(g, tuple(p[j * n:(j + 1) * n]), p[j * n - 1], times,
+                                       LINK, kappa)
+        path += cp
+        load = [a + b for a, b in zip(load, vector, strict=True)]
+    u = ddg.unroll(g, layers)
+    assert path == pytest.approx(cost.critical_path(u, p, times * layers, LINK, 2), rel=1e-12)
+    assert load == pytest.approx(cost.load_vector(u, p, times * layers, LINK, 2, kappa),
+                                 rel=1e-12)
+
+
+def _placed(tmp_path: Path, c: dict, memories=(80, 48), **kw) -> placed.Placed:
+    m = shape.load(config(tmp_path, c))
+    mems = [shape.Memory(gb * 2**30) for gb in memories]
+    return placed.Placed(m, [FAST, SLOW], mems, placed.Setting(LINK, **kw))
+
+
+def test_each_bucket_is_placed_once_and_steps_take_their_buckets_plan(tmp_path: Path) -> None:
+    p = _placed(tmp_path, LLAMA31_8B, buckets=(1, 8, 64, 512, 2048))
+    assert p.replicated and p.buckets == (1, 8, 64, 512, 2048)
+    assert placed.bucket(9, p.buckets) == 64 and placed.bucket(5000, p.buckets) == 2048
+    assert p.plan(9) is p.plan(64) and len(p.plans) == 1
+    big = p.seconds([], [1024] * 64)
+    assert big > p.seconds([], [1024] * 8) > 0  # a larger batch takes longer
+    # the placed pair beats the slower GPU alone at a large batch (both run)
+    slow = placed.Steps(p.m, SLOW).seconds([], [1024] * 64)
+    assert big < slow
+    # up to ``depth`` micro-batches: never slower than one
+    assert p.seconds([(500, 0)], [900] * 40) <= p.split([(500, 0)], [900] * 40, 1)
+    assert 0 < p.kv_blocks() and len(p.plans) == len(p.buckets)
+
+
+def test_buckets_must_increase(tmp_path: Path) -> None:
+    for bad, match in (((1, 4, 2), "not increasing"), ((1, 1), "not increasing"),
+                       ((0, 4), ">= 1"), ((), ">= 1"), ((True, 4), ">= 1")):
+        with pytest.raises(ConfigError, match=match):
+            placed.check_buckets(bad)
+
+
+def test_af_keeps_attention_and_its_cache_on_one_gpu(tmp_path: Path) -> None:
+    p = _placed(tmp_path, LLAMA31_8B)
+    af = placed.Placed(p.m, [FAST, SLOW], [shape.Memory(80 * 2**30), shape.Memory(48 * 2**30)],
+                       placed.Setting(LINK), af=1)
+    n = len(placed.KERNELS)
+    plan = af.plan(64)
+    assert {plan[j * n + placed.ATTN] for j in range(p.m.layers)} == {1}
+    assert {d for k, d in enumerate(plan) if placed.KERNELS[k % n][0] not in placed.ATTENTION} \
+        == {0}
+    assert not af.replicated and af.held(0) + af.held(1) == pytest.approx(p.m.weight_bytes)
+    # the KV cache on the attention GPU only, less the attention weights there
+    per_block = 2 * p.m.kv_heads * p.m.head_dim * 2 * 16 * p.m.layers
+    assert af.kv_blocks() == int((af.room[1] - af.held(1)) // per_block)
+
+
+def test_a_model_no_gpu_holds_alone_is_placed_within_each_memory(tmp_path: Path) -> None:
+    """73 GB of weights: neither GPU holds them and the KV cache beside them, so one
+    placement, planned with each GPU's memory a constraint, serves every bucket."""
+    p = _placed(tmp_path, BIG)
+    assert not p.replicated and p.fixed is not None
+    assert p.plan(1) is p.plan(2048)
+    for d in range(2):
+        assert 0 < p.held(d) < p.room[d]
+    assert p.held(0) + p.held(1) == pytest.approx(p.m.weight_bytes)
+    assert p.kv_blocks() > 0
+    with pytest.raises(ConfigError, match="cannot be placed"):
+        _placed(tmp_path, BIG, memories=(24, 24))
+
+
+def test_serve_command_places_kernels_and_names_what_cannot_run(tmp_path: Path, capsys) -> None:
+    trace = tmp_path / "t.csv"
+    trace.write_text("arrival_s,input_tokens,output_tokens\n0,300,20\n0.01,500,10\n")
+    base = ["--trace", str(trace), "--device", "a100,l40s"]
+    tiny = ["--model-config", str(config(tmp_path, TINY))]
+    for flag, what in (("--placed", "kernels placed over a100+l40s"),
+                       ("--af", "AF over a100+l40s")):
+        assert cli.main([*base, *tiny, flag]) == 0
+        out = capsys.readouterr().out
+        assert what in out and "2 requests" in out
+    big = ["--model-config", str(config(tmp_path, BIG, "big.json"))]
+    assert cli.main([*base, *big, "--placed"]) == 0
+    assert "weights where the placement runs them" in capsys.readouterr().out
+    for extra, match in ((["--device", "l40s"], "infeasible: on l40s"),
+                         (["--placed", "--buckets", "1,8,4"], "are not increasing"),
+                         (["--placed", "--buckets", "1,x"], "whole numbers"),
+                         (["--placed", "--depth", "0"], "--depth must be >= 1"),
+                         (["--placed", "--device", "a100"], "--placed takes two devices"),
+                         (["--placed", "--pp"], "different systems")):
+        args = [*base, *big, *extra]
+        if "--device" in extra:
+            args = [a for i, a in enumerate(args) if i not in (2, 3)]
+        assert cli.main(args) == 1
+        err = capsys.readouterr().err
+        assert err.startswith("error: ") and match in err and err.count("\n") == 1
