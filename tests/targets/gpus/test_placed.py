@@ -108,6 +108,12 @@ def test_a_model_no_gpu_holds_alone_is_placed_within_each_memory(tmp_path: Path)
     assert p.kv_blocks() > 0
     with pytest.raises(ConfigError, match="cannot be placed"):
         _placed(tmp_path, BIG, memories=(24, 24))
+    # where both hold the weights, ``selective`` keeps one placement and frees the rest:
+    # more room for the KV cache than replicated weights leave
+    rep, sel = _placed(tmp_path, LLAMA31_8B), _placed(tmp_path, LLAMA31_8B, selective=True)
+    assert rep.replicated and not sel.replicated and sel.plan(1) is sel.plan(2048)
+    assert sel.held(0) + sel.held(1) == pytest.approx(sel.m.weight_bytes)
+    assert sel.kv_blocks() > rep.kv_blocks()
 
 
 def test_serve_command_places_kernels_and_names_what_cannot_run(tmp_path: Path, capsys) -> None:
@@ -122,7 +128,7 @@ def test_serve_command_places_kernels_and_names_what_cannot_run(tmp_path: Path, 
         assert what in out and "2 requests" in out
     big = ["--model-config", str(config(tmp_path, BIG, "big.json"))]
     assert cli.main([*base, *big, "--placed"]) == 0
-    assert "weights where the placement runs them" in capsys.readouterr().out
+    assert "one placement, weights where it runs them" in capsys.readouterr().out
     for extra, match in ((["--device", "l40s"], "infeasible: on l40s"),
                          (["--placed", "--buckets", "1,8,4"], "are not increasing"),
                          (["--placed", "--buckets", "1,x"], "whole numbers"),

@@ -6,7 +6,7 @@ measured vLLM run (docs/gpus.md, "Serving as an engine runs it").
                    [--synthetic N,RATE,PROMPT,OUTPUT[,SIGMA] --seed 0] (instead of --trace)
                    [--device a100,l40s --router jsq|lot|round_robin] [--offline]
                    [--device a100,l40s --pd|--pp|--placed|--af --link rdma200]
-                   [--depth 2] [--buckets 1,2,4,8,...]
+                   [--depth 2] [--buckets 1,2,4,8,...] [--selective]
                    [--config-dir DIR] [--max-num-seqs 256] [--max-num-batched-tokens 2048]
                    [--block-size 16] [--gpu-memory-utilization 0.9] [--kv-blocks N]
                    [--measured VLLM_REQUESTS.jsonl] [--json OUT]
@@ -163,6 +163,9 @@ def parser() -> argparse.ArgumentParser:
                     help="two devices: attention on the first, the rest on the second (AF)")
     ap.add_argument("--depth", type=int, default=2,
                     help="--placed/--af: micro-batches in flight (default 2)")
+    ap.add_argument("--selective", action="store_true",
+                    help="--placed: one placement for every step, each GPU holding only the "
+                         "weights and KV cache it runs (else weights replicated where they fit)")
     ap.add_argument("--buckets", help="--placed: token buckets, increasing, comma-separated "
                     "(default: vLLM's CUDA-graph sizes, then powers of two)")
     ap.add_argument("--link", default="rdma200",
@@ -255,7 +258,8 @@ def kernel_level(args: argparse.Namespace, m: shape.LlmShape, names: list[str],
     memories = [memory(spec, name, args.gpu_memory_utilization)
                 for name, (_, spec) in zip(names, found, strict=True)]
     setting = placed.Setting(link(args.link), args.block_size, args.max_num_batched_tokens,
-                             args.max_num_seqs, args.depth, buckets=buckets(args.buckets))
+                             args.max_num_seqs, args.depth, buckets=buckets(args.buckets),
+                             selective=args.selective)
     system = "AF" if args.af else "kernel-level placement"
     try:
         steps = placed.Placed(m, [k.seconds for k, _ in found], memories, setting,
@@ -266,10 +270,11 @@ def kernel_level(args: argparse.Namespace, m: shape.LlmShape, names: list[str],
     lim = scheduler.Limits(args.max_num_seqs, args.max_num_batched_tokens, args.block_size,
                            blocks)
     how = "attention on the first" if args.af else (
-        "weights replicated" if steps.replicated else "weights where the placement runs them")
+        f"weights replicated, {len(steps.plans)} bucket placements" if steps.replicated
+        else "one placement, weights where it runs them")
     return Served(scheduler.Engine(steps, lim, "+".join(names)),
                   " + ".join(k.gpu.name for k, _ in found), [k for k, _ in found], blocks,
-                  f"; {how}, {len(steps.plans)} bucket placement(s)")
+                  f"; {how}")
 
 
 def buckets(text: str | None) -> tuple[int, ...]:

@@ -13,10 +13,13 @@ engine with attention's kernels on one GPU and the rest on the other.
   reference batch: ``T`` sequences decoding at ``REFERENCE_KV`` positions, or one prefill
   chunk of ``T`` tokens where ``T`` exceeds ``max_seqs``.
 - **Memory**: where each GPU holds every weight with room to spare, the weights are
-  replicated (as FluidGPU does) and every bucket is placed freely; else the reference
-  bucket (``REFERENCE_BATCH`` sequences) is placed with each GPU's memory a constraint
-  (``PlanContext.capacity``; an attention kernel keeps the KV of that batch's positions) and
-  every bucket runs that one placement. A layer's KV cache lives on every GPU where some
+  replicated (as FluidGPU does) and every bucket is placed freely; else (or where
+  ``selective``: the paper's selective buffer reclamation, for a policy that stays fixed) the
+  bucket of a full batch (``max_seqs`` sequences) is placed with each GPU's memory a
+  constraint
+  (``PlanContext.capacity``; an attention kernel keeps room for the KV of
+  ``REFERENCE_BATCH`` sequences of ``REFERENCE_KV`` positions) and every bucket runs that one
+  placement. A layer's KV cache lives on every GPU where some
   bucket runs its attention (FluidGPU keeps replicas in step); the cache holds as many
   blocks as the tighter GPU allows.
 - **A step**: its batch split into up to ``depth`` micro-batches (FluidGPU's forwards in
@@ -128,6 +131,7 @@ class Setting:
     comm_on_device: float = 1.0
     buckets: tuple[int, ...] = BUCKETS
     time_limit_s: float = 10.0
+    selective: bool = False  # one placement; weights and KV only where it runs them
 
 
 class Placed:
@@ -143,15 +147,17 @@ class Placed:
         self.buckets = tuple(b for b in check_buckets(s.buckets)
                              if b <= max(s.max_batched_tokens, s.buckets[0]))
         self.room = [room(m, mem, s) for mem in memories]
-        # FluidGPU replicates the weights; AF keeps each side's own
-        self.replicated = af is None and all(r >= m.weight_bytes for r in self.room)
+        # FluidGPU replicates the weights; AF keeps each side's own, and so does a
+        # ``selective`` placement (the paper's "selective buffer reclamation")
+        self.replicated = af is None and not s.selective and all(
+            r >= m.weight_bytes for r in self.room)
         self.plans: dict[int, list[int]] = {}
         self.fixed: list[int] | None = None  # the one placement of every bucket
         if af is not None:
             self.fixed = [af if name in ATTENTION else 1 - af
                           for _ in range(m.layers) for name, *_ in KERNELS]
         elif not self.replicated:
-            self.fixed = self._plan(bucket(REFERENCE_BATCH, self.buckets))
+            self.fixed = self._plan(bucket(s.max_seqs, self.buckets))
         self.memo: dict[tuple, float] = {}
         self.patterns: dict[int, Counter] = {}
 
