@@ -9,9 +9,13 @@ engine with attention's kernels on one GPU and the rest on the other.
   tokens leave.
 - **A placement per bucket**: ``T`` is rounded up to a bucket (``BUCKETS``: vLLM's CUDA-graph
   sizes up to 512 tokens, then eager steps in powers of two). Each bucket's DDG, over every
-  layer, is placed by the throughput planner (``planners.throughput``, layers counted) at a
-  reference batch: ``T`` sequences decoding at ``REFERENCE_KV`` positions, or one prefill
-  chunk of ``T`` tokens where ``T`` exceeds ``max_seqs``.
+  layer, is placed by the throughput planner (``planners.throughput``, layers counted) for
+  ``depth`` micro-batches of a reference batch: ``T`` sequences decoding at ``REFERENCE_KV``
+  positions, or one prefill chunk of ``T`` tokens where ``T`` exceeds ``max_seqs``. Where
+  the weights are replicated, the bucket runs whichever of that placement and each GPU
+  alone serves its reference batch
+  sooner (a step too small to fill both GPUs runs on one, as FluidGPU's latency policy
+  would place it).
 - **Memory**: where each GPU holds every weight with room to spare, the weights are
   replicated (as FluidGPU does) and every bucket is placed freely; else (or where
   ``selective``: the paper's selective buffer reclamation, for a policy that stays fixed) the
@@ -23,8 +27,8 @@ engine with attention's kernels on one GPU and the rest on the other.
   bucket runs its attention (FluidGPU keeps replicas in step); the cache holds as many
   blocks as the tighter GPU allows.
 - **A step**: its batch split into up to ``depth`` micro-batches (FluidGPU's forwards in
-  flight; as many as make the step shortest),
-  each on its bucket's placement with its own kernel times (its chunks, its decode lengths).
+  flight; as many as make the step shortest), each on the placement of the step's bucket
+  with its own kernel times (its chunks, its decode lengths).
   In flight, each micro-batch starts its next step when it ends this one, so a step takes
   the longer of a micro-batch's critical path and the busiest GPU's (or link direction's)
   load summed over the micro-batches: the planners' cost model (``cost``), summed layer by
@@ -174,12 +178,16 @@ class Placed:
         return [list(row) for row in zip(*cols, strict=True)]
 
     def reference(self, t: int) -> list[list[float]]:
+        """Kernel times of bucket ``t``'s reference batch (``t`` tokens)."""
         if t <= self.s.max_seqs:
             return self.times(t, (), t, REFERENCE_KV)
         return self.times(t, ((t, 0),), 0, 0)
 
     def context(self, t: int) -> planners.PlanContext:
-        one = planners.PlanContext(layer_graph(self.m, t), self.reference(t), self.s.link, 2,
+        """Bucket ``t``'s DDG over every layer: one of its ``depth`` micro-batches, the
+        forwards the planner pipelines."""
+        mb = -(-t // self.s.depth)
+        one = planners.PlanContext(layer_graph(self.m, mb), self.reference(mb), self.s.link, 2,
                                    self.s.comm_on_device, self.s.time_limit_s,
                                    incumbent=True)
         return planners.unrolled(one, self.m.layers)
@@ -197,10 +205,22 @@ class Placed:
             ctx = replace(ctx, resident=tuple(resident) * self.m.layers,
                           capacity=(self.room[0] - home, self.room[1]))
         try:
-            return planners.place("throughput", ctx).place
+            planned = planners.place("throughput", ctx).place
         except RuntimeError as e:
             raise ConfigError(f"{self.m.name} cannot be placed over the two GPUs within their "
                               f"memory ({e})") from None
+        if not self.replicated:
+            return planned
+        # the weights everywhere: a step too small to fill both GPUs may run on one
+        alone = [[d] * len(planned) for d in range(2)]
+        return min([planned, *alone], key=lambda p: self.reference_seconds(t, p))
+
+    def reference_seconds(self, t: int, p: list[int]) -> float:
+        """Bucket ``t``'s reference batch on placement ``p``, in the micro-batches that
+        make it shortest."""
+        chunks, decodes = ([], [REFERENCE_KV] * t) if t <= self.s.max_seqs else ([(t, 0)], [])
+        return min(self._seconds(_key(micro_batches(chunks, decodes, depth)), p)
+                   for depth in range(1, self.s.depth + 1))
 
     def plan(self, t: int) -> list[int]:
         b = bucket(t, self.buckets)
@@ -246,7 +266,8 @@ class Placed:
 
     def compute_share(self, t: int) -> float:
         """The share of bucket ``t``'s reference compute on the second GPU."""
-        p, times = self.plan(t), self.reference(bucket(t, self.buckets)) * self.m.layers
+        b = bucket(t, self.buckets)
+        p, times = self.plan(b), self.reference(-(-b // self.s.depth)) * self.m.layers
         on = [times[k][d] for k, d in enumerate(p)]
         return sum(x for x, d in zip(on, p, strict=True) if d == 1) / sum(on)
 
@@ -257,30 +278,33 @@ class Placed:
         return min(self.split(chunks, decode_kv, d) for d in range(1, self.s.depth + 1))
 
     def split(self, chunks: list[tuple[int, int]], decode_kv: list[int], depth: int) -> float:
-        parts = micro_batches(chunks, decode_kv, depth)
-        key = tuple((tuple(sorted(c)), len(d), _kv(d)) for c, d in parts)
+        key = _key(micro_batches(chunks, decode_kv, depth))
         t = self.memo.get(key)
         if t is None:
             t = self.memo[key] = self._seconds(key)
         return t
 
-    def _seconds(self, key: tuple) -> float:
+    def _seconds(self, key: tuple, chosen: list[int] | None = None) -> float:
         """The steady state of the micro-batches in flight, each starting its next step when
         it ends its last: the longest of one micro-batch's critical path and the busiest
-        GPU's or link direction's load over all of them (``cost``; the LM head on GPU 0)."""
+        GPU's or link direction's load over all of them (``cost``; the LM head on GPU 0).
+        Each runs the placement of the step's bucket (its tokens in all), or ``chosen``."""
         paths, load = [], [0.0] * 6
+        step = sum(c for chunks, n, _ in key for c, _ in chunks) + sum(n for _, n, _ in key)
+        p = chosen or self.plan(step)
+        layers = patterns(p, self.m.layers) if chosen else self.layers_of(step)
         for chunks, n, kv in key:
             tokens = sum(c for c, _ in chunks) + n
             g, t = layer_graph(self.m, tokens), self.times(tokens, chunks, n, kv)
             path = 0.0
-            for (pattern, entry), count in self.layers_of(tokens).items():
+            for (pattern, entry), count in layers.items():
                 cp, vector = layer_cost(g, pattern, entry, t, self.s.link, self.s.comm_on_device)
                 path += count * cp
                 load = [a + count * b for a, b in zip(load, vector, strict=True)]
             st = self.steps[0]
             head = st.op_seconds(ops.Op("linear", st.dtype, 1, len(chunks) + n,
                                         self.m.hidden, self.m.vocab))
-            if self.plan(tokens)[-1]:  # the final norm's output goes home to the head
+            if p[-1]:  # the final norm's output goes home to the head
                 path += self.s.link.seconds(tokens * self.m.hidden * self.m.dtype_bytes)
             paths.append(path + head)
             load[0] += head
@@ -292,10 +316,20 @@ class Placed:
         b = bucket(tokens, self.buckets)
         out = self.patterns.get(b)
         if out is None:
-            p, n = self.plan(b), len(KERNELS)
-            out = self.patterns[b] = Counter(
-                (tuple(p[j * n:(j + 1) * n]), p[j * n - 1]) for j in range(self.m.layers))
+            out = self.patterns[b] = patterns(self.plan(b), self.m.layers)
         return out
+
+
+def patterns(p: list[int], layers: int) -> Counter:
+    """(each layer's kernels' GPUs, the GPU its carried inputs come from: the exit of the
+    layer before, the last's for the first) -> how many layers."""
+    n = len(KERNELS)
+    return Counter((tuple(p[j * n:(j + 1) * n]), p[j * n - 1]) for j in range(layers))
+
+
+def _key(parts: list[tuple[list[tuple[int, int]], list[int]]]) -> tuple:
+    """Micro-batches as a memo key: chunks, decodes, their mean KV length (quantised)."""
+    return tuple((tuple(sorted(c)), len(d), _kv(d)) for c, d in parts)
 
 
 def layer_cost(g: Graph, pattern: tuple[int, ...], entry: int, times: list[list[float]],
