@@ -51,7 +51,7 @@ from pimbuild.targets.gpus import planners
 from pimbuild.targets.gpus.cost import Link
 from pimbuild.targets.gpus.ddg import Graph, Kernel
 from pimbuild.targets.gpus.enginesim.shape import LlmShape, Memory
-from pimbuild.targets.gpus.enginesim.steps import Steps
+from pimbuild.targets.gpus.enginesim.steps import KV_QUANTUM, Steps
 from pimbuild.targets.gpus.kerneltime import ops
 
 BUCKETS = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 1024, 2048, 4096,
@@ -219,7 +219,7 @@ class Placed:
         """Bucket ``t``'s reference batch on placement ``p``, in the micro-batches that
         make it shortest."""
         chunks, decodes = ([], [REFERENCE_KV] * t) if t <= self.s.max_seqs else ([(t, 0)], [])
-        return min(self._seconds(_key(micro_batches(chunks, decodes, depth)), p)
+        return min(self._seconds(micro_batches(chunks, decodes, depth), p)
                    for depth in range(1, self.s.depth + 1))
 
     def plan(self, t: int) -> list[int]:
@@ -278,7 +278,7 @@ class Placed:
         return min(self.split(chunks, decode_kv, d) for d in range(1, self.s.depth + 1))
 
     def split(self, chunks: list[tuple[int, int]], decode_kv: list[int], depth: int) -> float:
-        key = _key(micro_batches(chunks, decode_kv, depth))
+        key = micro_batches(chunks, decode_kv, depth)
         t = self.memo.get(key)
         if t is None:
             t = self.memo[key] = self._seconds(key)
@@ -327,11 +327,6 @@ def patterns(p: list[int], layers: int) -> Counter:
     return Counter((tuple(p[j * n:(j + 1) * n]), p[j * n - 1]) for j in range(layers))
 
 
-def _key(parts: list[tuple[list[tuple[int, int]], list[int]]]) -> tuple:
-    """Micro-batches as a memo key: chunks, decodes, their mean KV length (quantised)."""
-    return tuple((tuple(sorted(c)), len(d), _kv(d)) for c, d in parts)
-
-
 def layer_cost(g: Graph, pattern: tuple[int, ...], entry: int, times: list[list[float]],
                link: Link, kappa: float) -> tuple[float, list[float]]:
     """One layer's critical path and load vector (``cost.load_vector``: busy, sent, received
@@ -367,20 +362,19 @@ def room(m: LlmShape, mem: Memory, s: Setting) -> float:
         - mem.activation_bytes(m, s.max_batched_tokens, s.max_seqs)
 
 
-def _kv(decode_kv: list[int]) -> int:
-    from pimbuild.targets.gpus.enginesim.steps import KV_QUANTUM
-
-    n = len(decode_kv)
-    return -(-sum(decode_kv) // (n * KV_QUANTUM)) * KV_QUANTUM if n else 0
-
-
 def micro_batches(chunks: list[tuple[int, int]], decode_kv: list[int], depth: int
-                  ) -> list[tuple[list[tuple[int, int]], list[int]]]:
-    """The step's work in at most ``depth`` non-empty micro-batches of near-equal tokens:
-    decodes dealt in turn, each prefill chunk to the one with the fewest tokens."""
-    parts: list[tuple[list, list]] = [([], []) for _ in range(depth)]
-    for i, kv in enumerate(decode_kv):
-        parts[i % depth][1].append(kv)
+                  ) -> tuple[tuple[tuple[tuple[int, int], ...], int, int], ...]:
+    """The step's work in at most ``depth`` non-empty micro-batches of near-equal tokens, as
+    (prefill chunks, decodes, their KV length): the decodes shared out evenly, at the step's
+    mean KV length (rounded up to ``KV_QUANTUM`` positions), each prefill chunk to the
+    micro-batch with the fewest tokens."""
+    n = len(decode_kv)
+    kv = -(-sum(decode_kv) // (n * KV_QUANTUM)) * KV_QUANTUM if n else 0
+    counts = [n // depth + (i < n % depth) for i in range(depth)]
+    tokens, parts = list(counts), [[] for _ in range(depth)]
     for c in sorted(chunks, reverse=True):
-        min(parts, key=lambda p: sum(x for x, _ in p[0]) + len(p[1]))[0].append(c)
-    return [p for p in parts if p[0] or p[1]]
+        i = tokens.index(min(tokens))
+        parts[i].append(c)
+        tokens[i] += c[0]
+    return tuple((tuple(sorted(p)), k, kv if k else 0)
+                 for p, k in zip(parts, counts, strict=True) if p or k)
