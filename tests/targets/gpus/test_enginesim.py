@@ -48,7 +48,24 @@ def test_a_models_bytes_are_its_parameters(tmp_path: Path) -> None:
     # an fp16 model is timed as fp16 kernels (the bf16 tables do not answer for it)
     assert shape.load(config(tmp_path, {**TINY, "torch_dtype": "float16"}, "h.json")).dtype \
         == "fp16"
-    for bad, match in (({**TINY, "num_experts": 8}, "mixture-of-experts"),
+    # a mixture of experts: Mixtral-8x7B holds 46.7 B parameters, Qwen3-30B-A3B 30.5 B
+    mixtral = shape.load(config(tmp_path, {**LLAMA31_8B, "vocab_size": 32000,
+                                           "num_local_experts": 8, "num_experts_per_tok": 2},
+                                "mixtral.json"))
+    assert (mixtral.experts, mixtral.top_k, mixtral.ffn) == (8, 2, 14336)
+    assert mixtral.weight_bytes == pytest.approx(2 * 46.7e9, rel=0.01)
+    qwen = shape.load(config(tmp_path, {**LLAMA31_8B, "hidden_size": 2048, "head_dim": 128,
+                                        "num_attention_heads": 32, "num_key_value_heads": 4,
+                                        "num_hidden_layers": 48, "intermediate_size": 6144,
+                                        "moe_intermediate_size": 768, "num_experts": 128,
+                                        "num_experts_per_tok": 8, "vocab_size": 151936},
+                             "qwen3moe.json"))
+    assert qwen.weight_bytes == pytest.approx(2 * 30.5e9, rel=0.01)
+    for bad, match in (({**TINY, "num_experts": 8}, "needs num_experts_per_tok"),
+                       ({**TINY, "num_experts": 8, "num_experts_per_tok": 9}, "from 1 to 8"),
+                       ({**TINY, "num_experts": 8, "num_experts_per_tok": 2,
+                         "decoder_sparse_step": 2}, "alternate"),
+                       ({**TINY, "num_experts": 8, "num_experts_per_tok": 2.5}, "whole number"),
                        ({k: v for k, v in TINY.items() if k != "vocab_size"}, "lacks vocab"),
                        ({**TINY, "num_hidden_layers": True}, "whole number"),
                        ({**TINY, "hidden_size": -4}, "whole number"),

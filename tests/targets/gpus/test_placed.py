@@ -85,11 +85,11 @@ def test_af_keeps_attention_and_its_cache_on_one_gpu(tmp_path: Path) -> None:
     p = _placed(tmp_path, LLAMA31_8B)
     af = placed.Placed(p.m, [FAST, SLOW], [shape.Memory(80 * 2**30), shape.Memory(48 * 2**30)],
                        placed.Setting(LINK), af=1)
-    n = len(placed.KERNELS)
+    names = [name for name, *_ in placed.kernels_of(p.m)]
+    n = len(names)
     plan = af.plan(64)
     assert {plan[j * n + placed.ATTN] for j in range(p.m.layers)} == {1}
-    assert {d for k, d in enumerate(plan) if placed.KERNELS[k % n][0] not in placed.ATTENTION} \
-        == {0}
+    assert {d for k, d in enumerate(plan) if names[k % n] not in placed.ATTENTION} == {0}
     assert not af.replicated and af.held(0) + af.held(1) == pytest.approx(p.m.weight_bytes)
     # the KV cache on the attention GPU only, less the attention weights there
     per_block = 2 * p.m.kv_heads * p.m.head_dim * 2 * 16 * p.m.layers
@@ -141,3 +141,55 @@ def test_serve_command_places_kernels_and_names_what_cannot_run(tmp_path: Path, 
         assert cli.main(args) == 1
         err = capsys.readouterr().err
         assert err.startswith("error: ") and match in err and err.count("\n") == 1
+
+
+MOE = {**TINY, "num_local_experts": 8, "num_experts_per_tok": 2, "intermediate_size": 256}
+
+
+def test_routing_patterns_share_every_token_k_ways() -> None:
+    from pimbuild.targets.gpus.enginesim.routing import Routing
+
+    for pattern in ("balanced", "zipf:0", "zipf:1.5", "router:3"):
+        r = Routing(pattern, 8, 2)
+        for t in (1, 3, 64, 1000):
+            c = r.counts(t)
+            assert len(c) == 8 and sum(c) == 2 * t and max(c) <= t and min(c) >= 0
+    assert Routing("balanced", 8, 2).counts(8) == (2,) * 8
+    assert Routing("zipf:0", 8, 2).counts(100) == Routing("balanced", 8, 2).counts(100)
+    skewed = Routing("zipf:1.5", 8, 2).counts(1000)
+    assert list(skewed) == sorted(skewed, reverse=True) and skewed[0] == 1000  # capped
+    assert Routing("router:3", 8, 2).counts(50) == Routing("router:3", 8, 2).counts(50)
+    assert Routing("router:3", 8, 2).counts(500) != Routing("router:4", 8, 2).counts(500)
+    for bad in ("zipf", "zipf:-1", "zipf:x", "router:y", "uniform", "balanced:2"):
+        with pytest.raises(ConfigError, match="unknown routing pattern"):
+            Routing(bad, 8, 2)
+
+
+def test_a_mixture_of_experts_is_placed_expert_by_expert(tmp_path: Path, capsys) -> None:
+    """Each expert is a kernel over the tokens routed to it: an expert no token reaches
+    costs nothing, a skewed pattern is its own DDG, the weights counted once each."""
+    m = shape.load(config(tmp_path, MOE))
+    names = [name for name, *_ in placed.kernels_of(m)]
+    assert names[5] == "router" and names[6:14] == [f"expert_{e}" for e in range(8)]
+    w = placed.weights(m)
+    home = m.weight_bytes - m.layers * sum(w)
+    assert home == 2 * (2 * m.vocab * m.hidden + m.hidden)  # embedding, head, final norm
+    p = _placed(tmp_path, MOE, routing="zipf:2")
+    one = p.times(1, (), 1, 64)
+    assert sum(1 for k in range(8) if one[6 + k][0] > 0) == 2  # one token, two experts
+    g = p.graph(1)
+    assert [g.buffer_bytes[f"y{e}"] for e in range(8)].count(0) == 6
+    assert p.seconds([], [64] * 32) > p.seconds([], [64]) > 0
+    balanced = _placed(tmp_path, MOE)
+    assert balanced.graph(16).buffer_bytes != p.graph(16).buffer_bytes
+    # a dense model refuses a routing pattern; a bad one is one error line
+    trace = tmp_path / "t.csv"
+    trace.write_text("arrival_s,input_tokens,output_tokens\n0,30,5\n")
+    base = ["--trace", str(trace), "--device", "a100"]
+    assert cli.main([*base, "--model-config", str(config(tmp_path, MOE, "moe.json")),
+                     "--routing", "router:1"]) == 0
+    for model, routing, match in ((TINY, "zipf:1", "not a mixture of experts"),
+                                  (MOE, "zipf:-2", "unknown routing pattern")):
+        assert cli.main([*base, "--model-config", str(config(tmp_path, model, "m.json")),
+                         "--routing", routing]) == 1
+        assert match in capsys.readouterr().err

@@ -7,6 +7,7 @@ measured vLLM run (docs/gpus.md, "Serving as an engine runs it").
                    [--device a100,l40s --router jsq|lot|round_robin] [--offline]
                    [--device a100,l40s --pd|--pp|--placed|--af --link rdma200]
                    [--depth 2] [--buckets 1,2,4,8,...] [--selective]
+                   [--routing balanced|zipf:S|router:SEED] (a mixture of experts)
                    [--config-dir DIR] [--max-num-seqs 256] [--max-num-batched-tokens 2048]
                    [--block-size 16] [--gpu-memory-utilization 0.9] [--kv-blocks N]
                    [--measured VLLM_REQUESTS.jsonl] [--json OUT]
@@ -41,6 +42,7 @@ from pimbuild.targets.gpus import arrivals
 from pimbuild.targets.gpus.cost import Link
 from pimbuild.targets.gpus.engine import percentile
 from pimbuild.targets.gpus.enginesim import disagg, pipeline, placed, replicas, scheduler, shape
+from pimbuild.targets.gpus.enginesim.routing import Routing
 from pimbuild.targets.gpus.enginesim.steps import Steps
 from pimbuild.targets.gpus.kerneltime import clock
 
@@ -166,6 +168,9 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--selective", action="store_true",
                     help="--placed: one placement for every step, each GPU holding only the "
                          "weights and KV cache it runs (else weights replicated where they fit)")
+    ap.add_argument("--routing", help="a mixture of experts' routing pattern: balanced "
+                    "(default), zipf:S (skewed by a Zipf law of exponent S) or router:SEED (a "
+                    "seeded router)")
     ap.add_argument("--buckets", help="--placed: token buckets, increasing, comma-separated "
                     "(default: vLLM's CUDA-graph sizes, then powers of two)")
     ap.add_argument("--link", default="rdma200",
@@ -228,7 +233,8 @@ def engines(args: argparse.Namespace, m: shape.LlmShape) -> list[Served]:
         except ConfigError as e:  # a GPU that cannot hold the model: the system cannot run
             raise ConfigError(f"{system} is infeasible: on {name}, {e}") from None
         role = ("prefill", "decode")[i] if args.pd else "both"
-        out.append(Served(scheduler.Engine(Steps(m, kernels.seconds), lim, name, role),
+        out.append(Served(scheduler.Engine(Steps(m, kernels.seconds, routing=routed(args, m)),
+                                           lim, name, role),
                           kernels.gpu.name, [kernels], modelled))
     return out
 
@@ -240,7 +246,7 @@ def pipelined(args: argparse.Namespace, m: shape.LlmShape, names: list[str],
                 for name, (_, spec) in zip(names, found, strict=True)]
     first, pipe, blocks = pipeline.split(
         m, [k.seconds for k, _ in found], memories, link(args.link), args.block_size,
-        args.max_num_batched_tokens, args.max_num_seqs)
+        args.max_num_batched_tokens, args.max_num_seqs, routed(args, m))
     lim = scheduler.Limits(args.max_num_seqs, args.max_num_batched_tokens, args.block_size,
                            blocks)
     return Served(scheduler.Engine(pipe, lim, "+".join(names)),
@@ -259,7 +265,8 @@ def kernel_level(args: argparse.Namespace, m: shape.LlmShape, names: list[str],
                 for name, (_, spec) in zip(names, found, strict=True)]
     setting = placed.Setting(link(args.link), args.block_size, args.max_num_batched_tokens,
                              args.max_num_seqs, args.depth, buckets=buckets(args.buckets),
-                             selective=args.selective)
+                             selective=args.selective,
+                             routing=routed(args, m).pattern if m.moe else "balanced")
     system = "AF" if args.af else "kernel-level placement"
     try:
         steps = placed.Placed(m, [k.seconds for k, _ in found], memories, setting,
@@ -275,6 +282,16 @@ def kernel_level(args: argparse.Namespace, m: shape.LlmShape, names: list[str],
     return Served(scheduler.Engine(steps, lim, "+".join(names)),
                   " + ".join(k.gpu.name for k, _ in found), [k for k, _ in found], blocks,
                   f"; {how}")
+
+
+def routed(args: argparse.Namespace, m: shape.LlmShape) -> Routing | None:
+    """A mixture of experts' routing (``--routing``, balanced unless given); an error for a
+    dense model given one."""
+    if not m.moe:
+        if args.routing is not None:
+            raise ConfigError(f"--routing: {m.name} is not a mixture of experts")
+        return None
+    return Routing(args.routing or "balanced", m.experts, m.top_k)
 
 
 def buckets(text: str | None) -> tuple[int, ...]:

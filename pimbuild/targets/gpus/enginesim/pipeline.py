@@ -10,6 +10,7 @@ from collections.abc import Callable
 
 from pimbuild.errors import ConfigError
 from pimbuild.targets.gpus.cost import Link
+from pimbuild.targets.gpus.enginesim.routing import Routing
 from pimbuild.targets.gpus.enginesim.shape import LlmShape, Memory
 from pimbuild.targets.gpus.enginesim.steps import Steps
 from pimbuild.targets.gpus.kerneltime import ops
@@ -34,8 +35,8 @@ class Pipeline:
 
 
 def split(m: LlmShape, clocks: list[Callable[[ops.Op], float]], memories: list[Memory],
-          link: Link, block_size: int, max_batched_tokens: int, max_seqs: int
-          ) -> tuple[int, Pipeline, int]:
+          link: Link, block_size: int, max_batched_tokens: int, max_seqs: int,
+          routing: Routing | None = None) -> tuple[int, Pipeline, int]:
     """(layers on the first GPU, its step times, KV blocks): the split that serves the most
     decode tokens per second at ``REFERENCE_KV`` positions a sequence with the batch its KV
     cache allows; a ConfigError where no split fits."""
@@ -47,7 +48,8 @@ def split(m: LlmShape, clocks: list[Callable[[ops.Op], float]], memories: list[M
                          for st, mem in zip(stages, memories, strict=True))
         except ConfigError:
             continue
-        pipe = Pipeline([Steps(st, c) for st, c in zip(stages, clocks, strict=True)], link)
+        pipe = Pipeline([Steps(st, c, routing=routing)
+                         for st, c in zip(stages, clocks, strict=True)], link)
         batch = min(max_seqs, blocks * block_size // REFERENCE_KV)
         if batch < 1:
             continue

@@ -5,8 +5,10 @@ engine with attention's kernels on one GPU and the rest on the other.
 
 - **The layer's DDG** (``layer_graph``): the engine kernels of ``Steps`` at ``T`` tokens,
   the buffers they pass, the normed hidden state and the residual carried to the next
-  layer (``KERNELS``). The LM head runs on the first GPU (home), where requests enter and
-  tokens leave.
+  layer (``kernels_of``). A mixture-of-experts layer has a kernel per expert, over the tokens
+  ``routing`` sends it, so the placement may split the experts over the GPUs (expert
+  parallelism) and each routing pattern is its own DDG. The LM head runs on the first GPU
+  (home), where requests enter and tokens leave.
 - **A placement per bucket**: ``T`` is rounded up to a bucket (``BUCKETS``: vLLM's CUDA-graph
   sizes up to 512 tokens, then eager steps in powers of two). Each bucket's DDG, over every
   layer, is placed by the throughput planner (``planners.throughput``, layers counted) for
@@ -50,6 +52,7 @@ from pimbuild.errors import ConfigError
 from pimbuild.targets.gpus import planners
 from pimbuild.targets.gpus.cost import Link
 from pimbuild.targets.gpus.ddg import Graph, Kernel
+from pimbuild.targets.gpus.enginesim.routing import Routing
 from pimbuild.targets.gpus.enginesim.shape import LlmShape, Memory
 from pimbuild.targets.gpus.enginesim.steps import KV_QUANTUM, Steps
 from pimbuild.targets.gpus.kerneltime import ops
@@ -58,40 +61,64 @@ BUCKETS = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 1024, 20
            8192)
 REFERENCE_KV = 1024  # a decode bucket is planned at this many positions a sequence
 REFERENCE_BATCH = 16  # sequences whose KV a memory-bound placement keeps room for
-# (name, op of ops.Layer.kernels or "attention", reads, writes). A layer reads the normed
-# hidden state ``x`` and the residual ``res`` and ends with the next layer's fused add+RMSNorm
-# (the last layer's is the model's final norm), so one kernel writes what it carries: the
-# planner counts the layers exactly (``planners._layers``, one stream). The first layer's
-# own input norm runs with the embedding, at home.
-KERNELS = (
-    ("qkv_proj", "qkv_proj", ("x",), ("qkv",)),
-    ("rotary_emb", "rotary_emb", ("qkv",), ("qkvr",)),
-    ("attention", "attention", ("qkvr",), ("a",)),
-    ("o_proj", "o_proj", ("a",), ("o",)),
-    ("post_attention_layernorm", "layernorm", ("o", "res"), ("x2", "r1")),
-    ("gate_up_proj", "gate_up_proj", ("x2",), ("gu",)),
-    ("act_fn", "act_fn", ("gu",), ("act",)),
-    ("down_proj", "down_proj", ("act",), ("out",)),
-    ("input_layernorm", "layernorm", ("out", "r1"), ("x_next", "r2")),
+GAP = 0.01  # the planner stops within 1% of its bound (interchangeable experts are slow to prove)
+# A layer's kernels as (name, reads, writes). A layer reads the normed hidden state ``x`` and
+# the residual ``res`` and ends with the next layer's fused add+RMSNorm (the last layer's is
+# the model's final norm), so one kernel writes what it carries: the planner counts the layers
+# exactly (``planners._layers``, one stream). The first layer's own input norm runs with the
+# embedding, at home.
+ATTENTION_KERNELS = (
+    ("qkv_proj", ("x",), ("qkv",)),
+    ("rotary_emb", ("qkv",), ("qkvr",)),
+    ("attention", ("qkvr",), ("a",)),
+    ("o_proj", ("a",), ("o",)),
+    ("post_attention_layernorm", ("o", "res"), ("x2", "r1")),
 )
+DENSE_MLP = (
+    ("gate_up_proj", ("x2",), ("gu",)),
+    ("act_fn", ("gu",), ("act",)),
+    ("down_proj", ("act",), ("out",)),
+)
+EXIT = ("input_layernorm", ("out", "r1"), ("x_next", "r2"))
 ATTENTION = ("qkv_proj", "rotary_emb", "attention", "o_proj")  # AF's attention side
 ATTN = 2  # the attention kernel's index
+NORMS = {"post_attention_layernorm": "layernorm", "input_layernorm": "layernorm"}
 
 
-def widths(m: LlmShape) -> dict[str, int]:
-    """Elements per token of every buffer of the layer."""
-    q, kv = m.heads * m.head_dim, m.kv_heads * m.head_dim
-    return {"x": m.hidden, "res": m.hidden, "qkv": q + 2 * kv, "qkvr": q + 2 * kv, "a": q,
-            "o": m.hidden, "x2": m.hidden, "r1": m.hidden, "gu": 2 * m.ffn, "act": m.ffn,
-            "out": m.hidden, "x_next": m.hidden, "r2": m.hidden}
+def kernels_of(m: LlmShape) -> tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...]:
+    """The layer's kernels: attention, a dense MLP or a mixture of experts (the router, one
+    kernel per expert over the tokens routed to it, a shared expert, the weighted sum), and
+    the exit norm."""
+    if not m.moe:
+        return ATTENTION_KERNELS + DENSE_MLP + (EXIT,)
+    experts = tuple((f"expert_{e}", ("x2", "logits"), (f"y{e}",)) for e in range(m.experts))
+    shared = (("shared_expert", ("x2",), ("ys",)),) if m.shared_ffn else ()
+    ys = tuple(f"y{e}" for e in range(m.experts)) + (("ys",) if m.shared_ffn else ())
+    return ATTENTION_KERNELS + (("router", ("x2",), ("logits",)),) + experts + shared \
+        + (("combine", ys, ("out",)),) + (EXIT,)
 
 
-def layer_graph(m: LlmShape, t: int) -> Graph:
-    """One decoder layer's DDG at ``t`` tokens."""
-    size = {b: t * w * m.dtype_bytes for b, w in widths(m).items()}
+def sizes(m: LlmShape, t: int, counts: tuple[int, ...] | None) -> dict[str, int]:
+    """Bytes of every buffer of the layer at ``t`` tokens (``counts``: tokens per expert)."""
+    q, kv, d = m.heads * m.head_dim, m.kv_heads * m.head_dim, m.hidden
+    rows = {"x": d, "res": d, "qkv": q + 2 * kv, "qkvr": q + 2 * kv, "a": q, "o": d, "x2": d,
+            "r1": d, "out": d, "x_next": d, "r2": d}
+    if m.moe:
+        rows |= {"logits": m.experts} | ({"ys": d} if m.shared_ffn else {})
+        out = {f"y{e}": n * d * m.dtype_bytes for e, n in enumerate(counts)}
+    else:
+        rows |= {"gu": 2 * m.ffn, "act": m.ffn}
+        out = {}
+    return out | {b: t * w * m.dtype_bytes for b, w in rows.items()}
+
+
+def layer_graph(m: LlmShape, t: int, counts: tuple[int, ...] | None = None) -> Graph:
+    """One decoder layer's DDG at ``t`` tokens (a mixture of experts: ``counts`` tokens
+    each)."""
+    size = sizes(m, t, counts)
     kernels = tuple(Kernel(i, name, "other", 0, {b: size[b] for b in reads},
                            {b: size[b] for b in writes})
-                    for i, (name, _, reads, writes) in enumerate(KERNELS))
+                    for i, (name, reads, writes) in enumerate(kernels_of(m)))
     producer = {b: k.id for k in kernels for b in k.writes}
     readers: dict[str, list[int]] = {}
     for k in kernels:
@@ -103,11 +130,12 @@ def layer_graph(m: LlmShape, t: int) -> Graph:
 
 def weights(m: LlmShape) -> list[float]:
     """Bytes of weights each of the layer's kernels reads."""
-    d, q, kv, b = m.hidden, m.heads * m.head_dim, m.kv_heads * m.head_dim, m.dtype_bytes
+    d, q, kv = m.hidden, m.heads * m.head_dim, m.kv_heads * m.head_dim
     per = {"input_layernorm": d, "qkv_proj": d * (q + 2 * kv), "o_proj": q * d,
            "post_attention_layernorm": d, "gate_up_proj": 2 * d * m.ffn,
-           "down_proj": m.ffn * d}
-    return [float(b * per.get(name, 0)) for name, *_ in KERNELS]
+           "down_proj": m.ffn * d, "router": d * m.experts, "shared_expert": 3 * d * m.shared_ffn}
+    return [float(m.dtype_bytes * per.get(name, 3 * d * m.ffn if name.startswith("expert_")
+                                          else 0)) for name, *_ in kernels_of(m)]
 
 
 def bucket(t: int, buckets: tuple[int, ...]) -> int:
@@ -136,6 +164,7 @@ class Setting:
     buckets: tuple[int, ...] = BUCKETS
     time_limit_s: float = 10.0
     selective: bool = False  # one placement; weights and KV only where it runs them
+    routing: str = "balanced"  # a mixture of experts' routing pattern (``routing``)
 
 
 class Placed:
@@ -147,7 +176,9 @@ class Placed:
         if len(clocks) != 2:
             raise ConfigError("kernel-level placement here takes two devices")
         self.m, self.s, self.af = m, s, af
-        self.steps = [Steps(m, c) for c in clocks]
+        self.kernels = kernels_of(m)
+        self.routing = Routing(s.routing, m.experts, m.top_k) if m.moe else None
+        self.steps = [Steps(m, c, routing=self.routing) for c in clocks]
         self.buckets = tuple(b for b in check_buckets(s.buckets)
                              if b <= max(s.max_batched_tokens, s.buckets[0]))
         self.room = [room(m, mem, s) for mem in memories]
@@ -159,7 +190,7 @@ class Placed:
         self.fixed: list[int] | None = None  # the one placement of every bucket
         if af is not None:
             self.fixed = [af if name in ATTENTION else 1 - af
-                          for _ in range(m.layers) for name, *_ in KERNELS]
+                          for _ in range(m.layers) for name, *_ in self.kernels]
         elif not self.replicated:
             self.fixed = self._plan(bucket(s.max_seqs, self.buckets))
         self.memo: dict[tuple, float] = {}
@@ -171,11 +202,28 @@ class Placed:
         """Seconds of each of the layer's kernels on each GPU at ``t`` tokens, attention
         over ``chunks`` and ``n`` decodes at ``kv`` positions."""
         cols = []
+        counts = self.routing.counts(t) if self.routing else ()
         for st in self.steps:
-            ks, attn = st.layer.kernels(st.dtype, t), st.attention(chunks, n, kv)
-            cols.append([attn if op == "attention" else st.op_seconds(ks[op])
-                         for _, op, *_ in KERNELS])
+            ks, col = st.layer.kernels(st.dtype, t), []
+            for name, *_ in self.kernels:
+                if name == "attention":
+                    col.append(st.attention(chunks, n, kv))
+                elif name.startswith("expert_"):
+                    col.append(st.expert(counts[int(name[7:])], self.m.ffn))
+                elif name == "shared_expert":
+                    col.append(st.expert(t, self.m.shared_ffn))
+                elif name == "router":
+                    col.append(st.router(t))
+                elif name == "combine":  # the top-k outputs' weighted sum
+                    col.append(st.op_seconds(ops.Op("add", st.dtype, t * self.m.top_k,
+                                                    h=self.m.hidden)))
+                else:
+                    col.append(st.op_seconds(ks[NORMS.get(name, name)]))
+            cols.append(col)
         return [list(row) for row in zip(*cols, strict=True)]
+
+    def graph(self, t: int) -> Graph:
+        return layer_graph(self.m, t, self.routing.counts(t) if self.routing else None)
 
     def reference(self, t: int) -> list[list[float]]:
         """Kernel times of bucket ``t``'s reference batch (``t`` tokens)."""
@@ -187,9 +235,9 @@ class Placed:
         """Bucket ``t``'s DDG over every layer: one of its ``depth`` micro-batches, the
         forwards the planner pipelines."""
         mb = -(-t // self.s.depth)
-        one = planners.PlanContext(layer_graph(self.m, mb), self.reference(mb), self.s.link, 2,
+        one = planners.PlanContext(self.graph(mb), self.reference(mb), self.s.link, 2,
                                    self.s.comm_on_device, self.s.time_limit_s,
-                                   incumbent=True)
+                                   mip_gap=GAP, incumbent=True)
         return planners.unrolled(one, self.m.layers)
 
     def _plan(self, t: int) -> list[int]:
@@ -237,7 +285,7 @@ class Placed:
         """Blocks the KV cache holds: every layer's cache where any bucket runs its
         attention, on the GPU with the least room for its share (plans every bucket)."""
         self.plan_all()
-        n_k, per_layer = len(KERNELS), 2 * self.m.kv_heads * self.m.head_dim \
+        n_k, per_layer = len(self.kernels), 2 * self.m.kv_heads * self.m.head_dim \
             * self.m.dtype_bytes * self.s.block_size
         layers = [set(), set()]
         for p in self.plans.values():
@@ -255,13 +303,13 @@ class Placed:
 
     def held(self, d: int) -> float:
         """Weight bytes on GPU ``d`` under the one placement every bucket runs."""
-        p, w, n_k = self.plan(1), weights(self.m), len(KERNELS)
+        p, w, n_k = self.plan(1), weights(self.m), len(self.kernels)
         home = self.m.weight_bytes - self.m.layers * sum(w)
         return (home if d == 0 else 0.0) + sum(w[i % n_k] for i, dev in enumerate(p) if dev == d)
 
     def attention_share(self, t: int) -> float:
         """The share of the layers whose attention bucket ``t`` runs on the second GPU."""
-        p, n_k = self.plan(t), len(KERNELS)
+        p, n_k = self.plan(t), len(self.kernels)
         return sum(p[j * n_k + ATTN] for j in range(self.m.layers)) / self.m.layers
 
     def compute_share(self, t: int) -> float:
@@ -292,10 +340,11 @@ class Placed:
         paths, load = [], [0.0] * 6
         step = sum(c for chunks, n, _ in key for c, _ in chunks) + sum(n for _, n, _ in key)
         p = chosen or self.plan(step)
-        layers = patterns(p, self.m.layers) if chosen else self.layers_of(step)
+        layers = patterns(p, self.m.layers, len(self.kernels)) if chosen \
+            else self.layers_of(step)
         for chunks, n, kv in key:
             tokens = sum(c for c, _ in chunks) + n
-            g, t = layer_graph(self.m, tokens), self.times(tokens, chunks, n, kv)
+            g, t = self.graph(tokens), self.times(tokens, chunks, n, kv)
             path = 0.0
             for (pattern, entry), count in layers.items():
                 cp, vector = layer_cost(g, pattern, entry, t, self.s.link, self.s.comm_on_device)
@@ -316,14 +365,13 @@ class Placed:
         b = bucket(tokens, self.buckets)
         out = self.patterns.get(b)
         if out is None:
-            out = self.patterns[b] = patterns(self.plan(b), self.m.layers)
+            out = self.patterns[b] = patterns(self.plan(b), self.m.layers, len(self.kernels))
         return out
 
 
-def patterns(p: list[int], layers: int) -> Counter:
-    """(each layer's kernels' GPUs, the GPU its carried inputs come from: the exit of the
-    layer before, the last's for the first) -> how many layers."""
-    n = len(KERNELS)
+def patterns(p: list[int], layers: int, n: int) -> Counter:
+    """(each layer's ``n`` kernels' GPUs, the GPU its carried inputs come from: the exit of
+    the layer before, the last's for the first) -> how many layers."""
     return Counter((tuple(p[j * n:(j + 1) * n]), p[j * n - 1]) for j in range(layers))
 
 

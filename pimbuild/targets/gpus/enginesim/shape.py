@@ -1,5 +1,11 @@
 """A decoder-only LLM's shapes, read from its Hugging Face ``config.json``, and the bytes its
-weights and KV cache take (what bounds an engine's batch)."""
+weights and KV cache take (what bounds an engine's batch).
+
+A mixture-of-experts model (``num_local_experts`` or ``num_experts``, with
+``num_experts_per_tok``) has, in every layer, a router and ``experts`` gated MLPs of
+``moe_intermediate_size`` (else ``intermediate_size``), ``top_k`` of them per token, and a
+shared expert where ``shared_expert_intermediate_size`` says (Qwen2-MoE); a model whose dense
+and sparse layers alternate (``decoder_sparse_step`` > 1, ``mlp_only_layers``) is refused."""
 
 from __future__ import annotations
 
@@ -33,13 +39,29 @@ class LlmShape:
     # a pipeline stage holds the embedding (the first) or the final norm and LM head (the last)
     embed: bool = True
     head: bool = True
+    experts: int = 0  # 0: a dense model (one gated MLP of ``ffn`` per layer)
+    top_k: int = 0  # experts each token is routed to
+    shared_ffn: int = 0  # a shared expert's gated MLP, every token (0: none)
+
+    @property
+    def moe(self) -> bool:
+        return self.experts > 0
+
+    @property
+    def mlp_weights(self) -> int:
+        """Elements of one layer's MLP: the gated MLP, or the router, experts and shared
+        expert."""
+        d = self.hidden
+        if not self.moe:
+            return 3 * d * self.ffn
+        return d * self.experts + self.experts * 3 * d * self.ffn + 3 * d * self.shared_ffn
 
     @property
     def weight_bytes(self) -> int:
         """Every parameter once: embedding, LM head, per layer QKV, O, gate+up, down, norms."""
         d, hd = self.hidden, self.head_dim
         layer = d * (self.heads + 2 * self.kv_heads) * hd + self.heads * hd * d \
-            + 3 * d * self.ffn + 2 * d
+            + self.mlp_weights + 2 * d
         matrices = 1 if self.tied and self.embed and self.head else self.embed + self.head
         return self.dtype_bytes * (self.layers * layer + matrices * self.vocab * d
                                    + self.head * d)
@@ -67,9 +89,6 @@ def load(path: Path) -> LlmShape:
         raise ConfigError(f"cannot read model config {path}: {e}") from None
     if not isinstance(c, dict):
         raise ConfigError(f"{path} is not a Hugging Face config (a JSON object)")
-    if c.get("num_experts") or c.get("num_local_experts"):
-        raise ConfigError(f"{path} is a mixture-of-experts model: the engine simulation "
-                          f"times dense models only")
     missing = [k for k in REQUIRED if k not in c]
     if missing:
         raise ConfigError(f"{path} lacks {', '.join(missing)}")
@@ -82,13 +101,36 @@ def load(path: Path) -> LlmShape:
     if dtype not in DTYPE_BYTES:
         raise ConfigError(f"{path}: torch_dtype {dtype!r} is none of "
                           f"{', '.join(DTYPE_BYTES)}")
+    fields = {"ffn": c["intermediate_size"], **experts(c, path)}
     return LlmShape(name=str(c.get("_name_or_path") or path.stem), layers=c["num_hidden_layers"],
                     hidden=c["hidden_size"], heads=heads,
                     kv_heads=c.get("num_key_value_heads") or heads,
                     head_dim=c.get("head_dim") or c["hidden_size"] // heads,
-                    ffn=c["intermediate_size"], vocab=c["vocab_size"],
-                    dtype_bytes=DTYPE_BYTES[dtype], dtype=DTYPES[dtype],
-                    tied=bool(c.get("tie_word_embeddings")))
+                    vocab=c["vocab_size"], dtype_bytes=DTYPE_BYTES[dtype], dtype=DTYPES[dtype],
+                    tied=bool(c.get("tie_word_embeddings")), **fields)
+
+
+def experts(c: dict, path: Path) -> dict:
+    """A mixture-of-experts config's fields of ``LlmShape`` (none for a dense model)."""
+    n = c.get("num_local_experts") or c.get("num_experts")
+    if not n:
+        return {}
+    for k in ("num_local_experts", "num_experts", "num_experts_per_tok",
+              "moe_intermediate_size", "shared_expert_intermediate_size"):
+        v = c.get(k)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
+            raise ConfigError(f"{path}: {k} must be a whole number (got {v!r})")
+    k = c.get("num_experts_per_tok")
+    if not k or k > n:
+        raise ConfigError(f"{path}: a mixture of {n} experts needs num_experts_per_tok from "
+                          f"1 to {n} (got {k!r})")
+    if (c.get("decoder_sparse_step") or 1) != 1 or c.get("mlp_only_layers"):
+        raise ConfigError(f"{path}: dense and sparse layers alternate (decoder_sparse_step, "
+                          f"mlp_only_layers): the engine simulation times models whose "
+                          f"every layer is sparse")
+    return {"experts": n, "top_k": k,
+            "ffn": c.get("moe_intermediate_size") or c["intermediate_size"],
+            "shared_ffn": c.get("shared_expert_intermediate_size") or 0}
 
 
 @dataclass(frozen=True)
@@ -103,7 +145,8 @@ class Memory:
     def activation_bytes(self, m: LlmShape, max_batched_tokens: int, max_seqs: int) -> float:
         """One layer's largest live tensors at ``max_batched_tokens`` (the residual stream,
         QKV, gate+up and its product) and the fp32 logits of ``max_seqs`` sequences."""
-        per_token = m.hidden * 2 + (m.heads + 2 * m.kv_heads) * m.head_dim + 3 * m.ffn
+        mlp = 3 * (m.ffn * m.top_k + m.shared_ffn) + m.experts if m.moe else 3 * m.ffn
+        per_token = m.hidden * 2 + (m.heads + 2 * m.kv_heads) * m.head_dim + mlp
         return m.dtype_bytes * max_batched_tokens * per_token + 4 * max_seqs * m.vocab * m.head
 
     def kv_blocks(self, m: LlmShape, block_size: int, max_batched_tokens: int,

@@ -1,7 +1,10 @@
 """An engine step's time from its batch: the engine kernels (``fusion``'s view: fused
 add+RMSNorm, merged QKV and gate+up GEMMs, RoPE, attention, SiLU-and-mul) of every layer at
 the step's token count, the attention kernels at its prefill chunks and decode lengths, and
-the LM head over the sequences that sample a token.
+the LM head over the sequences that sample a token. A mixture-of-experts layer runs, in
+place of gate+up, SiLU-and-mul and down over ``T`` rows, the router's GEMM over ``T`` rows and
+each expert's over the tokens ``routing`` gives it (and a shared expert's over ``T``); the
+top-k selection and the weighted sum are not timed.
 
 A step of ``T`` tokens (every prefill chunk plus one per decoding sequence) runs, per layer,
 two add+RMSNorms, QKV, RoPE, O, gate+up, SiLU-and-mul and down over ``T`` rows; one
@@ -15,26 +18,51 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from pimbuild.targets.gpus.enginesim.routing import Routing
 from pimbuild.targets.gpus.enginesim.shape import LlmShape
 from pimbuild.targets.gpus.kerneltime import ops
 
 KV_QUANTUM = 16  # decode lengths are timed at this granularity (a KV block's positions)
+MLP = ("gate_up_proj", "act_fn", "down_proj")  # a dense layer's MLP kernels
 
 
 class Steps:
     """Step times of one model on one GPU (``seconds``: an op's time), memoised by batch."""
 
     def __init__(self, m: LlmShape, seconds: Callable[[ops.Op], float],
-                 overhead_s: float = 0.0) -> None:
+                 overhead_s: float = 0.0, routing: Routing | None = None) -> None:
         self.m, self.op_seconds, self.overhead_s = m, seconds, overhead_s
         self.dtype = m.dtype
         self.layer = ops.Layer(m.hidden, m.heads, m.kv_heads, m.head_dim, m.ffn)
+        self.routing = routing or (Routing("balanced", m.experts, m.top_k) if m.moe else None)
         self.memo: dict[tuple, float] = {}
 
     def dense(self, t: int) -> float:
         """One layer's token-parallel kernels over ``t`` rows (the add+RMSNorm twice)."""
         k = self.layer.kernels(self.dtype, t)
-        return sum(self.op_seconds(o) for o in k.values()) + self.op_seconds(k["layernorm"])
+        own = sum(self.op_seconds(o) for name, o in k.items()
+                  if not (self.m.moe and name in MLP))
+        return own + self.op_seconds(k["layernorm"]) + (self.sparse(t) if self.m.moe else 0.0)
+
+    def expert(self, rows: int, ffn: int) -> float:
+        """One gated MLP of width ``ffn`` over ``rows`` tokens (nothing for none)."""
+        if rows == 0:
+            return 0.0
+        d, e = self.m.hidden, self.dtype
+        return self.op_seconds(ops.Op("linear", e, 1, rows, d, 2 * ffn)) \
+            + self.op_seconds(ops.Op("silu_mul", e, rows, h=ffn)) \
+            + self.op_seconds(ops.Op("linear", e, 1, rows, ffn, d))
+
+    def router(self, t: int) -> float:
+        return self.op_seconds(ops.Op("linear", self.dtype, 1, t, self.m.hidden,
+                                      self.m.experts))
+
+    def sparse(self, t: int) -> float:
+        """A mixture-of-experts MLP over ``t`` tokens: the router, each expert over its
+        tokens, the shared expert over all."""
+        return self.router(t) + sum(self.expert(n, self.m.ffn)
+                                    for n in self.routing.counts(t)) \
+            + self.expert(t if self.m.shared_ffn else 0, self.m.shared_ffn)
 
     def attention(self, chunks: tuple[tuple[int, int], ...], n_decode: int, kv: int) -> float:
         t = sum(self.op_seconds(self.layer.prefill(self.dtype, c, p)) for c, p in chunks)
