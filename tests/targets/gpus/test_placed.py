@@ -165,23 +165,34 @@ def test_routing_patterns_share_every_token_k_ways() -> None:
             Routing(bad, 8, 2)
 
 
-def test_a_mixture_of_experts_is_placed_expert_by_expert(tmp_path: Path, capsys) -> None:
-    """Each expert is a kernel over the tokens routed to it: an expert no token reaches
-    costs nothing, a skewed pattern is its own DDG, the weights counted once each."""
+def test_a_mixture_of_experts_runs_its_experts_as_one_fused_kernel(tmp_path: Path,
+                                                                   capsys) -> None:
+    """The router, then every activated expert in one kernel, timed as the GEMMs of the
+    same work (the activated experts' weights side by side over the mean rows); a routing
+    pattern changes the kernel times of its own DDG, not the buffers."""
     m = shape.load(config(tmp_path, MOE))
     names = [name for name, *_ in placed.kernels_of(m)]
-    assert names[5] == "router" and names[6:14] == [f"expert_{e}" for e in range(8)]
+    assert names[5:] == ["router", "experts", "input_layernorm"]
     w = placed.weights(m)
     home = m.weight_bytes - m.layers * sum(w)
     assert home == 2 * (2 * m.vocab * m.hidden + m.hidden)  # embedding, head, final norm
-    p = _placed(tmp_path, MOE, routing="zipf:2")
-    one = p.times(1, (), 1, 64)
-    assert sum(1 for k in range(8) if one[6 + k][0] > 0) == 2  # one token, two experts
-    g = p.graph(1)
-    assert [g.buffer_bytes[f"y{e}"] for e in range(8)].count(0) == 6
-    assert p.seconds([], [64] * 32) > p.seconds([], [64]) > 0
-    balanced = _placed(tmp_path, MOE)
-    assert balanced.graph(16).buffer_bytes != p.graph(16).buffer_bytes
+    calls = []
+
+    def clock(o: ops.Op) -> float:
+        calls.append(o)
+        return FAST(o)
+
+    steps = placed.Steps(m, clock)
+    t = steps.fused((3, 0, 1, 0, 0, 0, 0, 0))  # two experts active, 4 rows
+    assert [(o.op, o.m, o.n, o.k) for o in calls if o.op == "linear"] == \
+        [("linear", 2, 256, 2 * 256 * 2), ("linear", 2, 256 * 2, 256)]
+    assert t == pytest.approx(sum(FAST(o) for o in calls))
+    assert steps.fused((0,) * 8) == 0.0
+    skewed, balanced = _placed(tmp_path, MOE, routing="zipf:2"), _placed(tmp_path, MOE)
+    assert skewed.graph(16).buffer_bytes == balanced.graph(16).buffer_bytes
+    e = names.index("experts")
+    assert skewed.times(16, (), 16, 64)[e] != balanced.times(16, (), 16, 64)[e]
+    assert skewed.seconds([], [64] * 32) > skewed.seconds([], [64]) > 0
     # a dense model refuses a routing pattern; a bad one is one error line
     trace = tmp_path / "t.csv"
     trace.write_text("arrival_s,input_tokens,output_tokens\n0,30,5\n")

@@ -5,10 +5,10 @@ engine with attention's kernels on one GPU and the rest on the other.
 
 - **The layer's DDG** (``layer_graph``): the engine kernels of ``Steps`` at ``T`` tokens,
   the buffers they pass, the normed hidden state and the residual carried to the next
-  layer (``kernels_of``). A mixture-of-experts layer has a kernel per expert, over the tokens
-  ``routing`` sends it, so the placement may split the experts over the GPUs (expert
-  parallelism) and each routing pattern is its own DDG. The LM head runs on the first GPU
-  (home), where requests enter and tokens leave.
+  layer (``kernels_of``). A mixture-of-experts layer has the router and the experts' fused
+  kernel, timed over the tokens ``routing`` sends each expert: each routing pattern is its
+  own DDG (its kernel times). The LM head runs on the first GPU (home), where requests enter
+  and tokens leave.
 - **A placement per bucket**: ``T`` is rounded up to a bucket (``BUCKETS``: vLLM's CUDA-graph
   sizes up to 512 tokens, then eager steps in powers of two). Each bucket's DDG, over every
   layer, is placed by the throughput planner (``planners.throughput``, layers counted) for
@@ -61,7 +61,6 @@ BUCKETS = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 1024, 20
            8192)
 REFERENCE_KV = 1024  # a decode bucket is planned at this many positions a sequence
 REFERENCE_BATCH = 16  # sequences whose KV a memory-bound placement keeps room for
-GAP = 0.01  # the planner stops within 1% of its bound (interchangeable experts are slow to prove)
 # A layer's kernels as (name, reads, writes). A layer reads the normed hidden state ``x`` and
 # the residual ``res`` and ends with the next layer's fused add+RMSNorm (the last layer's is
 # the model's final norm), so one kernel writes what it carries: the planner counts the layers
@@ -86,36 +85,33 @@ NORMS = {"post_attention_layernorm": "layernorm", "input_layernorm": "layernorm"
 
 
 def kernels_of(m: LlmShape) -> tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...]:
-    """The layer's kernels: attention, a dense MLP or a mixture of experts (the router, one
-    kernel per expert over the tokens routed to it, a shared expert, the weighted sum), and
-    the exit norm."""
+    """The layer's kernels: attention, a dense MLP or a mixture of experts (the router, the
+    experts' fused kernel, a shared expert and the sum of the two), and the exit norm."""
     if not m.moe:
         return ATTENTION_KERNELS + DENSE_MLP + (EXIT,)
-    experts = tuple((f"expert_{e}", ("x2", "logits"), (f"y{e}",)) for e in range(m.experts))
-    shared = (("shared_expert", ("x2",), ("ys",)),) if m.shared_ffn else ()
-    ys = tuple(f"y{e}" for e in range(m.experts)) + (("ys",) if m.shared_ffn else ())
-    return ATTENTION_KERNELS + (("router", ("x2",), ("logits",)),) + experts + shared \
-        + (("combine", ys, ("out",)),) + (EXIT,)
+    router = (("router", ("x2",), ("logits",)),)
+    if not m.shared_ffn:
+        return ATTENTION_KERNELS + router + (("experts", ("x2", "logits"), ("out",)), EXIT)
+    return ATTENTION_KERNELS + router + (("experts", ("x2", "logits"), ("ye",)),
+                                         ("shared_expert", ("x2",), ("ys",)),
+                                         ("combine", ("ye", "ys"), ("out",)), EXIT)
 
 
-def sizes(m: LlmShape, t: int, counts: tuple[int, ...] | None) -> dict[str, int]:
-    """Bytes of every buffer of the layer at ``t`` tokens (``counts``: tokens per expert)."""
+def sizes(m: LlmShape, t: int) -> dict[str, int]:
+    """Bytes of every buffer of the layer at ``t`` tokens."""
     q, kv, d = m.heads * m.head_dim, m.kv_heads * m.head_dim, m.hidden
     rows = {"x": d, "res": d, "qkv": q + 2 * kv, "qkvr": q + 2 * kv, "a": q, "o": d, "x2": d,
             "r1": d, "out": d, "x_next": d, "r2": d}
     if m.moe:
-        rows |= {"logits": m.experts} | ({"ys": d} if m.shared_ffn else {})
-        out = {f"y{e}": n * d * m.dtype_bytes for e, n in enumerate(counts)}
+        rows |= {"logits": m.experts} | ({"ye": d, "ys": d} if m.shared_ffn else {})
     else:
         rows |= {"gu": 2 * m.ffn, "act": m.ffn}
-        out = {}
-    return out | {b: t * w * m.dtype_bytes for b, w in rows.items()}
+    return {b: t * w * m.dtype_bytes for b, w in rows.items()}
 
 
-def layer_graph(m: LlmShape, t: int, counts: tuple[int, ...] | None = None) -> Graph:
-    """One decoder layer's DDG at ``t`` tokens (a mixture of experts: ``counts`` tokens
-    each)."""
-    size = sizes(m, t, counts)
+def layer_graph(m: LlmShape, t: int) -> Graph:
+    """One decoder layer's DDG at ``t`` tokens."""
+    size = sizes(m, t)
     kernels = tuple(Kernel(i, name, "other", 0, {b: size[b] for b in reads},
                            {b: size[b] for b in writes})
                     for i, (name, reads, writes) in enumerate(kernels_of(m)))
@@ -133,9 +129,9 @@ def weights(m: LlmShape) -> list[float]:
     d, q, kv = m.hidden, m.heads * m.head_dim, m.kv_heads * m.head_dim
     per = {"input_layernorm": d, "qkv_proj": d * (q + 2 * kv), "o_proj": q * d,
            "post_attention_layernorm": d, "gate_up_proj": 2 * d * m.ffn,
-           "down_proj": m.ffn * d, "router": d * m.experts, "shared_expert": 3 * d * m.shared_ffn}
-    return [float(m.dtype_bytes * per.get(name, 3 * d * m.ffn if name.startswith("expert_")
-                                          else 0)) for name, *_ in kernels_of(m)]
+           "down_proj": m.ffn * d, "router": d * m.experts, "experts": m.experts * 3 * d * m.ffn,
+           "shared_expert": 3 * d * m.shared_ffn}
+    return [float(m.dtype_bytes * per.get(name, 0)) for name, *_ in kernels_of(m)]
 
 
 def bucket(t: int, buckets: tuple[int, ...]) -> int:
@@ -208,22 +204,21 @@ class Placed:
             for name, *_ in self.kernels:
                 if name == "attention":
                     col.append(st.attention(chunks, n, kv))
-                elif name.startswith("expert_"):
-                    col.append(st.expert(counts[int(name[7:])], self.m.ffn))
+                elif name == "experts":
+                    col.append(st.fused(counts))
                 elif name == "shared_expert":
                     col.append(st.expert(t, self.m.shared_ffn))
                 elif name == "router":
                     col.append(st.router(t))
-                elif name == "combine":  # the top-k outputs' weighted sum
-                    col.append(st.op_seconds(ops.Op("add", st.dtype, t * self.m.top_k,
-                                                    h=self.m.hidden)))
+                elif name == "combine":  # the experts' and the shared expert's sum
+                    col.append(st.op_seconds(ops.Op("add", st.dtype, t, h=self.m.hidden)))
                 else:
                     col.append(st.op_seconds(ks[NORMS.get(name, name)]))
             cols.append(col)
         return [list(row) for row in zip(*cols, strict=True)]
 
     def graph(self, t: int) -> Graph:
-        return layer_graph(self.m, t, self.routing.counts(t) if self.routing else None)
+        return layer_graph(self.m, t)
 
     def reference(self, t: int) -> list[list[float]]:
         """Kernel times of bucket ``t``'s reference batch (``t`` tokens)."""
@@ -237,7 +232,7 @@ class Placed:
         mb = -(-t // self.s.depth)
         one = planners.PlanContext(self.graph(mb), self.reference(mb), self.s.link, 2,
                                    self.s.comm_on_device, self.s.time_limit_s,
-                                   mip_gap=GAP, incumbent=True)
+                                   incumbent=True)
         return planners.unrolled(one, self.m.layers)
 
     def _plan(self, t: int) -> list[int]:

@@ -2,9 +2,9 @@
 add+RMSNorm, merged QKV and gate+up GEMMs, RoPE, attention, SiLU-and-mul) of every layer at
 the step's token count, the attention kernels at its prefill chunks and decode lengths, and
 the LM head over the sequences that sample a token. A mixture-of-experts layer runs, in
-place of gate+up, SiLU-and-mul and down over ``T`` rows, the router's GEMM over ``T`` rows and
-each expert's over the tokens ``routing`` gives it (and a shared expert's over ``T``); the
-top-k selection and the weighted sum are not timed.
+place of gate+up, SiLU-and-mul and down over ``T`` rows, the router's GEMM over ``T`` rows,
+the experts as one fused kernel over the tokens ``routing`` gives each (``fused``), and a
+shared expert's MLP over ``T``; the top-k selection is not timed.
 
 A step of ``T`` tokens (every prefill chunk plus one per decoding sequence) runs, per layer,
 two add+RMSNorms, QKV, RoPE, O, gate+up, SiLU-and-mul and down over ``T`` rows; one
@@ -57,11 +57,24 @@ class Steps:
         return self.op_seconds(ops.Op("linear", self.dtype, 1, t, self.m.hidden,
                                       self.m.experts))
 
+    def fused(self, counts: tuple[int, ...]) -> float:
+        """The experts as vLLM runs them, one fused kernel over every activated expert's
+        tokens (``counts``), timed as the GEMMs of the same work: the ``a`` activated
+        experts' gate+up weights side by side, ``d -> 2 f a``, over the mean rows an expert
+        takes, then SiLU-and-mul over every row, then ``f a -> d`` (the same FLOPs and weight
+        bytes as the grouped GEMMs; one launch each, not one per expert)."""
+        a, rows = sum(1 for n in counts if n), sum(counts)
+        if not rows:
+            return 0.0
+        d, f, e, mean = self.m.hidden, self.m.ffn, self.dtype, -(-rows // a)
+        return self.op_seconds(ops.Op("linear", e, 1, mean, d, 2 * f * a)) \
+            + self.op_seconds(ops.Op("silu_mul", e, rows, h=f)) \
+            + self.op_seconds(ops.Op("linear", e, 1, mean, f * a, d))
+
     def sparse(self, t: int) -> float:
-        """A mixture-of-experts MLP over ``t`` tokens: the router, each expert over its
-        tokens, the shared expert over all."""
-        return self.router(t) + sum(self.expert(n, self.m.ffn)
-                                    for n in self.routing.counts(t)) \
+        """A mixture-of-experts MLP over ``t`` tokens: the router, the fused experts over
+        their tokens, the shared expert over all."""
+        return self.router(t) + self.fused(self.routing.counts(t)) \
             + self.expert(t if self.m.shared_ffn else 0, self.m.shared_ffn)
 
     def attention(self, chunks: tuple[tuple[int, int], ...], n_decode: int, kv: int) -> float:
