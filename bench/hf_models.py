@@ -84,6 +84,14 @@ falcon = _lm("FalconConfig", "FalconForCausalLM", hidden_size=64, num_hidden_lay
 bloom = _lm("BloomConfig", "BloomForCausalLM", hidden_size=64, n_layer=2, n_head=4, **LM)
 mamba = _lm("MambaConfig", "MambaForCausalLM", hidden_size=64, state_size=8,
             num_hidden_layers=2, **LM)
+# mixtures of experts, with transformers' batched experts (a gather of each token's experts'
+# weights and a batched matmul; its default loops over the experts a batch reaches, which
+# depends on the data)
+MOE = dict(num_key_value_heads=2, experts_implementation="batched_mm", **DECODER)
+mixtral = _lm("MixtralConfig", "MixtralForCausalLM", num_local_experts=4,
+              num_experts_per_tok=2, **MOE)
+qwen2_moe = _lm("Qwen2MoeConfig", "Qwen2MoeForCausalLM", num_experts=4, num_experts_per_tok=2,
+                moe_intermediate_size=64, shared_expert_intermediate_size=64, **MOE)
 ENCODER = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
                intermediate_size=128, max_position_embeddings=64, **LM)
 
@@ -180,7 +188,7 @@ def resnet_64(n: int = 112) -> Recipe:
 MODELS = {"gpt2": 16, "llama": 16, "mistral": 16, "qwen2": 16, "gemma": 16, "phi": 16,
           "gpt_neox": 16, "gptj": 16, "opt": 16, "falcon": 16, "bloom": 16, "mamba": 16,
           "bert": 16, "roberta": 16, "t5": 16, "bart": 16, "whisper": 32, "vit": 32,
-          "resnet": 32, "convnext": 32, "swin": 32}
+          "resnet": 32, "convnext": 32, "swin": 32, "mixtral": 16, "qwen2_moe": 16}
 WIDE = {"gpt2_768": 16, "bert_768": 32, "llama_1024": 16, "vit_768": 32, "resnet_64": 112}
 GPUS = ["system=gpus", "devices=[a100,l40s]"]
 

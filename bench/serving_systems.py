@@ -7,10 +7,13 @@ holding only what it runs). Each serves the trace offline (every request at once
 it sustains), arriving at twice the trace's rate, and at the trace's rate (P99 TTFT and
 TPOT). A system's offline throughput over the sum of the GPUs' alone is what the ideal sum
 credits it with. Then Qwen3-32B, too large for an L40S, on the same pair at the trace's rate:
-every system, those that cannot hold it named infeasible.
+every system, those that cannot hold it named infeasible. Last, a GPT-oss-20B-like mixture
+of experts (``bench/models/gpt-oss-20b-like.json``) under each routing pattern (balanced,
+zipf:1.2, router:0), offline and at the trace's rate.
 
     .venv/bin/python bench/serving_systems.py LLMSERVINGSIM [--devices a100,l40s]
-                                              [--repeat 10] [--out outputs/bench]
+                                              [--repeat 10] [--moe CONFIG.json]
+                                              [--out outputs/bench]
 
 The trace and models are LLMServingSim's (github ``casys-kaist/LLMServingSim``, MIT):
 ``workloads/sharegpt-llama-3.1-8b-300-sps10.jsonl`` repeated ``--repeat`` times,
@@ -38,6 +41,8 @@ from pimbuild.targets.gpus.kerneltime.sources import Repo  # noqa: E402
 TRACE = "workloads/sharegpt-llama-3.1-8b-300-sps10.jsonl"
 MODEL = "configs/model/meta-llama/Llama-3.1-8B.json"
 BIG = "configs/model/Qwen/Qwen3-32B.json"
+MOE = Path(__file__).parent / "models" / "gpt-oss-20b-like.json"
+ROUTINGS = ("balanced", "zipf:1.2", "router:0")
 
 
 def systems(a: str, b: str) -> dict[str, dict]:
@@ -95,6 +100,7 @@ def main() -> None:
     ap.add_argument("llmservingsim", type=Path)
     ap.add_argument("--devices", default="a100,l40s")
     ap.add_argument("--repeat", type=int, default=10)
+    ap.add_argument("--moe", type=Path, default=MOE)
     ap.add_argument("--out", type=Path, default=Path("outputs/bench"))
     args = ap.parse_args()
     repo = Repo(args.llmservingsim)
@@ -125,6 +131,14 @@ def main() -> None:
         r = out["too_large"]["systems"][label] = measure(
             base, over, models["qwen"], {"trace_rate": timed})
         print("Qwen3-32B " + row(label, r), flush=True)
+    moe = shape.load(args.moe)
+    out["moe"] = {"model": str(args.moe), "routing": {}}
+    for routing in ROUTINGS:
+        got = out["moe"]["routing"][routing] = {}
+        for label, over in systems(a, b).items():
+            r = got[label] = measure(base, {**over, "routing": routing}, moe,
+                                     {"offline": loads["offline"], "trace_rate": timed})
+            print(f"{moe.name} ({routing}) " + row(label, r), flush=True)
     write_json(args.out / "serving_systems.json", out)
 
 

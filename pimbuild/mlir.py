@@ -29,6 +29,12 @@ NP_DTYPES = {"float32": np.float32, "float64": np.float64, "int64": np.int64, "i
 SOURCE_LOC = re.compile(r'"([^"|]*)\|([^"#]*)#([^"|]*)\|([^"]*)":(\d+)')
 ILLEGAL = re.compile(r"failed to legalize operation '([^']+)'")
 OPERATOR_NAME = re.compile(r'name = "([^"]+)"')
+# operators torch-mlir lacks that a known library emits, and the way round them: (operator,
+# a fragment of the submodule's path) -> what to do instead
+WAYS_ROUND = {("aten.histc.default", "experts"): (
+    "transformers' grouped mixture-of-experts layers count each expert's tokens with it: give "
+    "the model's config experts_implementation='batched_mm' (a gather and a batched matmul, "
+    "which lower)")}
 
 # torch backend contract -> linalg on tensors (what torch_mlir.fx runs for OutputType.LINALG).
 TORCH_BACKEND = ("builtin.module(func.func(torch-match-quantized-custom-ops),"
@@ -165,8 +171,10 @@ def unsupported_operator(location: str, message: str) -> str | None:
            else f"failed to legalize operation '{illegal.group(1)}'")
     origin = f"from {written}, " if written and written != aten else ""
     where = f"in '{module}'" if module else "in the model's forward"
-    return (f"torch-mlir cannot lower {aten} ({origin}node '{node}' {where}): {why}; replace "
-            f"it with operators torch-mlir lowers, or leave it out of the model")
+    advice = next((way for (op, part), way in WAYS_ROUND.items()
+                   if op == aten and part in module), "replace it with operators torch-mlir "
+                  "lowers, or leave it out of the model")
+    return f"torch-mlir cannot lower {aten} ({origin}node '{node}' {where}): {why}; {advice}"
 
 
 def walk(op: ir.Operation):

@@ -59,6 +59,18 @@ def undefined_operator(n: int = 8) -> Recipe:
     return Recipe(nn.Sequential(collections.OrderedDict(inner=_Bessel())), {"x": torch.randn(n)})
 
 
+class _Experts(nn.Module):
+    def forward(self, ids):
+        return torch.histc(ids, bins=4, min=0, max=3)  # tokens per expert, as transformers'
+
+
+def grouped_experts(n: int = 8) -> Recipe:
+    """A mixture of experts counting each expert's tokens with ``histc`` (transformers'
+    grouped experts do): torch-mlir has no definition of it; the error says the way round."""
+    ids = torch.randint(0, 4, (n,), generator=torch.Generator().manual_seed(0)).float()
+    return Recipe(nn.Sequential(collections.OrderedDict(experts=_Experts())), {"ids": ids})
+
+
 def not_a_recipe(n: int = 8) -> tuple:
     """Returns the module and inputs, but not as a Recipe."""
     return _Fn(torch.relu), {"x": torch.randn(n)}

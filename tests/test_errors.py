@@ -97,6 +97,14 @@ def test_an_operator_torch_mlir_does_not_define_is_named(run_build, store: Path)
     _assert_store_clean(store)
 
 
+def test_an_operator_with_a_known_way_round_says_it(run_build, store: Path) -> None:
+    with pytest.raises(StageError, match=r"cannot lower aten.histc.default \(node 'histc' in "
+                                          r"'experts'\): .*experts_implementation='batched_mm'"):
+        run_build(["model=relu", "model.recipe=tests.bad_recipes:grouped_experts",
+                   "model.size={n:8}"])
+    _assert_store_clean(store)
+
+
 def test_a_large_tensor_literal_is_refused_at_export(run_build, store: Path) -> None:
     with pytest.raises(RecipeError, match=r"model 'relu': the forward builds a tensor of 5000 "
                                           r"elements from a literal .*make it a buffer"):
