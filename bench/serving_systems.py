@@ -2,8 +2,9 @@
 serves the same trace in ``pimbuild-serve``'s engines: each GPU alone, request distribution
 behind each router (a replica per GPU, each with its own queue and memory), PD both ways
 round, AF both ways round, the layers split (PP), and kernel-level placement (FluidGPU:
-weights replicated, a placement per bucket; and ``--selective``: one placement, each GPU
-holding only what it runs). Each serves the trace offline (every request at once: the most
+weights replicated, a placement per bucket; ``--selective``: one placement, each GPU
+holding only what it runs; ``--whole A``: the first GPU holding every weight beside one
+placement, so that a small step runs on it alone). Each serves the trace offline (every request at once: the most
 it sustains), arriving at twice the trace's rate, and at the trace's rate (P99 TTFT and
 TPOT). A system's offline throughput over the sum of the GPUs' alone is what the ideal sum
 credits it with. Then Qwen3-32B, too large for an L40S, on the same pair at the trace's rate:
@@ -58,7 +59,9 @@ def systems(a: str, b: str) -> dict[str, dict]:
             f"layers split, {a} first": {"device": pair, "pp": True},
             f"layers split, {b} first": {"device": back, "pp": True},
             "kernel-level (FluidGPU)": {"device": pair, "placed": True},
-            "kernel-level, selective": {"device": pair, "placed": True, "selective": True}}
+            "kernel-level, selective": {"device": pair, "placed": True, "selective": True},
+            f"kernel-level, {a} holding every weight": {"device": pair, "placed": True,
+                                                        "whole": a}}
     return out
 
 

@@ -114,6 +114,14 @@ def test_a_model_no_gpu_holds_alone_is_placed_within_each_memory(tmp_path: Path)
     assert rep.replicated and not sel.replicated and sel.plan(1) is sel.plan(2048)
     assert sel.held(0) + sel.held(1) == pytest.approx(sel.m.weight_bytes)
     assert sel.kv_blocks() > rep.kv_blocks()
+    # a GPU that holds every weight beside one placement: a step may run on it alone, and
+    # its KV room is what the whole model leaves
+    whole = _placed(tmp_path, LLAMA31_8B, whole=(0,))
+    assert whole.full == [True, False] and whole.fixed is not None
+    assert whole.plan(1) == [0] * len(whole.fixed)  # one sequence: the fast GPU alone
+    assert whole.held(1) < whole.m.weight_bytes
+    with pytest.raises(ConfigError, match="cannot hold every weight"):
+        _placed(tmp_path, BIG, memories=(48, 80), whole=(0,))
 
 
 def test_serve_command_places_kernels_and_names_what_cannot_run(tmp_path: Path, capsys) -> None:
@@ -134,7 +142,8 @@ def test_serve_command_places_kernels_and_names_what_cannot_run(tmp_path: Path, 
                          (["--placed", "--buckets", "1,x"], "whole numbers"),
                          (["--placed", "--depth", "0"], "--depth must be >= 1"),
                          (["--placed", "--device", "a100"], "--placed takes two devices"),
-                         (["--placed", "--pp"], "different systems")):
+                         (["--placed", "--pp"], "different systems"),
+                         (["--placed", "--whole", "h100"], "is not one of --device")):
         args = [*base, *big, *extra]
         if "--device" in extra:
             args = [a for i, a in enumerate(args) if i not in (2, 3)]

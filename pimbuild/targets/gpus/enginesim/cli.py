@@ -6,7 +6,7 @@ measured vLLM run (docs/gpus.md, "Serving as an engine runs it").
                    [--synthetic N,RATE,PROMPT,OUTPUT[,SIGMA] --seed 0] (instead of --trace)
                    [--device a100,l40s --router jsq|lot|round_robin] [--offline]
                    [--device a100,l40s --pd|--pp|--placed|--af --link rdma200]
-                   [--depth 2] [--buckets 1,2,4,8,...] [--selective]
+                   [--depth 2] [--buckets 1,2,4,8,...] [--selective | --whole a100]
                    [--routing balanced|zipf:S|router:SEED] (a mixture of experts)
                    [--config-dir DIR] [--max-num-seqs 256] [--max-num-batched-tokens 2048]
                    [--block-size 16] [--gpu-memory-utilization 0.9] [--kv-blocks N]
@@ -168,6 +168,9 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--selective", action="store_true",
                     help="--placed: one placement for every step, each GPU holding only the "
                          "weights and KV cache it runs (else weights replicated where they fit)")
+    ap.add_argument("--whole", metavar="GPU",
+                    help="--placed: this GPU of the two also holds every weight, so a step may "
+                         "run on it alone; the other holds what one placement runs there")
     ap.add_argument("--routing", help="a mixture of experts' routing pattern: balanced "
                     "(default), zipf:S (skewed by a Zipf law of exponent S) or router:SEED (a "
                     "seeded router)")
@@ -263,9 +266,12 @@ def kernel_level(args: argparse.Namespace, m: shape.LlmShape, names: list[str],
         raise ConfigError("--depth must be >= 1")
     memories = [memory(spec, name, args.gpu_memory_utilization)
                 for name, (_, spec) in zip(names, found, strict=True)]
+    if args.whole is not None and args.whole not in names:
+        raise ConfigError(f"--whole {args.whole!r} is not one of --device {','.join(names)}")
+    whole = () if args.whole is None else (names.index(args.whole),)
     setting = placed.Setting(link(args.link), args.block_size, args.max_num_batched_tokens,
                              args.max_num_seqs, args.depth, buckets=buckets(args.buckets),
-                             selective=args.selective,
+                             selective=args.selective, whole=whole,
                              routing=routed(args, m).pattern if m.moe else "balanced")
     system = "AF" if args.af else "kernel-level placement"
     try:
@@ -278,6 +284,7 @@ def kernel_level(args: argparse.Namespace, m: shape.LlmShape, names: list[str],
                            blocks)
     how = "attention on the first" if args.af else (
         f"weights replicated, {len(steps.plans)} bucket placements" if steps.replicated
+        else f"one placement, {args.whole} holding every weight" if args.whole
         else "one placement, weights where it runs them")
     return Served(scheduler.Engine(steps, lim, "+".join(names)),
                   " + ".join(k.gpu.name for k, _ in found), [k for k, _ in found], blocks,

@@ -44,6 +44,7 @@ not placed.
 from __future__ import annotations
 
 import itertools
+import math
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -160,6 +161,7 @@ class Setting:
     buckets: tuple[int, ...] = BUCKETS
     time_limit_s: float = 10.0
     selective: bool = False  # one placement; weights and KV only where it runs them
+    whole: tuple[int, ...] = ()  # GPUs that hold every weight beside one placement
     routing: str = "balanced"  # a mixture of experts' routing pattern (``routing``)
 
 
@@ -178,17 +180,24 @@ class Placed:
         self.buckets = tuple(b for b in check_buckets(s.buckets)
                              if b <= max(s.max_batched_tokens, s.buckets[0]))
         self.room = [room(m, mem, s) for mem in memories]
-        # FluidGPU replicates the weights; AF keeps each side's own, and so does a
-        # ``selective`` placement (the paper's "selective buffer reclamation")
-        self.replicated = af is None and not s.selective and all(
-            r >= m.weight_bytes for r in self.room)
+        # Which GPUs hold every weight: FluidGPU replicates them where all GPUs can; AF
+        # keeps each side's own, and so does a ``selective`` placement (the paper's
+        # "selective buffer reclamation"); a GPU named ``whole`` holds them all beside one.
+        fits = [r >= m.weight_bytes for r in self.room]
+        for d in s.whole:
+            if not fits[d]:
+                raise ConfigError(f"GPU {d + 1} cannot hold every weight of {m.name} "
+                                  f"({m.weight_bytes / 1e9:.1f} GB)")
+        everywhere = af is None and not s.selective and not s.whole and all(fits)
+        self.full = [everywhere or (af is None and d in s.whole) for d in range(2)]
+        self.replicated = all(self.full)
         self.plans: dict[int, list[int]] = {}
         self.fixed: list[int] | None = None  # the one placement of every bucket
         if af is not None:
             self.fixed = [af if name in ATTENTION else 1 - af
                           for _ in range(m.layers) for name, *_ in self.kernels]
         elif not self.replicated:
-            self.fixed = self._plan(bucket(s.max_seqs, self.buckets))
+            self.fixed = self._solve(bucket(s.max_seqs, self.buckets))
         self.memo: dict[tuple, float] = {}
         self.patterns: dict[int, Counter] = {}
 
@@ -236,27 +245,42 @@ class Placed:
         return planners.unrolled(one, self.m.layers)
 
     def _plan(self, t: int) -> list[int]:
-        """Bucket ``t``'s placement, over every layer."""
-        if self.fixed is not None:
+        """Bucket ``t``'s placement, over every layer: the planner's (or the one placement
+        every bucket runs), or a GPU that holds every weight alone, whichever serves the
+        bucket's reference batch sooner (a step too small to fill both GPUs runs on one)."""
+        if self.af is not None:
             return self.fixed
+        planned = self.fixed if self.fixed is not None else self._solve(t)
+        alone = [[d] * len(planned) for d in range(2) if self.full[d]]
+        if not alone:
+            return planned
+        return min([planned, *alone], key=lambda p: self.reference_seconds(t, p))
+
+    def _solve(self, t: int) -> list[int]:
+        """The throughput planner's placement of bucket ``t``; where the weights are not
+        everywhere, within each GPU's memory (its weights and the reference batch's KV; a
+        GPU that holds every weight has room for any share of them)."""
         ctx = self.context(t)
-        if not self.replicated:  # weights and the reference batch's KV must fit
+        if not self.replicated:
             kv = 2 * self.m.kv_heads * self.m.head_dim * self.m.dtype_bytes \
                 * REFERENCE_BATCH * REFERENCE_KV
-            resident = [w + (kv if i == ATTN else 0.0) for i, w in enumerate(weights(self.m))]
-            home = self.m.weight_bytes - self.m.layers * sum(weights(self.m))
-            ctx = replace(ctx, resident=tuple(resident) * self.m.layers,
-                          capacity=(self.room[0] - home, self.room[1]))
+            w = weights(self.m)
+            home = self.m.weight_bytes - self.m.layers * sum(w)
+            capacity = [self.room[0] - home, self.room[1]]
+            for d in range(2):
+                if self.full[d]:  # every weight there already, and every layer's KV beside
+                    if self.room[d] - self.m.weight_bytes < self.m.layers * kv:
+                        raise ConfigError(f"GPU {d + 1} holds every weight of {self.m.name} "
+                                          f"with no room for {REFERENCE_BATCH} sequences' KV")
+                    capacity[d] = math.inf
+            ctx = replace(ctx, resident=tuple(x + (kv if i == ATTN else 0.0)
+                                              for i, x in enumerate(w)) * self.m.layers,
+                          capacity=tuple(capacity))
         try:
-            planned = planners.place("throughput", ctx).place
+            return planners.place("throughput", ctx).place
         except RuntimeError as e:
             raise ConfigError(f"{self.m.name} cannot be placed over the two GPUs within their "
                               f"memory ({e})") from None
-        if not self.replicated:
-            return planned
-        # the weights everywhere: a step too small to fill both GPUs may run on one
-        alone = [[d] * len(planned) for d in range(2)]
-        return min([planned, *alone], key=lambda p: self.reference_seconds(t, p))
 
     def reference_seconds(self, t: int, p: list[int]) -> float:
         """Bucket ``t``'s reference batch on placement ``p``, in the micro-batches that
@@ -289,7 +313,7 @@ class Placed:
         blocks = []
         for d in range(2):
             if layers[d]:
-                held = self.m.weight_bytes if self.replicated else self.held(d)
+                held = self.m.weight_bytes if self.full[d] else self.held(d)
                 blocks.append(int((self.room[d] - held) // (len(layers[d]) * per_layer)))
         if min(blocks) < 1:
             raise ConfigError(f"{self.m.name}: placed over the two GPUs, no room is left for "
@@ -298,7 +322,7 @@ class Placed:
 
     def held(self, d: int) -> float:
         """Weight bytes on GPU ``d`` under the one placement every bucket runs."""
-        p, w, n_k = self.plan(1), weights(self.m), len(self.kernels)
+        p, w, n_k = self.fixed, weights(self.m), len(self.kernels)
         home = self.m.weight_bytes - self.m.layers * sum(w)
         return (home if d == 0 else 0.0) + sum(w[i % n_k] for i, dev in enumerate(p) if dev == d)
 

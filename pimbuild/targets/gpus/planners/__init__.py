@@ -94,7 +94,8 @@ def memory_rows(m: Any, x: list[list[int]], ctx: PlanContext) -> None:
     if ctx.capacity is None:
         return
     for d, room in enumerate(ctx.capacity):
-        m.row({x[k][d]: GB * r for k, r in enumerate(ctx.resident) if r}, hi=GB * room)
+        if room != float("inf"):  # a device with room for everything needs no row
+            m.row({x[k][d]: GB * r for k, r in enumerate(ctx.resident) if r}, hi=GB * room)
 
 
 def unrolled(one: PlanContext, period: int) -> PlanContext:

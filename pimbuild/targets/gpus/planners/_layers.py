@@ -186,9 +186,11 @@ def model(ctx: PlanContext, bufs: list[Buffer], spec: list[Spec]) -> tuple[Model
     ys = [(group, k) for group in groups for k in range(n_k)]
     if ctx.capacity is not None:  # device 1 holds r_k in y[k] layers, device 0 in n - y[k]
         r = [GB * b for b in ctx.resident[:n_k]]
-        m.row([(g.y[k], r[k]) for g, k in ys if r[k]], hi=GB * ctx.capacity[1])
-        m.row([(g.y[k], -r[k]) for g, k in ys if r[k]],
-              hi=GB * ctx.capacity[0] - sum(g.n * r[k] for g, k in ys))
+        if ctx.capacity[1] != INF:
+            m.row([(g.y[k], r[k]) for g, k in ys if r[k]], hi=GB * ctx.capacity[1])
+        if ctx.capacity[0] != INF:
+            m.row([(g.y[k], -r[k]) for g, k in ys if r[k]],
+                  hi=GB * ctx.capacity[0] - sum(g.n * r[k] for g, k in ys))
     m.row([(c, 1.0)] + [(g.y[k], -US * t[k][1]) for g, k in ys] + moved, lo=0)
     m.row([(c, 1.0)] + [(g.y[k], US * t[k][0]) for g, k in ys] + moved,
           lo=sum(g.n * US * t[k][0] for g, k in ys))
