@@ -2,15 +2,15 @@
 serves the same trace in ``pimbuild-serve``'s engines: each GPU alone, request distribution
 behind each router (a replica per GPU, each with its own queue and memory), PD both ways
 round, AF both ways round, the layers split (PP), and kernel-level placement (FluidGPU:
-weights replicated, a placement per bucket; ``--selective``: one placement, each GPU
-holding only what it runs; ``--whole A``: the first GPU holding every weight beside one
-placement, so that a small step runs on it alone). Each serves the trace offline (every request at once: the most
-it sustains), arriving at twice the trace's rate, and at the trace's rate (P99 TTFT and
-TPOT). A system's offline throughput over the sum of the GPUs' alone is what the ideal sum
-credits it with. Then Qwen3-32B, too large for an L40S, on the same pair at the trace's rate:
-every system, those that cannot hold it named infeasible. Last, a GPT-oss-20B-like mixture
-of experts (``bench/models/gpt-oss-20b-like.json``) under each routing pattern (balanced,
-zipf:1.2, router:0), offline and at the trace's rate.
+weights replicated, a placement per bucket; ``--selective``: one placement, each GPU holding
+only what it runs; ``--whole A``: the first GPU holding every weight beside one placement, so
+that a small step runs on it alone). Each serves the trace offline (every request at once:
+the most it sustains), arriving at twice the trace's rate, and at the trace's rate (P99 TTFT
+and TPOT). A system's offline throughput over the sum of the GPUs' alone is what the ideal
+sum credits it with. Then Qwen3-32B, too large for an L40S, on the same pair at the trace's
+rate: every system, those that cannot hold it named infeasible. Last, a GPT-oss-20B-like
+mixture of experts (``bench/models/gpt-oss-20b-like.json``) under each routing pattern
+(balanced, zipf:1.2, router:0), offline and at the trace's rate.
 
     .venv/bin/python bench/serving_systems.py LLMSERVINGSIM [--devices a100,l40s]
                                               [--repeat 10] [--moe CONFIG.json]
