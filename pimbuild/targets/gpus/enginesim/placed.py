@@ -13,28 +13,26 @@ engine with attention's kernels on one GPU and the rest on the other.
   sizes up to 512 tokens, then eager steps in powers of two). Each bucket's DDG, over every
   layer, is placed by the throughput planner (``planners.throughput``, layers counted) for
   ``depth`` micro-batches of a reference batch: ``T`` sequences decoding at ``REFERENCE_KV``
-  positions, or one prefill chunk of ``T`` tokens where ``T`` exceeds ``max_seqs``. Where
-  the weights are replicated, the bucket runs whichever of that placement and each GPU
-  alone serves its reference batch
-  sooner (a step too small to fill both GPUs runs on one, as FluidGPU's latency policy
-  would place it).
-- **Memory**: where each GPU holds every weight with room to spare, the weights are
-  replicated (as FluidGPU does) and every bucket is placed freely; else (or where
-  ``selective``: the paper's selective buffer reclamation, for a policy that stays fixed) the
-  bucket of a full batch (``max_seqs`` sequences) is placed with each GPU's memory a
-  constraint
-  (``PlanContext.capacity``; an attention kernel keeps room for the KV of
-  ``REFERENCE_BATCH`` sequences of ``REFERENCE_KV`` positions) and every bucket runs that one
-  placement. A layer's KV cache lives on every GPU where some
-  bucket runs its attention (FluidGPU keeps replicas in step); the cache holds as many
-  blocks as the tighter GPU allows.
+  positions, or one prefill chunk of ``T`` tokens where ``T`` exceeds ``max_seqs``. A bucket
+  runs whichever of that placement and each GPU that holds every weight, alone, serves its
+  reference batch sooner (a step too small to fill both GPUs runs on one, as FluidGPU's
+  latency policy would place it).
+- **Memory** (``full``: the GPUs that hold every weight): where every GPU can, the weights
+  are replicated (as FluidGPU does) and every bucket is placed freely. Otherwise, with
+  ``selective`` (the paper's "selective buffer reclamation") or with ``whole`` naming a GPU
+  that keeps every weight, one placement serves every bucket: the bucket of a full batch
+  (``max_seqs`` sequences), placed with each GPU's memory a constraint of the MILP
+  (``PlanContext.capacity``: its weights, and room for the KV of ``REFERENCE_BATCH``
+  sequences of ``REFERENCE_KV`` positions where attention runs). A layer's KV cache lives on
+  every GPU where some bucket runs its attention (FluidGPU keeps replicas in step); the
+  cache holds as many blocks as the tighter GPU allows.
 - **A step**: its batch split into up to ``depth`` micro-batches (FluidGPU's forwards in
   flight; as many as make the step shortest), each on the placement of the step's bucket
-  with its own kernel times (its chunks, its decode lengths).
-  In flight, each micro-batch starts its next step when it ends this one, so a step takes
-  the longer of a micro-batch's critical path and the busiest GPU's (or link direction's)
-  load summed over the micro-batches: the planners' cost model (``cost``), summed layer by
-  layer (``layer_cost``), with the LM head on GPU 0.
+  with its own kernel times (its chunks, its decode lengths). In flight, each micro-batch
+  starts its next step when it ends this one, so a step takes the longer of a micro-batch's
+  critical path and the busiest GPU's (or link direction's) load summed over the
+  micro-batches: the planners' cost model (``cost``), summed layer by layer
+  (``layer_cost``), with the LM head on GPU 0.
 
 Approximations, stated: a bucket is planned at its reference batch, not at every batch it
 serves; a step is its micro-batches' steady state (no pipeline fill or drain); the LM head is
