@@ -189,10 +189,13 @@ def _schedule(waiting: deque, running: list[Seq], limits: Limits, free: int,
               run: Run) -> tuple[list[tuple[Seq, int]], int]:
     """The step's (sequence, tokens) and the free blocks left (see the module)."""
     budget, batch, preempted, i = limits.max_batched_tokens, [], False, 0
+    size = limits.block_size
     while i < len(running) and budget > 0:
         s = running[i]
-        n = min(s.length - s.computed, budget)
-        need = -(-(s.computed + n) // limits.block_size) - s.blocks
+        n = s.length - s.computed
+        if n > budget:
+            n = budget
+        need = -(-(s.computed + n) // size) - s.blocks
         while need > free and running[-1] is not s:
             victim = running.pop()
             free += _preempt(victim, waiting, run)
@@ -209,8 +212,10 @@ def _schedule(waiting: deque, running: list[Seq], limits: Limits, free: int,
         i += 1
     while waiting and budget > 0 and not preempted and len(running) < limits.max_seqs:
         s = waiting[0]
-        n = min(s.length - s.computed, budget)
-        need = -(-(s.computed + n) // limits.block_size) - s.blocks
+        n = s.length - s.computed
+        if n > budget:
+            n = budget
+        need = -(-(s.computed + n) // size) - s.blocks
         if need > free:
             break
         waiting.popleft()
