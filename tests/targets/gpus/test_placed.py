@@ -143,7 +143,12 @@ def test_serve_command_places_kernels_and_names_what_cannot_run(tmp_path: Path, 
                          (["--placed", "--depth", "0"], "--depth must be >= 1"),
                          (["--placed", "--device", "a100"], "--placed takes two devices"),
                          (["--placed", "--pp"], "different systems"),
-                         (["--placed", "--whole", "h100"], "is not one of --device")):
+                         (["--placed", "--whole", "h100"], "is not one of --device"),
+                         (["--pd", "--whole", "a100"], "--whole applies to --placed only"),
+                         (["--af", "--selective"], "--selective applies to --placed only"),
+                         (["--buckets", "1,2"], "--buckets applies to --placed only"),
+                         (["--pp", "--depth", "3"], "--depth applies to --placed or --af"),
+                         (["--placed", "--selective", "--whole", "a100"], "two memory layouts")):
         args = [*base, *big, *extra]
         if "--device" in extra:
             args = [a for i, a in enumerate(args) if i not in (2, 3)]

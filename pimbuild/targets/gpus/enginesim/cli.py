@@ -48,6 +48,7 @@ from pimbuild.targets.gpus.kerneltime import clock
 
 METRICS = ("ttft", "tpot", "latency")
 TWO = ("pd", "pp", "placed", "af")  # the systems of two devices in one
+DEPTH = 2  # --depth's default
 STATS = ("mean", "p50", "p90", "p99")
 
 
@@ -163,7 +164,7 @@ def parser() -> argparse.ArgumentParser:
                     help="two devices: each step's kernels placed over both (FluidGPU)")
     ap.add_argument("--af", action="store_true",
                     help="two devices: attention on the first, the rest on the second (AF)")
-    ap.add_argument("--depth", type=int, default=2,
+    ap.add_argument("--depth", type=int, default=DEPTH,
                     help="--placed/--af: micro-batches in flight (default 2)")
     ap.add_argument("--selective", action="store_true",
                     help="--placed: one placement for every step, each GPU holding only the "
@@ -218,6 +219,7 @@ def engines(args: argparse.Namespace, m: shape.LlmShape) -> list[Served]:
     if args.kv_blocks is not None and len(names) > 1:
         raise ConfigError("--kv-blocks is one device's count: give one --device with it")
     chosen = [k for k in TWO if getattr(args, k)]
+    unused(args)
     if len(chosen) > 1:
         raise ConfigError(f"--{' and --'.join(chosen)} are different systems: give one")
     if chosen and len(names) != 2:
@@ -255,6 +257,18 @@ def pipelined(args: argparse.Namespace, m: shape.LlmShape, names: list[str],
     return Served(scheduler.Engine(pipe, lim, "+".join(names)),
                   " + ".join(k.gpu.name for k, _ in found), [k for k, _ in found], blocks,
                   f"; layers {first} + {m.layers - first}")
+
+
+def unused(args: argparse.Namespace) -> None:
+    """An option the chosen system would not read is an error, not ignored."""
+    given = {"--selective": args.selective, "--whole": args.whole is not None,
+             "--buckets": args.buckets is not None, "--depth": args.depth != DEPTH}
+    for option, on in given.items():
+        if on and not (args.placed or (option == "--depth" and args.af)):
+            what = "--placed or --af" if option == "--depth" else "--placed"
+            raise ConfigError(f"{option} applies to {what} only")
+    if args.selective and args.whole is not None:
+        raise ConfigError("--selective and --whole are two memory layouts: give one")
 
 
 def kernel_level(args: argparse.Namespace, m: shape.LlmShape, names: list[str],
