@@ -218,3 +218,28 @@ def test_a_mixture_of_experts_runs_its_experts_as_one_fused_kernel(tmp_path: Pat
         assert cli.main([*base, "--model-config", str(config(tmp_path, model, "m.json")),
                          "--routing", routing]) == 1
         assert match in capsys.readouterr().err
+
+
+def test_bucket_placements_are_kept_in_the_store_and_reused(tmp_path: Path) -> None:
+    """Each bucket's placement is an artifact keyed by what the planner reads: a second
+    engine with the same inputs plans nothing; another link is planned anew; buckets whose
+    DDGs are the same share one artifact."""
+    from pimbuild.artifacts import Store
+
+    m = shape.load(config(tmp_path, TINY))
+    mems = [shape.Memory(gb * 2**30) for gb in (80, 48)]
+    store = Store(tmp_path / "store")
+    s = placed.Setting(LINK, buckets=(1, 2, 8, 64))
+
+    def engine(setting: placed.Setting) -> placed.Placed:
+        p = placed.Placed(m, [FAST, SLOW], mems, setting, store=store)
+        p.plan_all()
+        return p
+
+    first = engine(s)
+    keys = list((tmp_path / "store" / "serve_plan").iterdir())
+    assert len(keys) == 3 and first.reused == 1  # buckets 1 and 2: one micro-batch of 1
+    again = engine(s)
+    assert again.reused == 4 and again.plans == first.plans
+    other = engine(placed.Setting(Link(25, 5.0), buckets=(1, 2, 8, 64)))
+    assert other.reused == 1 and len(list((tmp_path / "store" / "serve_plan").iterdir())) == 6

@@ -7,6 +7,7 @@ measured vLLM run (docs/gpus.md, "Serving as an engine runs it").
                    [--device a100,l40s --router jsq|lot|round_robin] [--offline]
                    [--device a100,l40s --pd|--pp|--placed|--af --link rdma200]
                    [--depth 2] [--buckets 1,2,4,8,...] [--selective | --whole a100]
+                   [--store outputs/artifacts]
                    [--routing balanced|zipf:S|router:SEED] (a mixture of experts)
                    [--config-dir DIR] [--max-num-seqs 256] [--max-num-batched-tokens 2048]
                    [--block-size 16] [--gpu-memory-utilization 0.9] [--kv-blocks N]
@@ -37,6 +38,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from pimbuild.artifacts import Store
 from pimbuild.errors import ConfigError
 from pimbuild.targets.gpus import arrivals
 from pimbuild.targets.gpus.cost import Link
@@ -172,6 +174,9 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--whole", metavar="GPU",
                     help="--placed: this GPU of the two also holds every weight, so a step may "
                          "run on it alone; the other holds what one placement runs there")
+    ap.add_argument("--store", type=Path,
+                    help="--placed: keep each bucket's placement in this store (the build's: "
+                         "outputs/artifacts) and reuse it")
     ap.add_argument("--routing", help="a mixture of experts' routing pattern: balanced "
                     "(default), zipf:S (skewed by a Zipf law of exponent S) or router:SEED (a "
                     "seeded router)")
@@ -262,6 +267,7 @@ def pipelined(args: argparse.Namespace, m: shape.LlmShape, names: list[str],
 def unused(args: argparse.Namespace) -> None:
     """An option the chosen system would not read is an error, not ignored."""
     given = {"--selective": args.selective, "--whole": args.whole is not None,
+             "--store": args.store is not None,
              "--buckets": args.buckets is not None, "--depth": args.depth != DEPTH}
     for option, on in given.items():
         if on and not (args.placed or (option == "--depth" and args.af)):
@@ -290,7 +296,8 @@ def kernel_level(args: argparse.Namespace, m: shape.LlmShape, names: list[str],
     system = "AF" if args.af else "kernel-level placement"
     try:
         steps = placed.Placed(m, [k.seconds for k, _ in found], memories, setting,
-                              af=0 if args.af else None)
+                              af=0 if args.af else None,
+                              store=Store(args.store) if args.store else None)
         blocks = steps.kv_blocks()
     except ConfigError as e:
         raise ConfigError(f"{system} is infeasible: {e}") from None
@@ -300,6 +307,8 @@ def kernel_level(args: argparse.Namespace, m: shape.LlmShape, names: list[str],
         f"weights replicated, {len(steps.plans)} bucket placements" if steps.replicated
         else f"one placement, {args.whole} holding every weight" if args.whole
         else "one placement, weights where it runs them")
+    if args.store:
+        how += f"; {steps.reused} placement(s) reused from {args.store}"
     return Served(scheduler.Engine(steps, lim, "+".join(names)),
                   " + ".join(k.gpu.name for k, _ in found), [k for k, _ in found], blocks,
                   f"; {how}")
