@@ -3,6 +3,7 @@ layer by layer is the unrolled stack's, placements per bucket, memory, and the c
 
 from __future__ import annotations
 
+import json
 import random
 from pathlib import Path
 
@@ -131,9 +132,13 @@ def test_serve_command_places_kernels_and_names_what_cannot_run(tmp_path: Path, 
     tiny = ["--model-config", str(config(tmp_path, TINY))]
     for flag, what in (("--placed", "kernels placed over a100+l40s"),
                        ("--af", "AF over a100+l40s")):
-        assert cli.main([*base, *tiny, flag]) == 0
+        assert cli.main([*base, *tiny, flag, "--json", str(tmp_path / "p.json")]) == 0
         out = capsys.readouterr().out
-        assert what in out and "2 requests" in out
+        assert what in out and "2 requests" in out and "bucket placements" in out
+        rows = json.loads((tmp_path / "p.json").read_text())["devices"]["a100+l40s"]["buckets"]
+        assert [r["tokens"] for r in rows] == [b for b in placed.BUCKETS if b <= 2048]
+        if flag == "--af":  # attention on the first GPU, the rest on the second
+            assert all(r["alone_on"] is None and r["attention_on_second"] == 0 for r in rows)
     big = ["--model-config", str(config(tmp_path, BIG, "big.json"))]
     assert cli.main([*base, *big, "--placed"]) == 0
     assert "one placement, weights where it runs them" in capsys.readouterr().out

@@ -206,6 +206,7 @@ class Served:
     clocks: list[clock.Clock]
     modelled: int  # the KV blocks the memory model gives
     note: str = ""
+    placed: placed.Placed | None = None  # --placed / --af: the step times, with their plans
 
     @property
     def how(self) -> dict[str, int]:
@@ -311,7 +312,29 @@ def kernel_level(args: argparse.Namespace, m: shape.LlmShape, names: list[str],
         how += f"; {steps.reused} placement(s) reused from {args.store}"
     return Served(scheduler.Engine(steps, lim, "+".join(names)),
                   " + ".join(k.gpu.name for k, _ in found), [k for k, _ in found], blocks,
-                  f"; {how}")
+                  f"; {how}", steps)
+
+
+def plans_line(p: placed.Placed, names: list[str]) -> str:
+    """The buckets' placements in runs: "1-128 on a100 alone; 192-2048 over both (attention
+    31-50% on l40s)"."""
+    runs: list[list[dict]] = []
+    for row in p.placements():
+        if runs and runs[-1][0]["alone_on"] == row["alone_on"]:
+            runs[-1].append(row)
+        else:
+            runs.append([row])
+    parts = []
+    for run in runs:
+        span = f"{run[0]['tokens']}" + (f"-{run[-1]['tokens']}" if len(run) > 1 else "")
+        if run[0]["alone_on"] is not None:
+            parts.append(f"{span} on {names[run[0]['alone_on']]} alone")
+            continue
+        shares = [r["attention_on_second"] for r in run]
+        lo, hi = f"{min(shares):.0%}", f"{max(shares):.0%}"
+        parts.append(f"{span} over both (attention {lo if lo == hi else lo + '-' + hi} on "
+                     f"{names[1]})")
+    return "; ".join(parts)
 
 
 def routed(args: argparse.Namespace, m: shape.LlmShape) -> Routing | None:
@@ -368,6 +391,9 @@ def main(argv: list[str] | None = None) -> int:
                   f"preemptions; KV blocks {e.limits.kv_blocks} (the memory model gives "
                   f"{x.modelled}), peak {r.peak_blocks} in use; kernel times "
                   f"{_shares(x.how)}")
+            if x.placed is not None:
+                print(f"  bucket placements (tokens a step): "
+                      f"{plans_line(x.placed, e.name.split('+'))}")
         if args.json:
             _write(args.json, {"simulated": sim, "measured": ref,
                                "throughput_tokens_per_s": rate,
@@ -380,6 +406,7 @@ def main(argv: list[str] | None = None) -> int:
                                        "preemptions": x.engine.run.preemptions,
                                        "kv_blocks": x.engine.limits.kv_blocks,
                                        "kv_blocks_modelled": x.modelled,
+                                       "buckets": x.placed.placements() if x.placed else None,
                                        "kernel_times": x.how} for x in served}})
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)

@@ -356,6 +356,17 @@ class Placed:
         on = [times[k][d] for k, d in enumerate(p)]
         return sum(x for x, d in zip(on, p, strict=True) if d == 1) / sum(on)
 
+    def placements(self) -> list[dict]:
+        """Each bucket's placement, said: the GPU it runs on alone (None: both), and the
+        shares of its layers' attention and of its reference compute on the second GPU."""
+        out = []
+        for b in self.buckets:
+            p = self.plan(b)
+            out.append({"tokens": b, "alone_on": p[0] if len(set(p)) == 1 else None,
+                        "attention_on_second": self.attention_share(b),
+                        "compute_on_second": self.compute_share(b)})
+        return out
+
     # -- steps ------------------------------------------------------------------------------
     def seconds(self, chunks: list[tuple[int, int]], decode_kv: list[int]) -> float:
         """The step in as many micro-batches, up to ``depth``, as make it the shortest (one
