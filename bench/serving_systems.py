@@ -36,7 +36,7 @@ from common import write_json  # noqa: E402
 
 from pimbuild.errors import ConfigError  # noqa: E402
 from pimbuild.targets.gpus import arrivals  # noqa: E402
-from pimbuild.targets.gpus.enginesim import cli, disagg, replicas, scheduler, shape  # noqa: E402
+from pimbuild.targets.gpus.enginesim import cli, replicas, shape  # noqa: E402
 from pimbuild.targets.gpus.kerneltime.sources import Repo  # noqa: E402
 
 TRACE = "workloads/sharegpt-llama-3.1-8b-300-sps10.jsonl"
@@ -69,13 +69,7 @@ def serve(a: argparse.Namespace, m: shape.LlmShape, requests: list) -> tuple[lis
     """(the requests served, the engines) of one system; a ConfigError where it cannot
     hold the model."""
     served = cli.engines(a, m)
-    engs = [x.engine for x in served]
-    if a.pd:
-        return disagg.serve(requests, *engs, cli.link(a.link), m.kv_bytes_per_token), served
-    if len(engs) > 1:
-        return [s for r in replicas.distribute(requests, engs, a.router) for s in r.seqs], \
-            served
-    return scheduler.serve(requests, engs[0]).seqs, served
+    return cli.serve(a, m, [x.engine for x in served], requests), served
 
 
 def measure(base: argparse.Namespace, over: dict, m: shape.LlmShape, loads: dict[str, list]

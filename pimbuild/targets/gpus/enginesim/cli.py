@@ -368,17 +368,15 @@ def main(argv: list[str] | None = None) -> int:
         engs = [x.engine for x in served]
         ref = summary(measured(args.measured)) if args.measured else None
         began = time.perf_counter()
+        seqs = serve(args, m, engs, requests)
+        wall = time.perf_counter() - began
         if args.pd:
-            seqs = disagg.serve(requests, *engs, link(args.link), m.kv_bytes_per_token)
             how = f" (PD: {engs[0].name} prefills, {engs[1].name} decodes over {args.link})"
         elif args.pp or args.placed or args.af:
-            seqs = scheduler.serve(requests, engs[0]).seqs
             what = "layers split" if args.pp else "AF" if args.af else "kernels placed"
             how = f" ({what} over {engs[0].name}, joined by {args.link})"
         else:
-            seqs = [s for r in replicas.distribute(requests, engs, args.router) for s in r.seqs]
             how = f" ({args.router} router)" if len(engs) > 1 else ""
-        wall = time.perf_counter() - began
         sim = summary(simulated(seqs))
         rate = replicas.served(seqs)
         print(table(sim, ref))
@@ -412,6 +410,16 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 1
     return 0
+
+
+def serve(args: argparse.Namespace, m: shape.LlmShape, engs: list[scheduler.Engine],
+          requests: list[arrivals.Request]) -> list[scheduler.Seq]:
+    """``requests`` served by the system ``args`` chose, on its engines (``engines``)."""
+    if args.pd:
+        return disagg.serve(requests, *engs, link(args.link), m.kv_bytes_per_token)
+    if args.pp or args.placed or args.af:
+        return scheduler.serve(requests, engs[0]).seqs
+    return [s for r in replicas.distribute(requests, engs, args.router) for s in r.seqs]
 
 
 def trace(args: argparse.Namespace) -> list[arrivals.Request]:

@@ -60,7 +60,7 @@ from pimbuild.targets.gpus.cost import Link
 from pimbuild.targets.gpus.ddg import Graph, Kernel
 from pimbuild.targets.gpus.enginesim.routing import Routing
 from pimbuild.targets.gpus.enginesim.shape import LlmShape, Memory
-from pimbuild.targets.gpus.enginesim.steps import KV_QUANTUM, Steps
+from pimbuild.targets.gpus.enginesim.steps import Steps, mean_kv
 from pimbuild.targets.gpus.kerneltime import ops
 
 BUCKETS = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 1024, 2048, 4096,
@@ -480,8 +480,7 @@ def micro_batches(chunks: list[tuple[int, int]], decode_kv: list[int], depth: in
     (prefill chunks, decodes, their KV length): the decodes shared out evenly, at the step's
     mean KV length (rounded up to ``KV_QUANTUM`` positions), each prefill chunk to the
     micro-batch with the fewest tokens."""
-    n = len(decode_kv)
-    kv = -(-sum(decode_kv) // (n * KV_QUANTUM)) * KV_QUANTUM if n else 0
+    n, kv = len(decode_kv), mean_kv(decode_kv)
     counts = [n // depth + (i < n % depth) for i in range(depth)]
     tokens, parts = list(counts), [[] for _ in range(depth)]
     for c in sorted(chunks, reverse=True):

@@ -86,8 +86,7 @@ class Steps:
     def seconds(self, chunks: list[tuple[int, int]], decode_kv: list[int]) -> float:
         """A step running prefill ``chunks`` (tokens, cached positions before them) and one
         token for each sequence of ``decode_kv`` (its KV length, the new token included)."""
-        n = len(decode_kv)
-        kv = -(-sum(decode_kv) // (n * KV_QUANTUM)) * KV_QUANTUM if n else 0
+        n, kv = len(decode_kv), mean_kv(decode_kv)
         key = (tuple(sorted(chunks)), n, kv)
         t = self.memo.get(key)
         if t is None:
@@ -101,3 +100,10 @@ class Steps:
                     + self.op_seconds(ops.Op("linear", e, 1, sampled, m.hidden, m.vocab))
             self.memo[key] = t
         return t
+
+
+def mean_kv(decode_kv: list[int]) -> int:
+    """The decoding sequences' mean KV length, rounded up to ``KV_QUANTUM`` positions (0 for
+    none): the length their decode attention is timed at."""
+    n = len(decode_kv)
+    return -(-sum(decode_kv) // (n * KV_QUANTUM)) * KV_QUANTUM if n else 0
