@@ -362,3 +362,19 @@ def test_synthetic_requests_follow_their_laws(tmp_path: Path, capsys) -> None:
                          (["--synthetic", "5,1,300,20", "--trace", str(model)], "--trace FILE")):
         assert cli.main([*base, *extra]) == 1
         assert match in capsys.readouterr().err
+
+
+def test_prefetched_kernel_times_are_the_same_and_counted_when_used(tmp_path: Path) -> None:
+    from pimbuild.targets.gpus.kerneltime import clock
+
+    m = shape.load(config(tmp_path, LLAMA31_8B))
+    batches = [([], [100] * 7), ([(300, 0)], [2000] * 3), ([(77, 512)], []), ([], [5000])]
+    one, _ = clock.clock("l40s")
+    many, _ = clock.clock("l40s")
+    alone = [Steps(m, one.seconds).seconds(*b) for b in batches]
+    steps = Steps(m, many.seconds, prefetch=many.prefetch)
+    assert [steps.seconds(*b) for b in batches] == alone
+    # the window's other token counts were timed, but only the ops used are counted
+    assert len(many.ready) > 0
+    assert sum(many.how.values()) == len(many.cache) == len(one.cache)
+    assert many.how == one.how

@@ -244,7 +244,8 @@ def engines(args: argparse.Namespace, m: shape.LlmShape) -> list[Served]:
         except ConfigError as e:  # a GPU that cannot hold the model: the system cannot run
             raise ConfigError(f"{system} is infeasible: on {name}, {e}") from None
         role = ("prefill", "decode")[i] if args.pd else "both"
-        out.append(Served(scheduler.Engine(Steps(m, kernels.seconds, routing=routed(args, m)),
+        out.append(Served(scheduler.Engine(Steps(m, kernels.seconds, routing=routed(args, m),
+                                                 prefetch=kernels.prefetch),
                                            lim, name, role),
                           kernels.gpu.name, [kernels], modelled))
     return out
@@ -298,7 +299,8 @@ def kernel_level(args: argparse.Namespace, m: shape.LlmShape, names: list[str],
     try:
         steps = placed.Placed(m, [k.seconds for k, _ in found], memories, setting,
                               af=0 if args.af else None,
-                              store=Store(args.store) if args.store else None)
+                              store=Store(args.store) if args.store else None,
+                              prefetch=[k.prefetch for k, _ in found])
         blocks = steps.kv_blocks()
     except ConfigError as e:
         raise ConfigError(f"{system} is infeasible: {e}") from None

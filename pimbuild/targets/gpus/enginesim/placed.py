@@ -175,17 +175,21 @@ class Placed:
 
     def __init__(self, m: LlmShape, clocks: list[Callable[[ops.Op], float]],
                  memories: list[Memory], s: Setting, af: int | None = None,
-                 store: Store | None = None) -> None:
+                 store: Store | None = None,
+                 prefetch: list[Callable[[list[ops.Op]], None]] | None = None) -> None:
         """``af``: the GPU that runs attention's kernels (AF), else placed by the planner;
         ``store``: where each bucket's placement is kept, content-addressed by everything
-        the planner reads (``inputs``), and reused."""
+        the planner reads (``inputs``), and reused; ``prefetch``: each GPU's batch timing
+        (``Steps``)."""
         if len(clocks) != 2:
             raise ConfigError("kernel-level placement here takes two devices")
         self.store, self.reused = store, 0
         self.m, self.s, self.af = m, s, af
         self.kernels = kernels_of(m)
+        self.graphs: dict[int, Graph] = {}  # a layer's DDG by its tokens
         self.routing = Routing(s.routing, m.experts, m.top_k) if m.moe else None
-        self.steps = [Steps(m, c, routing=self.routing) for c in clocks]
+        self.steps = [Steps(m, c, routing=self.routing, prefetch=f)
+                      for c, f in zip(clocks, prefetch or [None] * len(clocks), strict=True)]
         self.buckets = tuple(b for b in check_buckets(s.buckets)
                              if b <= max(s.max_batched_tokens, s.buckets[0]))
         self.room = [room(m, mem, s) for mem in memories]
@@ -207,7 +211,8 @@ class Placed:
                           for _ in range(m.layers) for name, *_ in self.kernels]
         elif not self.replicated:
             self.fixed = self._solve(bucket(s.max_seqs, self.buckets))
-        self.memo: dict[tuple, float] = {}
+        self.memo: dict[tuple, float] = {}  # micro-batches -> seconds
+        self.steps_memo: dict[tuple, float] = {}  # a step's batch -> seconds
         self.patterns: dict[int, Counter] = {}
 
     # -- planning -------------------------------------------------------------------------
@@ -215,28 +220,39 @@ class Placed:
               ) -> list[list[float]]:
         """Seconds of each of the layer's kernels on each GPU at ``t`` tokens, attention
         over ``chunks`` and ``n`` decodes at ``kv`` positions."""
-        cols = []
         counts = self.routing.counts(t) if self.routing else ()
+        cols = []
         for st in self.steps:
-            ks, col = st.layer.kernels(st.dtype, t), []
-            for name, *_ in self.kernels:
-                if name == "attention":
-                    col.append(st.attention(chunks, n, kv))
-                elif name == "experts":
-                    col.append(st.fused(counts))
-                elif name == "shared_expert":
-                    col.append(st.expert(t, self.m.shared_ffn))
-                elif name == "router":
-                    col.append(st.router(t))
-                elif name == "combine":  # the experts' and the shared expert's sum
-                    col.append(st.op_seconds(ops.Op("add", st.dtype, t, h=self.m.hidden)))
-                else:
-                    col.append(st.op_seconds(ks[NORMS.get(name, name)]))
+            col: list[float] = []
+            st.prefetched(t, self._column, st, col, t, chunks, n, kv, counts)
             cols.append(col)
         return [list(row) for row in zip(*cols, strict=True)]
 
+    def _column(self, st: Steps, col: list[float], t: int, chunks: tuple[tuple[int, int], ...],
+                n: int, kv: int, counts: tuple[int, ...]) -> float:
+        """Fill ``col`` with the layer's kernel times on ``st``'s GPU (``times``)."""
+        col.clear()
+        ks = st.layer.kernels(st.dtype, t)
+        for name, *_ in self.kernels:
+            if name == "attention":
+                col.append(st.attention(chunks, n, kv))
+            elif name == "experts":
+                col.append(st.fused(counts))
+            elif name == "shared_expert":
+                col.append(st.expert(t, self.m.shared_ffn))
+            elif name == "router":
+                col.append(st.router(t))
+            elif name == "combine":  # the experts' and the shared expert's sum
+                col.append(st.op_seconds(ops.Op("add", st.dtype, t, h=self.m.hidden)))
+            else:
+                col.append(st.op_seconds(ks[NORMS.get(name, name)]))
+        return sum(col)
+
     def graph(self, t: int) -> Graph:
-        return layer_graph(self.m, t)
+        g = self.graphs.get(t)
+        if g is None:
+            g = self.graphs[t] = layer_graph(self.m, t)
+        return g
 
     def reference(self, t: int) -> list[list[float]]:
         """Kernel times of bucket ``t``'s reference batch (``t`` tokens)."""
@@ -371,7 +387,12 @@ class Placed:
     def seconds(self, chunks: list[tuple[int, int]], decode_kv: list[int]) -> float:
         """The step in as many micro-batches, up to ``depth``, as make it the shortest (one
         where the weights' reads dominate, several where they fill both GPUs)."""
-        return min(self.split(chunks, decode_kv, d) for d in range(1, self.s.depth + 1))
+        key = (tuple(sorted(chunks)), len(decode_kv), mean_kv(decode_kv))
+        t = self.steps_memo.get(key)
+        if t is None:
+            t = self.steps_memo[key] = min(self.split(chunks, decode_kv, d)
+                                           for d in range(1, self.s.depth + 1))
+        return t
 
     def split(self, chunks: list[tuple[int, int]], decode_kv: list[int], depth: int) -> float:
         key = micro_batches(chunks, decode_kv, depth)

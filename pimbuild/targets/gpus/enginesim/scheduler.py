@@ -134,30 +134,28 @@ class Engine:
         if not batch:  # every waiting request needs more blocks than are free
             raise ConfigError("the engine cannot schedule: no running request and too few "
                               "free KV blocks for the next waiting one")
-        chunks, decodes = [], []
-        for s, n in batch:
-            if n == 1 and s.generated:
-                decodes.append(s.computed + 1)
-            else:
-                chunks.append((n, s.computed))
+        decodes = [s.computed + 1 for s, n in batch if n == 1 and s.generated]
+        chunks = [(n, s.computed) for s, n in batch if n != 1 or not s.generated] \
+            if len(decodes) < len(batch) else []
         dt = self.steps.seconds(chunks, decodes)
         self.now += dt
         run.steps, run.busy_s = run.steps + 1, run.busy_s + dt
         run.batch.append(len(batch))
         run.peak_blocks = max(run.peak_blocks, lim.kv_blocks - self.free)
+        now, prefill = self.now, self.role == "prefill"
         for s, n in batch:
             s.computed += n
             if s.computed >= s.length:
                 s.generated += 1
                 s.length += 1
                 if s.first_s < 0:
-                    s.first_s = self.now
-                if self.role == "prefill" and s.generated < s.req.output_tokens:
+                    s.first_s = now
+                if s.generated >= s.req.output_tokens:
+                    s.finish_s = now
                     self._leave(s)
-                    self.handoffs.append((s, self.now))
-                elif s.generated >= s.req.output_tokens:
-                    s.finish_s = self.now
+                elif prefill:
                     self._leave(s)
+                    self.handoffs.append((s, now))
 
     def _leave(self, s: Seq) -> None:
         self.running.remove(s)

@@ -17,12 +17,14 @@ head over the sequences in the step. Sampling and the host's scheduling are not 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from pimbuild.targets.gpus.enginesim.routing import Routing
 from pimbuild.targets.gpus.enginesim.shape import LlmShape
 from pimbuild.targets.gpus.kerneltime import ops
 
 KV_QUANTUM = 16  # decode lengths are timed at this granularity (a KV block's positions)
+WARM = 64  # token counts whose token-parallel kernels are timed together (``prefetched``)
 MLP = ("gate_up_proj", "act_fn", "down_proj")  # a dense layer's MLP kernels
 
 
@@ -30,8 +32,13 @@ class Steps:
     """Step times of one model on one GPU (``seconds``: an op's time), memoised by batch."""
 
     def __init__(self, m: LlmShape, seconds: Callable[[ops.Op], float],
-                 overhead_s: float = 0.0, routing: Routing | None = None) -> None:
+                 overhead_s: float = 0.0, routing: Routing | None = None,
+                 prefetch: Callable[[list[ops.Op]], None] | None = None) -> None:
+        """``prefetch``: times a list of ops at once (``Clock.prefetch``), so that a new
+        batch's kernels are predicted in one call rather than one by one."""
         self.m, self.op_seconds, self.overhead_s = m, seconds, overhead_s
+        self.prefetch = prefetch
+        self.warm: set[int] = set()  # token counts prefetched
         self.dtype = m.dtype
         self.layer = ops.Layer(m.hidden, m.heads, m.kv_heads, m.head_dim, m.ffn)
         self.routing = routing or (Routing("balanced", m.experts, m.top_k) if m.moe else None)
@@ -90,16 +97,42 @@ class Steps:
         key = (tuple(sorted(chunks)), n, kv)
         t = self.memo.get(key)
         if t is None:
-            m, e = self.m, self.dtype
-            tokens = sum(c for c, _ in chunks) + n
-            sampled = len(chunks) + n
-            t = m.layers * (self.dense(tokens) + self.attention(key[0], n, kv)) \
-                + self.overhead_s
-            if m.head:  # the last stage: the final norm and the LM head
-                t += self.op_seconds(ops.Op("add_rmsnorm", e, tokens, h=m.hidden)) \
-                    + self.op_seconds(ops.Op("linear", e, 1, sampled, m.hidden, m.vocab))
-            self.memo[key] = t
+            t = self.memo[key] = self.prefetched(sum(c for c, _ in chunks) + n, self._step, *key)
         return t
+
+    def _step(self, chunks: tuple[tuple[int, int], ...], n: int, kv: int) -> float:
+        m, e = self.m, self.dtype
+        tokens = sum(c for c, _ in chunks) + n
+        t = m.layers * (self.dense(tokens) + self.attention(chunks, n, kv)) + self.overhead_s
+        if m.head:  # the last stage: the final norm and the LM head
+            t += self.op_seconds(ops.Op("add_rmsnorm", e, tokens, h=m.hidden)) \
+                + self.op_seconds(ops.Op("linear", e, 1, len(chunks) + n, m.hidden, m.vocab))
+        return t
+
+    def prefetched(self, tokens: int, f: Callable[..., float], *args: Any) -> float:
+        """``f(*args)``, a step of ``tokens`` tokens: the ops it times gathered first by a dry
+        run and timed at once (``prefetch``), with the token-parallel kernels of every token
+        count of ``tokens``' window of ``WARM``; the same value as without."""
+        if self.prefetch is None:
+            return f(*args)
+        found = self._recorded(f, *args)
+        if tokens not in self.warm:
+            lo = (tokens - 1) // WARM * WARM + 1
+            self.warm.update(range(lo, lo + WARM))
+            for u in range(lo, lo + WARM):
+                found += self._recorded(self.dense, u)
+        self.prefetch(found)
+        return f(*args)
+
+    def _recorded(self, f: Callable[..., float], *args: Any) -> list[ops.Op]:
+        """The ops ``f(*args)`` times, in order (a dry run)."""
+        found: list[ops.Op] = []
+        timed, self.op_seconds = self.op_seconds, lambda o: found.append(o) or 0.0
+        try:
+            f(*args)
+        finally:
+            self.op_seconds = timed
+        return found
 
 
 def mean_kv(decode_kv: list[int]) -> int:
