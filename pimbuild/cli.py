@@ -15,15 +15,17 @@ from types import FrameType
 from typing import NoReturn
 
 import hydra
+import yaml
 from hydra.core.hydra_config import HydraConfig
 from hydra.errors import HydraException
 from hydra.types import RunMode
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 from rich.markup import escape
 
 from pimbuild import usage
 from pimbuild.build import build
-from pimbuild.config import register_configs
+from pimbuild.config import register_configs, unknown_key
 from pimbuild.console import error
 from pimbuild.errors import PimbuildError
 from pimbuild.paper import experiments
@@ -31,6 +33,25 @@ from pimbuild.sweep import FAILED
 
 CONFIG_MODULE = "pimbuild.conf"  # the config tree ships with the package (conf/ in the repo)
 register_configs()
+
+
+def unique_dir(path: str) -> str:
+    """``path``, or ``path_2``, ``path_3``, ...: the first that this process creates (an
+    atomic ``mkdir``), so two builds started in the same second keep a folder each."""
+    base = Path(path)
+    base.parent.mkdir(parents=True, exist_ok=True)
+    for n in range(1, 10_000):
+        here = base if n == 1 else base.with_name(f"{base.name}_{n}")
+        try:
+            here.mkdir()
+            return str(here)
+        except FileExistsError:
+            continue
+    raise PimbuildError(f"{path}: 10,000 runs started in one second")
+
+
+# Cached: Hydra resolves the run's folder more than once, and each must be the same.
+OmegaConf.register_new_resolver("pimbuild_unique", unique_dir, use_cache=True)
 
 
 @hydra.main(version_base="1.3", config_path=f"pkg://{CONFIG_MODULE}", config_name="config")
@@ -140,6 +161,24 @@ def hydra_error_line(e: HydraException) -> str:
     return line.replace("while composing config::", "while composing config:")  # Hydra's "::"
 
 
+def composition_error_line(e: Exception) -> str:
+    """One line for what stopped Hydra composing the config: its own errors
+    (``hydra_error_line``), a config file that is not YAML, a value no file sets that the
+    run's folder needs (a model file without ``name``)."""
+    if isinstance(e, HydraException):
+        return hydra_error_line(e)
+    if isinstance(e, yaml.YAMLError):
+        mark = getattr(e, "problem_mark", None)
+        where = f"{mark.name}, line {mark.line + 1}" if mark else "a config file"
+        return f"cannot read {where}: {getattr(e, 'problem', None) or e} (not valid YAML)"
+    missing = re.search(r"Missing mandatory value: ([\w.]+)", str(e))
+    if missing:
+        key = missing.group(1)
+        return (f"{key} has no value: set it in its config file or on the command line "
+                f"({key}=...)")
+    return str(e).partition("\n")[0]
+
+
 RELOCATED = {"tp_link": "link"}  # conf/config.yaml's `- link@tp_link: nvlink3`
 
 
@@ -191,6 +230,21 @@ def schema_chosen(args: list[str]) -> str | None:
     return None
 
 
+def unknown_override(args: list[str]) -> str | None:
+    """The error line for an override (appended with ``+`` or not) of a key no schema has,
+    with the nearest key it has (``modle=relu``: did you mean ``model=``?), or None. Hydra
+    would advise appending such a key, and an appended key nothing reads changes nothing."""
+    for arg in args:
+        key, eq, _ = arg.partition("=")
+        key = key.lstrip("+~")
+        if eq and key and not arg.startswith("-") and "@" not in key and "/" not in key \
+                and key.partition(".")[0] != "hydra":
+            line = unknown_key(key)
+            if line is not None:
+                return line
+    return None
+
+
 def with_user_devices(args: list[str]) -> list[str]:
     """``args`` with the device files of the ``--config-dir`` that ``devices=`` names added to
     the catalogue (``+device@device.<name>=<name>``, unless the command line adds it itself).
@@ -212,7 +266,8 @@ def first_contact(args: list[str]) -> None:
     if "--version" in args:
         print(usage.versions(), end="")
         sys.exit(0)
-    refused = renamed_override(args) or experiment_overridden(args) or schema_chosen(args)
+    refused = renamed_override(args) or experiment_overridden(args) or schema_chosen(args) \
+        or unknown_override(args)
     if refused is not None:
         error(escape(refused))
         sys.exit(1)
@@ -236,10 +291,10 @@ def main() -> None:
     sys.argv[1:] = with_user_devices(sys.argv[1:])
     try:
         app()
-    except HydraException as e:
+    except (HydraException, OmegaConfBaseException, yaml.YAMLError) as e:
         if full_trace:
             raise
-        error(escape(hydra_error_line(e)))
+        error(escape(composition_error_line(e)))
         sys.exit(1)
     except KeyboardInterrupt:  # while Hydra composed the config (the build handles its own)
         error(INTERRUPTED_EARLY)

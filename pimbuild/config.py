@@ -18,6 +18,7 @@ a value no file sets is one error line naming its key (``validate``).
 
 from __future__ import annotations
 
+import types
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -146,3 +147,33 @@ def validate(cfg: Any) -> None:
                 raise ConfigError(f"{path} must be {op} {bound:g} (got {v})")
             if upper and v > upper[0]:
                 raise ConfigError(f"{path} must be <= {upper[0]:g} (got {v})")
+
+
+def unknown_key(path: str) -> str | None:
+    """None if the schema has ``path`` (``pim.cores``, ``device.l40s.sms``, a key below a
+    free-form mapping such as ``model.size.n``); else the error line, with the nearest key
+    the schema has (``modle`` -> ``model``)."""
+    import dataclasses
+    import difflib
+    import typing
+
+    node: Any = Config
+    parts = path.split(".")
+    for i, part in enumerate(parts):
+        origin = typing.get_origin(node)
+        if origin is dict:  # any key; below it, the mapping's value type
+            node = typing.get_args(node)[1]
+            continue
+        if origin in (list, typing.Union) or node is Any or not dataclasses.is_dataclass(node):
+            return None  # a list, a union or a free value: not walked further
+        hints = typing.get_type_hints(node)
+        if part not in hints:
+            here = ".".join(parts[:i])
+            near = difflib.get_close_matches(part, list(hints), n=1)
+            suggestion = f"; did you mean `{here + '.' if here else ''}{near[0]}=`?" if near \
+                else f" (keys{' of ' + here if here else ''}: {', '.join(hints)})"
+            return f"`{path}` is not a key of pimbuild's config{suggestion}"
+        node = hints[part]
+        if typing.get_origin(node) in (typing.Union, types.UnionType):  # X | None
+            node = next(a for a in typing.get_args(node) if a is not type(None))
+    return None

@@ -10,7 +10,20 @@ class PimbuildError(Exception):
 
 
 class ConfigError(PimbuildError):
-    """A configuration value that composes but cannot be used (e.g. a negative size)."""
+    """Bad input: a configuration value that composes but cannot be used (e.g. a negative
+    size), or a file that is not what its format says. Always one line: a line break the
+    message quotes from the input (a field named ``"\\r"``) is written as its escape."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(one_line(str(message)))
+
+
+def one_line(text: str) -> str:
+    """``text`` with every character ``str.splitlines`` breaks at written as its escape."""
+    if len(text.splitlines()) <= 1 and not text.endswith(("\n", "\r")):
+        return text
+    return "".join(c.encode("unicode_escape").decode() if len(("x" + c + "x").splitlines()) > 1
+                   else c for c in text)
 
 
 class RecipeError(PimbuildError):

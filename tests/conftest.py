@@ -88,3 +88,13 @@ def run_cli(args: list[str], cwd: Path, timeout: int = 600) -> subprocess.Comple
         else CLI_DEFAULTS
     return subprocess.run([str(exe), *args, *extra], cwd=cwd, env=env, capture_output=True,
                           text=True, timeout=timeout)
+
+
+def pytest_configure(config) -> None:
+    """Hypothesis' examples per property (tests/test_inputs.py): a few in the quick test
+    (``-m "not slow"``), more in the full suite."""
+    from hypothesis import settings
+
+    settings.register_profile("quick", max_examples=12)
+    settings.register_profile("full", max_examples=120)
+    settings.load_profile("quick" if "not slow" in (config.option.markexpr or "") else "full")

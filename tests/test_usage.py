@@ -17,7 +17,7 @@ from pimbuild.config import validate
 from pimbuild.errors import PimbuildError
 from pimbuild.paper.experiments import point_overrides
 from pimbuild.tasks import plan
-from tests.conftest import CONFIG_MODULE, TEST_DEFAULTS, make_cfg, run_cli
+from tests.conftest import CONFIG_MODULE, REPO, TEST_DEFAULTS, make_cfg, run_cli
 
 RTX3090 = """\
 # NVIDIA GeForce RTX 3090 (GA102), spec sheet: 35.6 TFLOPS FP32, 71 BF16 dense, 936 GB/s.
@@ -207,3 +207,20 @@ def test_a_list_given_one_value_says_how_to_write_it(detail: str, line: str) -> 
 
     e = ConfigCompositionException(f"Error merging override sim.cores_sweep=64\n{detail}")
     assert cli.hydra_error_line(e) == line
+
+
+def test_the_config_reference_lists_every_option_help_lists() -> None:
+    """docs/config.md's table of groups names each group's options, as ``--help`` does."""
+    rows = {}
+    for line in (REPO / "docs" / "config.md").read_text().splitlines():
+        cells = line.split(" | ")
+        if line.startswith("| `") and len(cells) >= 3:
+            named = {w for quoted in re.findall(r"`([^`]+)`", cells[1]) for w in quoted.split()}
+            rows[cells[0].strip("| `")] = named
+    for group in usage.GROUPS:
+        if group in ("device", "tp_link"):
+            continue
+        assert group in rows, group
+        missing = set(usage.choices(group)) - rows[group]
+        assert not missing, f"docs/config.md's {group} row misses {sorted(missing)}"
+    assert set(usage.choices("device")) <= rows["device"]

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pimbuild.errors import ConfigError
+from pimbuild.schema import Strict, check, number
 
 ARRIVALS = ("poisson", "offline", "trace")
 
@@ -78,39 +79,39 @@ def trace(path: Path) -> list[Request]:
     except (OSError, UnicodeDecodeError) as e:
         raise ConfigError(f"cannot read the arrival trace {path}: "
                           f"{getattr(e, 'strerror', None) or e}") from None
-    rows = _jsonl(path, text) if path.suffix == ".jsonl" else _csv(path, text)
+    text_values = path.suffix != ".jsonl"
+    rows = _csv(path, text) if text_values else _jsonl(path, text)
     out = []
     for line, (arrival, prompt, output) in rows:
-        try:
-            r = Request(float(arrival), _whole(prompt), _whole(output))
-        except (TypeError, ValueError):
-            raise ConfigError(f"{path}:{line}: not a number in ({arrival!r}, {prompt!r}, "
-                              f"{output!r})") from None
-        if not r.arrival_s >= 0 or r.arrival_s == float("inf") or r.input_tokens < 0 \
-                or r.output_tokens < 1:
-            raise ConfigError(f"{path}:{line}: arrival_s and input_tokens must be finite and "
-                              f">= 0 and output_tokens >= 1 (got {r.arrival_s}, "
-                              f"{r.input_tokens}, {r.output_tokens})")
-        out.append(r)
+        r = check(Row, {"arrival_s": arrival, "input_tokens": prompt, "output_tokens": output},
+                  f"{path}:{line}", text=text_values)
+        out.append(Request(float(r.arrival_s), r.input_tokens, r.output_tokens))
     if not out:
         raise ConfigError(f"the arrival trace {path} holds no requests")
     return sorted(out, key=lambda r: r.arrival_s)
 
 
-def _whole(v: object) -> int:
-    if isinstance(v, bool) or (isinstance(v, float) and not v.is_integer()):
-        raise ValueError(v)
-    return int(v)  # type: ignore[call-overload]
+class Row(Strict):
+    """One request of a trace: when it arrives (seconds from the start), its prompt's tokens
+    and the tokens it produces."""
+
+    arrival_s: number((">=", 0))
+    input_tokens: number((">=", 0), integer=True)
+    output_tokens: number((">=", 1), integer=True)
 
 
 def _csv(path: Path, text: str) -> list[tuple[int, tuple]]:
     import io
 
     rows = list(csv.DictReader(io.StringIO(text)))
-    need = {"arrival_s", "input_tokens", "output_tokens"}
-    if not rows or not need <= set(rows[0]):
+    need = list(Row.model_fields)
+    if not rows or not set(need) <= set(rows[0]):
         raise ConfigError(f"the arrival trace {path} needs a header with the columns "
-                          f"{', '.join(sorted(need))}")
+                          f"{', '.join(need)}")
+    other = [str(c) for c in rows[0] if c not in need]
+    if other:
+        raise ConfigError(f"the arrival trace {path}: column '{other[0]}' is not one of "
+                          f"{', '.join(need)}")
     return [(line, (r["arrival_s"], r["input_tokens"], r["output_tokens"]))
             for line, r in enumerate(rows, start=2)]
 

@@ -9,6 +9,8 @@ from typing import Any
 
 from omegaconf import MISSING
 
+from pimbuild.schema import model_of
+
 
 @dataclass
 class DeviceConfig:
@@ -112,3 +114,8 @@ DEVICE_RANGES: dict[str, tuple[str, float]] = {
     "l2_mb": (">=", 0), "memory_gb": (">", 0), "launch_us": (">=", 0),
     "price_per_hour": (">", 0), "sms": (">=", 1), "boost_mhz": (">", 0), "tdp_w": (">", 0),
 }
+
+# A device file (``conf/device/*.yaml``, or a user's ``--config-dir``'s ``device/``) read
+# outside a build (``pimbuild-kernels predict``, ``pimbuild-serve``): the device schema's
+# fields with the same ranges, checked by ``pimbuild.schema.check``.
+DeviceFile = model_of(DeviceConfig, DEVICE_RANGES, "DeviceFile")

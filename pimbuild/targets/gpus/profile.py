@@ -35,6 +35,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 
+from pimbuild import schema
 from pimbuild.errors import ConfigError
 from pimbuild.lower import ModelParams, model_params
 from pimbuild.stage import Inputs
@@ -69,6 +70,9 @@ def params(cfg: DictConfig) -> Params:
     if backend == "cuda" and cfg.gpus.kernels != "lowered":
         raise ConfigError("profile.backend=cuda times the lowered kernels node by node: add "
                           "gpus.kernels=lowered")
+    if cfg.gpus.tables and backend != "table":
+        raise ConfigError(f"gpus.tables is read only by profile.backend=table (this build's is "
+                          f"{backend}): add profile.backend=table, or leave gpus.tables out")
     fit, found, grid_file = "", (), ""
     if backend == "auto":
         grid_file = f"{sources.ENGINE}@{model.digest(sources.ENGINE)}"
@@ -86,8 +90,12 @@ def params(cfg: DictConfig) -> Params:
                 raise ConfigError("profile.backend=table needs gpus.tables=[FILE,...] "
                                   "(`pimbuild-kernels export` writes them)")
             paths = [to_absolute_path(t) for t in cfg.gpus.tables]
-            for t in paths:
-                tables.load(t)  # missing or corrupted: one error line, before any stage
+            names = sorted({d.name for d in target.devices})
+            for t in paths:  # missing, invalid or foreign: one error line, before any stage
+                device = tables.load(t)["device"]
+                if device not in names:
+                    raise ConfigError(f"kernel-time table {t} measures '{device}', which no "
+                                      f"device of devices= is (they are {', '.join(names)})")
             found = tuple(f"{t}@{model.digest(t)}" for t in paths)
     return Params(backend=backend, target=target, kernel_model=fit, tables=found, grid=grid_file,
                   model=model_params(cfg) if backend == "cuda" else None)
@@ -230,6 +238,7 @@ def run(inputs: Inputs, p: Params, out: Path) -> None:
     if p.backend == "cuda":
         t, measured = cuda.kernel_times(graph, p.target, p.model, t)
     keys = [d.key for d in p.target.devices]
+    schema.seconds(t, "profile's kernel times")
     with (out / "kernel_times.csv").open("w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["id", "name", "kind", "flops", "bytes", "engine",

@@ -161,7 +161,7 @@ def test_traces_in_jsonl(tmp_path: Path) -> None:
     for text, match in (('{"input_toks": -1, "output_toks": 3, "arrival_time_ns": 0}', ":1: "),
                         ('{"input_toks": 4, "arrival_time_ns": 0}', "needs the keys"),
                         ('{"input_toks": 4.5, "output_toks": 3, "arrival_time_ns": 0}',
-                         "not a number"),
+                         "must be a whole number"),
                         ("[1, 2]", "needs the keys"), ("{", "not JSON"), ("", "no requests")):
         p.write_text(text)
         with pytest.raises(ConfigError, match=match):
@@ -203,7 +203,7 @@ def test_serve_command(tmp_path: Path, capsys) -> None:
         "l2_mb: 72\nlaunch_us: 2\nprice_per_hour: 0.7\nsms: 128\nboost_mhz: 2520\n"
         "tdp_w: 450\n")
     assert cli.main([*base[:-1], "nomem", "--config-dir", str(tmp_path)]) == 1
-    assert "device 'nomem' has no memory_gb" in capsys.readouterr().err
+    assert "nomem.yaml: 'memory_gb' is missing" in capsys.readouterr().err
     big = config(tmp_path, {**LLAMA31_8B, "hidden_size": 8192, "num_attention_heads": 64,
                             "num_hidden_layers": 80, "intermediate_size": 28672}, "70b.json")
     big_run = ["--trace", str(trace), "--model-config", str(big), "--device", "rtx4090"]

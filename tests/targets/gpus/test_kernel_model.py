@@ -42,12 +42,12 @@ def test_op_work_and_key() -> None:
 
 
 @pytest.mark.parametrize(("row", "message"), [
-    ({"op": "conv", "dtype": "fp32", "b": "1"}, "unknown op 'conv'"),
-    ({"op": "add", "dtype": "int8", "b": "1", "h": "2"}, "unknown dtype 'int8'"),
+    ({"op": "conv", "dtype": "fp32", "b": "1"}, "'op' must be 'linear', 'bmm'"),
+    ({"op": "add", "dtype": "int8", "b": "1", "h": "2"}, "'dtype' must be 'fp32', 'fp16' or 'bf16' (got 'int8')"),
     ({"op": "linear", "dtype": "fp32", "b": "1", "m": "-3", "n": "1", "k": "1"},
-     "'m' must be a whole number from 1 to 2,147,483,648 (got -3)"),
+     "'m' must be >= 1 (got '-3')"),
     ({"op": "linear", "dtype": "fp32", "b": "1", "m": "inf", "n": "1", "k": "1"},
-     "'m' must be a whole number from 1"),
+     "'m' must be a whole number (got 'inf')"),
     ({"op": "add", "dtype": "fp32", "b": "1e400", "h": "2"}, "'b' must be a whole number"),
     ({"op": "add", "dtype": "fp32", "b": "nan", "h": "2"}, "'b' must be a whole number"),
     ({"op": "decode_attention", "dtype": "bf16", "b": "8", "m": "2", "n": "1024", "k": "128",
@@ -57,10 +57,10 @@ def test_op_work_and_key() -> None:
     ({"op": "prefill_attention", "dtype": "bf16", "b": "1", "m": "16", "n": "1024",
       "k": "128", "h": "32", "g": "5"}, "h a multiple of g"),
     ({"op": "decode_attention", "dtype": "bf16", "b": "1", "m": "1", "n": "1024", "k": "128",
-      "h": "32"}, "needs an integer 'g'"),
+      "h": "32"}, "needs a whole number 'g'"),
     ({"op": "linear", "dtype": "fp32", "b": "1", "m": "2.5", "n": "1", "k": "1"},
      "'m' must be a whole number"),
-    ({"op": "softmax", "dtype": "fp16", "b": "4"}, "needs an integer 'h'"),
+    ({"op": "softmax", "dtype": "fp16", "b": "4"}, "needs a whole number 'h'"),
 ])
 def test_bad_op_rows_name_the_row(row: dict, message: str) -> None:
     with pytest.raises(ConfigError, match=re.escape(message)) as e:
@@ -236,7 +236,7 @@ def test_predict_command(tmp_path: Path, capsys) -> None:
     assert cli.main(["predict", str(bad), "--device", "l40s"]) == 1
     err = capsys.readouterr().err
     assert err.strip().splitlines()[-1] == (
-        f"error: {bad}:3: 'b' must be a whole number from 1 to 2,147,483,648 (got -4)")
+        f"error: {bad}:3: 'b' must be >= 1 (got '-4')")
     assert not (tmp_path / "bad_l40s.csv").exists()
     assert cli.main(["predict", str(src), "--device", "rtx3090"]) == 1
     assert "unknown device 'rtx3090'" in capsys.readouterr().err

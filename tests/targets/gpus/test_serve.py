@@ -87,7 +87,7 @@ def test_arrivals(tmp_path) -> None:
     path.write_text("arrival_s,input_tokens,output_tokens\n0.5,10,3\n0.1,20,4\n")
     assert [r.input_tokens for r in arrivals.trace(path)] == [20, 10]
     path.write_text("arrival_s,input_tokens,output_tokens\n0.5,ten,3\n")
-    with pytest.raises(ConfigError, match="trace.csv:2: not a number"):
+    with pytest.raises(ConfigError, match="trace.csv:2: .input_tokens. must be a whole number"):
         arrivals.trace(path)
     with pytest.raises(ConfigError, match="needs a header"):
         (tmp_path / "bad.csv").write_text("t,i,o\n1,2,3\n")

@@ -11,6 +11,8 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from pimbuild.errors import ConfigError
+from pimbuild.schema import check
+from pimbuild.targets.gpus.config import DeviceFile
 from pimbuild.targets.gpus.kerneltime import grid, model, ops, sources
 
 
@@ -32,6 +34,7 @@ def catalogue_gpu(name: str, config_dir: Path | None
             if not isinstance(spec, dict):
                 raise ConfigError(f"device file {path} is not a mapping of fields")
             spec.pop("defaults", None)
+            check(DeviceFile, spec, f"device file {path}")
             return ops.gpu_of(spec), spec, spec.get("measured_as")
     measured = sources.devices()
     if name in measured:

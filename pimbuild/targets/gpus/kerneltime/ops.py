@@ -27,9 +27,12 @@ import csv
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
+
+from pydantic import Field
 
 from pimbuild.errors import ConfigError
+from pimbuild.schema import Strict, check
 
 GEMMS = ("linear", "bmm")
 ATTENTION = ("prefill_attention", "decode_attention")
@@ -136,28 +139,36 @@ class Layer:
                   self.kv_heads)
 
 
+Dim = Annotated[int, Field(ge=1, le=MAX_DIM)]
+
+
+class Row(Strict):
+    """One row of an ops CSV: an op, its element type and the dimensions it reads (the
+    others may be left empty), and its measured times where the file has them."""
+
+    op: Literal[OPS]  # type: ignore[valid-type]
+    dtype: Literal[tuple(DTYPE_BYTES)]  # type: ignore[valid-type]
+    b: Dim | None = None
+    m: Dim | None = None
+    n: Dim | None = None
+    k: Dim | None = None
+    h: Dim | None = None
+    g: Dim | None = None
+    time_us: Annotated[float, Field(gt=0)] | None = None
+    median_us: Annotated[float, Field(gt=0)] | None = None  # bench/measure_ops.py's
+
+
 def parse(row: dict[str, Any], where: str) -> Op:
     """One ops-CSV row as an Op; a ConfigError naming ``where`` (file and line) otherwise."""
-    op = (row.get("op") or "").strip()
-    dtype = (row.get("dtype") or "").strip()
-    if op not in OPS:
-        raise ConfigError(f"{where}: unknown op '{op}' (ops: {', '.join(OPS)})")
-    if dtype not in DTYPE_BYTES:
-        raise ConfigError(f"{where}: unknown dtype '{dtype}' (dtypes: "
-                          f"{', '.join(DTYPE_BYTES)})")
-    dims = {}
-    for name in DIMS.get(op, VECTOR_DIMS):
-        text = str(row.get(name) or "").strip()
-        try:
-            number = float(text)
-        except ValueError:
-            raise ConfigError(f"{where}: {op} needs an integer '{name}' (got '{text}')") \
-                from None
-        if not math.isfinite(number) or number < 1 or number != int(number) \
-                or number > MAX_DIM:
-            raise ConfigError(f"{where}: '{name}' must be a whole number from 1 to {MAX_DIM:,} "
-                              f"(got {text})")
-        dims[name] = int(number)
+    given = {k: v.strip() if isinstance(v, str) else v for k, v in row.items()
+             if k in Row.model_fields}
+    r = check(Row, {k: v for k, v in given.items() if v not in ("", None)}, where,
+              text=True)
+    missing = [d for d in DIMS.get(r.op, VECTOR_DIMS) if getattr(r, d) is None]
+    if missing:
+        raise ConfigError(f"{where}: {r.op} needs a whole number '{missing[0]}'")
+    op, dtype = r.op, r.dtype
+    dims = {d: getattr(r, d) for d in DIMS.get(op, VECTOR_DIMS)}
     o = Op(op=op, dtype=dtype, **dims)
     if op in ATTENTION and (o.h % o.g or (op == "prefill_attention" and o.m > o.n)
                             or (op == "decode_attention" and o.m != 1)):
@@ -183,6 +194,10 @@ def read(path: Path) -> tuple[list[Op], list[dict[str, str]]]:
     if not {"op", "dtype"} <= set(rows[0]):
         raise ConfigError(f"{path}: needs the columns {', '.join(COLUMNS)} "
                           f"(has {', '.join(str(c) for c in rows[0])})")
+    other = [str(c) for c in rows[0] if c not in Row.model_fields]
+    if other:
+        raise ConfigError(f"{path}: column '{other[0]}' is not one of "
+                          f"{', '.join(Row.model_fields)}")
     return [parse(r, f"{path}:{i + 2}") for i, r in enumerate(rows)], rows
 
 

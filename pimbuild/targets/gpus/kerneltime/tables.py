@@ -15,12 +15,32 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
+
+from pydantic import StringConstraints
 
 from pimbuild.errors import ConfigError
+from pimbuild.schema import Range, Strict, check, number
 
 FORMAT = "pimbuild-kernel-table/1"
 META = ("device", "gpu", "driver", "torch", "cuda", "precision", "method")
+# A kernel's time in seconds: above zero (a kernel takes time) and at most an hour (a table
+# entry past that is a unit slip, not a measurement).
+SECONDS: Range = (">", 0, 3600)
+
+
+class Table(Strict):
+    """A kernel-time table's fields (the module's docstring)."""
+
+    format: Literal["pimbuild-kernel-table/1"]
+    device: Annotated[str, StringConstraints(min_length=1)]  # a catalogue device's name
+    gpu: str = ""
+    driver: str = ""
+    torch: str = ""
+    cuda: str = ""
+    precision: str = ""
+    method: str = ""
+    kernels: dict[str, number(SECONDS)]
 
 
 def key(kernel: dict[str, Any], precision: str) -> str:
@@ -42,6 +62,8 @@ def make(meta: dict[str, Any], kernels: list[dict[str, Any]], seconds: list[floa
 
 
 def write(table: dict[str, Any], path: Path) -> None:
+    """Write ``table``, checked first (``Table``): a bug cannot write an invalid one."""
+    check(Table, table, f"the kernel-time table for {path}")
     path = Path(path)
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(table, indent=1) + "\n")
@@ -49,7 +71,8 @@ def write(table: dict[str, Any], path: Path) -> None:
 
 
 def load(path: Path) -> dict[str, Any]:
-    """A table; a ConfigError naming the file if it is missing, truncated or not a table."""
+    """A table; a ConfigError naming the file if it is missing, truncated or not a valid
+    table (``Table``)."""
     try:
         table = json.loads(Path(path).read_text())
     except OSError as e:
@@ -60,12 +83,7 @@ def load(path: Path) -> dict[str, Any]:
     if not isinstance(table, dict) or table.get("format") != FORMAT:
         raise ConfigError(f"{path} is not a kernel-time table ({FORMAT}; "
                           f"`pimbuild-kernels export` writes them)")
-    kernels = table.get("kernels")
-    if not isinstance(kernels, dict) or not all(
-            isinstance(t, (int, float)) and t >= 0 for t in kernels.values()):
-        raise ConfigError(f"kernel-time table {path}: 'kernels' must map keys to seconds "
-                          f">= 0")
-    return table
+    return check(Table, table, f"kernel-time table {path}").model_dump()
 
 
 def merge(tables: list[dict[str, Any]], names: list[str]) -> tuple[dict[str, Any], int]:
