@@ -70,7 +70,8 @@ def app(cfg: DictConfig) -> None:
             return
         sys.exit(1)
     except KeyboardInterrupt:  # raised outside any import (see defer_interrupts_in_imports)
-        error("interrupted: artifacts published so far are kept, nothing half-written is")
+        error("interrupted: the artifacts published so far are kept; what was half-written "
+              "is removed")
         leave(130)
 
 
@@ -252,8 +253,11 @@ def with_user_devices(args: list[str]) -> list[str]:
     keys = {a.lstrip("+").partition("=")[0] for a in args}
     named = {n for a in args if a.startswith("devices=")
              for n in re.findall(r"[^\[\],\s]+", a.partition("=")[2])}
-    return [*args, *(f"+device@device.{n}={n}" for n in usage.user_devices(usage.config_dir(args))
-                     if n in named and f"device@device.{n}" not in keys)]
+    added = [f"+device@device.{n}={n}" for n in usage.user_devices(usage.config_dir(args))
+             if n in named and f"device@device.{n}" not in keys]
+    # beside the overrides, which Hydra reads as one run of words (not after an option)
+    at = next(i for i, a in enumerate(args) if a.startswith("devices=")) + 1 if added else 0
+    return [*args[:at], *added, *args[at:]]
 
 
 def first_contact(args: list[str]) -> None:

@@ -69,7 +69,9 @@ def check(model: type[BaseModel], data: Any, where: str, text: bool = False) -> 
     try:
         return model.model_validate(data, strict=not text)
     except ValidationError as e:
-        raise ConfigError(f"{where}: {describe(e.errors()[0], model)}") from None
+        errors = e.errors()  # a misspelt field is both unknown and missing: say the first
+        first = next((x for x in errors if x["type"] == "extra_forbidden"), errors[0])
+        raise ConfigError(f"{where}: {describe(first, model)}") from None
 
 
 def describe(err: dict[str, Any], model: type[BaseModel]) -> str:

@@ -43,7 +43,8 @@ def test_op_work_and_key() -> None:
 
 @pytest.mark.parametrize(("row", "message"), [
     ({"op": "conv", "dtype": "fp32", "b": "1"}, "'op' must be 'linear', 'bmm'"),
-    ({"op": "add", "dtype": "int8", "b": "1", "h": "2"}, "'dtype' must be 'fp32', 'fp16' or 'bf16' (got 'int8')"),
+    ({"op": "add", "dtype": "int8", "b": "1", "h": "2"},
+     "'dtype' must be 'fp32', 'fp16' or 'bf16' (got 'int8')"),
     ({"op": "linear", "dtype": "fp32", "b": "1", "m": "-3", "n": "1", "k": "1"},
      "'m' must be >= 1 (got '-3')"),
     ({"op": "linear", "dtype": "fp32", "b": "1", "m": "inf", "n": "1", "k": "1"},
@@ -431,3 +432,14 @@ def test_a_saved_fit_loads_back_with_the_same_predictions(tmp_path: Path) -> Non
     assert back.physics == fitted.physics and back.provenance["note"] == "test"
     found = [r["o"] for r in rows[:50]]
     assert np.allclose(back.predict(found, [GPU_A] * 50), fitted.predict(found, [GPU_A] * 50))
+
+
+def test_a_fit_with_a_number_out_of_range_is_one_error(tmp_path: Path) -> None:
+    data = json.loads(model.SHIPPED.read_text())
+    for field, value, match in (("floor_cycles", float("nan"), "finite"),
+                                ("floor_cycles", True, "must be a number"),
+                                ("eff_compute", {"tensor": -0.5}, "must be > 0")):
+        bad = tmp_path / "fit.json"
+        bad.write_text(json.dumps({**data, "physics": {**data["physics"], field: value}}))
+        with pytest.raises(ConfigError, match=match):
+            model.load(bad)

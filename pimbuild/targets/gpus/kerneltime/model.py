@@ -41,6 +41,7 @@ from typing import Any
 import numpy as np
 
 from pimbuild.errors import ConfigError
+from pimbuild.schema import Strict, check, number
 from pimbuild.targets.gpus.kerneltime import ops, sources
 
 SHIPPED = sources.DATA / "kernel_model.json"
@@ -258,6 +259,26 @@ def save(model: KernelModel, path: Path, extra: dict[str, Any] | None = None) ->
 
 
 _LOADED: dict[tuple[str, float], KernelModel] = {}
+Positive = number((">", 0))
+
+
+class PhysicsFile(Strict):
+    """``Physics``' fields in a fit's file: finite, positive numbers."""
+
+    eff_compute: dict[str, Positive] = {}
+    eff_memory: dict[str, Positive] = {}
+    floor_cycles: number((">=", 0)) = 4000.0
+    harness_us: dict[str, number((">=", 0))] = {}
+    tflops_per_w: dict[str, Positive] = {}
+
+
+class FitFile(Strict):
+    """A fit as ``save`` writes it."""
+
+    provenance: dict[str, Any] = {}
+    physics: PhysicsFile
+    learned: list[str] = list(FAMILIES)
+    booster: str | None = None
 
 
 def load(path: Path | None = None) -> KernelModel:
@@ -271,6 +292,11 @@ def load(path: Path | None = None) -> KernelModel:
         return _LOADED[(str(path), stamp)]
     try:
         data = json.loads(path.read_text())
+    except (ValueError, UnicodeDecodeError) as e:
+        raise ConfigError(f"kernel-time model {path} is not a fit pimbuild-kernels wrote "
+                          f"(not JSON: {e}); refit with `pimbuild-kernels fit`") from None
+    check(FitFile, data, f"kernel-time model {path}")
+    try:
         physics = Physics(**data["physics"])
         booster = None
         if data.get("booster"):
