@@ -92,9 +92,13 @@ def run_cli(args: list[str], cwd: Path, timeout: int = 600) -> subprocess.Comple
 
 def pytest_configure(config) -> None:
     """Hypothesis' examples per property (tests/test_inputs.py): a few in the quick test
-    (``-m "not slow"``), more in the full suite."""
+    (``-m "not slow"``), more in the full suite, both from a fixed seed so that a run answers
+    the same each time; ``PIMBUILD_FUZZ=explore`` draws many more, from a new seed each run
+    (a failure prints the example to add as a case)."""
     from hypothesis import settings
 
-    settings.register_profile("quick", max_examples=12)
-    settings.register_profile("full", max_examples=120)
-    settings.load_profile("quick" if "not slow" in (config.option.markexpr or "") else "full")
+    settings.register_profile("quick", max_examples=12, derandomize=True)
+    settings.register_profile("full", max_examples=120, derandomize=True)
+    settings.register_profile("explore", max_examples=2000)
+    quick = "not slow" in (config.option.markexpr or "")
+    settings.load_profile(os.environ.get("PIMBUILD_FUZZ") or ("quick" if quick else "full"))

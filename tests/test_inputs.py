@@ -1,11 +1,11 @@
 """Every input checked at the door, found by a fuzzer rather than a list: hypothesis makes bad
 and edge values for every field of every file format pimbuild reads (kernel-time tables,
-device files, ops CSVs, traces) and for every number of the config, and each is read the
+device files, ops CSVs, traces, fits) and for every key of the config, and each is read the
 way a build or a command reads it. The answer is a sound result, or one ``error:`` line (a
 ConfigError); never a traceback, never an invalid value let through.
 
-Hypothesis' profile is ``quick`` under ``-m "not slow"`` and ``full`` otherwise
-(``conftest.py``)."""
+Hypothesis' profile (``conftest.py``) is ``quick`` under ``-m "not slow"`` and ``full``
+otherwise, both from a fixed seed; ``PIMBUILD_FUZZ=explore`` searches further."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ from pimbuild.artifacts import Store
 from pimbuild.errors import ConfigError
 from pimbuild.targets.gpus import arrivals
 from pimbuild.targets.gpus.kerneltime import cli as kcli
-from pimbuild.targets.gpus.kerneltime import ops, tables
+from pimbuild.targets.gpus.kerneltime import model, ops, tables
 from pimbuild.tasks import plan
 from tests.conftest import REPO, make_cfg
 
@@ -161,6 +161,28 @@ def test_an_ops_csv_is_sound_or_one_error(tmp_path: Path, capsys, data) -> None:
     predict(tmp_path, capsys, ops_text=text)
 
 
+# -- fitted kernel-time models --------------------------------------------------------------
+FIT = json.loads(model.SHIPPED.read_text())
+
+
+@SETTINGS
+@given(data=st.data())
+def test_a_fit_file_is_sound_or_one_error(tmp_path: Path, data) -> None:
+    physics = mutate(FIT["physics"], data, list(FIT["physics"]))
+    fit = mutate({**FIT, "physics": physics}, data, ["provenance", "learned", "booster"]) \
+        if data.draw(st.booleans()) else {**FIT, "physics": physics}
+    path = tmp_path / f"fit{data.draw(st.integers(0, 10**9))}.json"
+    path.write_text(json.dumps(fit, allow_nan=True))
+    try:
+        fitted = model.load(path)
+    except ConfigError as e:
+        one_line(e)
+        return
+    o = ops.Op("linear", "bf16", 1, 64, 4096, 4096)
+    t = fitted.predict([o], [ops.gpu_of(DEVICE)])[0]
+    assert math.isfinite(t) and t > 0
+
+
 # -- request traces -------------------------------------------------------------------------
 @SETTINGS
 @given(data=st.data())
@@ -185,20 +207,32 @@ def test_a_trace_is_sound_or_one_error(tmp_path: Path, data) -> None:
         assert type(r.output_tokens) is int and r.output_tokens >= 1
 
 
-# -- the config's numbers and keys ----------------------------------------------------------
-NUMBERS = sorted(config.RANGES) + [f"device.l40s.{k}" for k in config.DEVICE_RANGES]
+# -- the config's keys ---------------------------------------------------------------------
+def leaves(node: object, prefix: str = "") -> list[str]:
+    """Every leaf key of a composed config (lists and mappings as one key each)."""
+    from omegaconf import DictConfig
+
+    if not isinstance(node, DictConfig) or not node.keys():
+        return [prefix]
+    return [leaf for k in node.keys() for leaf in leaves(node._get_node(k), f"{prefix}{k}.")
+            if k != "experiment"]
+
+
+GPU_GROUPS = ("device", "link", "tp_link", "gpus", "serve", "devices")
+KEYS = sorted({k.rstrip(".") for k in leaves(make_cfg(Path("unused"), []))
+               if not k.startswith("device.") or k.startswith("device.l40s.")})
+VALUES = ["inf", "-inf", "nan", "1e30", "-1", "0", "true", "abc", "'12'", "null", "[]", "1.5",
+          "[a100]", "{}", "''"]
 
 
 @SETTINGS
-@given(key=st.sampled_from(NUMBERS), value=st.sampled_from(
-    ["inf", "-inf", "nan", "1e30", "-1", "0", "true", "abc", "'12'", "null", "[]", "1.5"]))
-def test_every_number_of_the_config_is_checked_when_planned(tmp_path: Path, key: str,
-                                                             value: str) -> None:
-    system = "system=gpus" if key.split(".")[0] in ("device", "link", "tp_link", "gpus",
-                                                     "serve") else "system=pim"
+@given(key=st.sampled_from(KEYS), value=st.sampled_from(VALUES))
+def test_every_key_of_the_config_is_checked_when_planned(tmp_path: Path, key: str,
+                                                         value: str) -> None:
+    system = "system=gpus" if key.split(".")[0] in GPU_GROUPS else "system=pim"
     store = tmp_path / "artifacts"
     try:
-        cfg = make_cfg(store, [system, "model=relu", f"{key}={value}"])
+        cfg = make_cfg(store, [system, f"{key}={value}"])
         plan(cfg, Store(store), tmp_path / "failure")
     except ConfigError as e:
         one_line(e)

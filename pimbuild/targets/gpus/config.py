@@ -108,12 +108,17 @@ RANGES: dict[str, tuple[Any, ...]] = {
     "serve.splits": (">=", 1),
 }
 NONEMPTY: tuple[str, ...] = ()
-# The same ranges for every device of the catalogue (device.<name>.<field>).
-DEVICE_RANGES: dict[str, tuple[str, float]] = {
-    "fp32_tflops": (">", 0), "bf16_tflops": (">", 0), "mem_gbps": (">", 0),
-    "l2_mb": (">=", 0), "memory_gb": (">", 0), "launch_us": (">=", 0),
-    "price_per_hour": (">", 0), "sms": (">=", 1), "boost_mhz": (">", 0), "tdp_w": (">", 0),
+# The same ranges for every device of the catalogue (device.<name>.<field>), and of a device
+# file read outside a build (``DeviceFile``): from what no GPU is below (a GFLOP/s, a MB/s,
+# a MHz) to a thousand times today's largest; a value outside is a unit slip, and the
+# kernel-time model's terms would overflow.
+DEVICE_RANGES: dict[str, tuple[Any, ...]] = {
+    "fp32_tflops": (">=", 1e-3, 1e5), "bf16_tflops": (">=", 1e-3, 1e6),
+    "mem_gbps": (">=", 1e-3, 1e7), "l2_mb": (">=", 1e-3, 1e5), "memory_gb": (">=", 1e-3, 1e6),
+    "launch_us": (">=", 0, 1e6), "price_per_hour": (">=", 1e-6, 1e6), "sms": (">=", 1, 1e5),
+    "boost_mhz": (">=", 1, 1e6), "tdp_w": (">=", 1e-3, 1e6),
 }
+
 
 # A device file (``conf/device/*.yaml``, or a user's ``--config-dir``'s ``device/``) read
 # outside a build (``pimbuild-kernels predict``, ``pimbuild-serve``): the device schema's

@@ -262,14 +262,21 @@ _LOADED: dict[tuple[str, float], KernelModel] = {}
 Positive = number((">", 0))
 
 
-class PhysicsFile(Strict):
-    """``Physics``' fields in a fit's file: finite, positive numbers."""
+class Engines(Strict):
+    """A number for each engine."""
 
-    eff_compute: dict[str, Positive] = {}
+    tensor: Positive
+    cuda: Positive
+
+
+class PhysicsFile(Strict):
+    """``Physics``' fields in a fit's file: finite, positive numbers, one per engine."""
+
+    eff_compute: Engines
     eff_memory: dict[str, Positive] = {}
     floor_cycles: number((">=", 0)) = 4000.0
     harness_us: dict[str, number((">=", 0))] = {}
-    tflops_per_w: dict[str, Positive] = {}
+    tflops_per_w: Engines
 
 
 class FitFile(Strict):
