@@ -282,3 +282,25 @@ def test_builds_in_one_second_get_a_folder_each(tmp_path: Path) -> None:
     assert len(set(got)) == 8 and base in got
     assert sorted(Path(g).name for g in got)[1:] == [f"2026-12-05_12-00-00_{n}"
                                                      for n in range(2, 9)]
+
+
+# -- Hugging Face model configs, as pimbuild-serve reads them -------------------------------
+HF = {"hidden_size": 256, "num_attention_heads": 4, "num_key_value_heads": 2,
+      "num_hidden_layers": 2, "intermediate_size": 512, "vocab_size": 1000,
+      "torch_dtype": "bfloat16", "num_local_experts": 4, "num_experts_per_tok": 2}
+
+
+@SETTINGS
+@given(data=st.data())
+def test_a_model_config_is_sound_or_one_error(tmp_path: Path, data) -> None:
+    from pimbuild.targets.gpus.enginesim import shape
+
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(mutate(HF, data, list(HF)), allow_nan=True))
+    try:
+        m = shape.load(path)
+    except ConfigError as e:
+        one_line(e)
+        return
+    assert m.heads % m.kv_heads == 0 and m.weight_bytes > 0 and m.layers >= 1
+    assert not m.moe or 1 <= m.top_k <= m.experts

@@ -12,14 +12,16 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict
 
 from pimbuild.errors import ConfigError
+from pimbuild.schema import check, number
 
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
 # the precisions as the kernel data name them
 DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
-REQUIRED = ("hidden_size", "num_attention_heads", "num_hidden_layers", "intermediate_size",
-            "vocab_size")
 
 
 @dataclass(frozen=True)
@@ -89,18 +91,12 @@ def load(path: Path) -> LlmShape:
         raise ConfigError(f"cannot read model config {path}: {e}") from None
     if not isinstance(c, dict):
         raise ConfigError(f"{path} is not a Hugging Face config (a JSON object)")
-    missing = [k for k in REQUIRED if k not in c]
-    if missing:
-        raise ConfigError(f"{path} lacks {', '.join(missing)}")
-    for k in (*REQUIRED, "num_key_value_heads", "head_dim"):
-        v = c.get(k)
-        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
-            raise ConfigError(f"{path}: {k} must be a whole number >= 1 (got {v!r})")
+    check(HfConfig, {k: v for k, v in c.items() if v is not None}, str(path))
     heads = c["num_attention_heads"]
+    if heads % (c.get("num_key_value_heads") or heads):
+        raise ConfigError(f"{path}: num_attention_heads ({heads}) must be a multiple of "
+                          f"num_key_value_heads ({c['num_key_value_heads']})")
     dtype = c.get("torch_dtype") or c.get("dtype") or "bfloat16"
-    if dtype not in DTYPE_BYTES:
-        raise ConfigError(f"{path}: torch_dtype {dtype!r} is none of "
-                          f"{', '.join(DTYPE_BYTES)}")
     fields = {"ffn": c["intermediate_size"], **experts(c, path)}
     return LlmShape(name=str(c.get("_name_or_path") or path.stem), layers=c["num_hidden_layers"],
                     hidden=c["hidden_size"], heads=heads,
@@ -110,16 +106,36 @@ def load(path: Path) -> LlmShape:
                     tied=bool(c.get("tie_word_embeddings")), **fields)
 
 
+Size = number((">=", 1, 2**24), integer=True)  # a dimension or count of a model
+Count = number((">=", 0, 2**24), integer=True)
+
+
+class HfConfig(BaseModel):
+    """What the engine simulation reads of a Hugging Face ``config.json`` (its other fields,
+    and a field set to null, are left alone): exact whole numbers in range."""
+
+    model_config = ConfigDict(extra="allow", strict=True)
+    hidden_size: Size
+    num_attention_heads: Size
+    num_hidden_layers: Size
+    intermediate_size: Size
+    vocab_size: Size
+    num_key_value_heads: Size | None = None
+    head_dim: Size | None = None
+    torch_dtype: Literal[tuple(DTYPE_BYTES)] | None = None  # type: ignore[valid-type]
+    dtype: Literal[tuple(DTYPE_BYTES)] | None = None  # type: ignore[valid-type]
+    num_local_experts: Count | None = None
+    num_experts: Count | None = None
+    num_experts_per_tok: Count | None = None
+    moe_intermediate_size: Count | None = None
+    shared_expert_intermediate_size: Count | None = None
+
+
 def experts(c: dict, path: Path) -> dict:
     """A mixture-of-experts config's fields of ``LlmShape`` (none for a dense model)."""
     n = c.get("num_local_experts") or c.get("num_experts")
     if not n:
         return {}
-    for k in ("num_local_experts", "num_experts", "num_experts_per_tok",
-              "moe_intermediate_size", "shared_expert_intermediate_size"):
-        v = c.get(k)
-        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
-            raise ConfigError(f"{path}: {k} must be a whole number (got {v!r})")
     k = c.get("num_experts_per_tok")
     if not k or k > n:
         raise ConfigError(f"{path}: a mixture of {n} experts needs num_experts_per_tok from "
