@@ -66,9 +66,10 @@ def test_a_models_bytes_are_its_parameters(tmp_path: Path) -> None:
                        ({**TINY, "num_experts": 8, "num_experts_per_tok": 2,
                          "decoder_sparse_step": 2}, "alternate"),
                        ({**TINY, "num_experts": 8, "num_experts_per_tok": 2.5}, "whole number"),
-                       ({k: v for k, v in TINY.items() if k != "vocab_size"}, "lacks vocab"),
+                       ({k: v for k, v in TINY.items() if k != "vocab_size"},
+                        "'vocab_size' is missing"),
                        ({**TINY, "num_hidden_layers": True}, "whole number"),
-                       ({**TINY, "hidden_size": -4}, "whole number"),
+                       ({**TINY, "hidden_size": -4}, "must be >= 1"),
                        ({**TINY, "torch_dtype": "int3"}, "torch_dtype")):
         with pytest.raises(ConfigError, match=match):
             shape.load(config(tmp_path, bad, "bad.json"))
