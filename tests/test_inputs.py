@@ -304,3 +304,26 @@ def test_a_model_config_is_sound_or_one_error(tmp_path: Path, data) -> None:
         return
     assert m.heads % m.kv_heads == 0 and m.weight_bytes > 0 and m.layers >= 1
     assert not m.moe or 1 <= m.top_k <= m.experts
+
+
+@pytest.mark.slow
+def test_two_builds_started_together_keep_both_records(tmp_path: Path) -> None:
+    """Two builds of one model started at once, with the default run folder
+    (``outputs/runs/<model>/<time>``): each keeps its own ``build.json`` and
+    ``manifest.json``."""
+    import os
+    import subprocess
+    import sys
+
+    exe = Path(sys.executable).parent / "pimbuild"
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    procs = [subprocess.Popen([str(exe), "model=relu", "stages=[lower]"], cwd=tmp_path, env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+             for _ in range(2)]
+    assert [p.wait(timeout=600) for p in procs] == [0, 0]
+    runs = sorted((tmp_path / "outputs" / "runs" / "relu").iterdir())
+    assert len(runs) == 2, runs  # started in one second or not, two folders
+    for run in runs:
+        assert json.loads((run / "build.json").read_text())["executed"] + \
+            json.loads((run / "build.json").read_text())["cached"] == ["lower"]
+        assert "lower" in json.loads((run / "manifest.json").read_text())["stages"]
