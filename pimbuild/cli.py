@@ -246,6 +246,20 @@ def unknown_override(args: list[str]) -> str | None:
     return None
 
 
+def shadowed_option(args: list[str]) -> str | None:
+    """The error line for a file of the ``--config-dir`` named like an option pimbuild ships
+    (``device/l40s.yaml``), which Hydra would silently pass over for the shipped one, or
+    None."""
+    mine = usage.config_dir(args)
+    for group in usage.GROUPS if mine is not None else ():
+        for path in sorted((mine / group).glob("*.yaml")):
+            if path.stem in usage.choices(group):
+                return (f"{path} has the name of the {group} option pimbuild ships, which "
+                        f"would be used instead: give yours another name (e.g. "
+                        f"{path.stem}_mine.yaml)")
+    return None
+
+
 def with_user_devices(args: list[str]) -> list[str]:
     """``args`` with the device files of the ``--config-dir`` that ``devices=`` names added to
     the catalogue (``+device@device.<name>=<name>``, unless the command line adds it itself).
@@ -271,7 +285,7 @@ def first_contact(args: list[str]) -> None:
         print(usage.versions(), end="")
         sys.exit(0)
     refused = renamed_override(args) or experiment_overridden(args) or schema_chosen(args) \
-        or unknown_override(args)
+        or unknown_override(args) or shadowed_option(args)
     if refused is not None:
         error(escape(refused))
         sys.exit(1)

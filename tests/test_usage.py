@@ -224,3 +224,14 @@ def test_the_config_reference_lists_every_option_help_lists() -> None:
         missing = set(usage.choices(group)) - rows[group]
         assert not missing, f"docs/config.md's {group} row misses {sorted(missing)}"
     assert set(usage.choices("device")) <= rows["device"]
+
+
+def test_a_users_file_named_like_a_shipped_option_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "device").mkdir()
+    (tmp_path / "device" / "mine.yaml").write_text("name: Mine\n")
+    assert cli.shadowed_option(["--config-dir", str(tmp_path)]) is None
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "relu.yaml").write_text("name: relu\n")
+    line = cli.shadowed_option(["--config-dir", str(tmp_path), "model=relu"])
+    assert line is not None and "relu.yaml has the name of the model option" in line
+    assert "relu_mine.yaml" in line
