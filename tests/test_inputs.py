@@ -48,6 +48,15 @@ def one_line(e: Exception) -> None:
     assert text and "\n" not in text and "Traceback" not in text, text
 
 
+def answered(read, path: Path):
+    """``read(path)``, or None where it refused the file in one line (a ConfigError)."""
+    try:
+        return read(path)
+    except ConfigError as e:
+        one_line(e)
+        return None
+
+
 def mutate(record: dict, data: st.DataObject, fields: list[str]) -> dict:
     """``record`` with one field given a bad value, dropped, or one unknown field added."""
     out = dict(record)
@@ -76,10 +85,8 @@ def test_a_kernel_time_table_is_sound_or_one_error(tmp_path: Path, data) -> None
         table = {**TABLE, "kernels": {"k": data.draw(BAD)}}
     path = tmp_path / "t.json"
     path.write_text(json.dumps(table, allow_nan=True))
-    try:
-        got = tables.load(path)
-    except ConfigError as e:
-        one_line(e)
+    got = answered(tables.load, path)
+    if got is None:
         return
     assert got["format"] == tables.FORMAT and isinstance(got["device"], str) and got["device"]
     for t in got["kernels"].values():
@@ -173,10 +180,8 @@ def test_a_fit_file_is_sound_or_one_error(tmp_path: Path, data) -> None:
         if data.draw(st.booleans()) else {**FIT, "physics": physics}
     path = tmp_path / f"fit{data.draw(st.integers(0, 10**9))}.json"
     path.write_text(json.dumps(fit, allow_nan=True))
-    try:
-        fitted = model.load(path)
-    except ConfigError as e:
-        one_line(e)
+    fitted = answered(model.load, path)
+    if fitted is None:
         return
     o = ops.Op("linear", "bf16", 1, 64, 4096, 4096)
     t = fitted.predict([o], [ops.gpu_of(DEVICE)])[0]
@@ -196,10 +201,8 @@ def test_a_trace_is_sound_or_one_error(tmp_path: Path, data) -> None:
         path = tmp_path / "t.csv"
         path.write_text(",".join(row) + "\n" + ",".join(
             str(v).replace(",", ";").replace("\n", " ") for v in row.values()) + "\n")
-    try:
-        got = arrivals.trace(path)
-    except ConfigError as e:
-        one_line(e)
+    got = answered(arrivals.trace, path)
+    if got is None:
         return
     for r in got:
         assert math.isfinite(r.arrival_s) and r.arrival_s >= 0
@@ -297,10 +300,8 @@ def test_a_model_config_is_sound_or_one_error(tmp_path: Path, data) -> None:
 
     path = tmp_path / "config.json"
     path.write_text(json.dumps(mutate(HF, data, list(HF)), allow_nan=True))
-    try:
-        m = shape.load(path)
-    except ConfigError as e:
-        one_line(e)
+    m = answered(shape.load, path)
+    if m is None:
         return
     assert m.heads % m.kv_heads == 0 and m.weight_bytes > 0 and m.layers >= 1
     assert not m.moe or 1 <= m.top_k <= m.experts
