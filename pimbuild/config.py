@@ -28,10 +28,11 @@ from omegaconf import MISSING
 from pimbuild import lower
 from pimbuild.errors import ConfigError
 from pimbuild.lower import LoweringConfig, ModelConfig
+from pimbuild.schema import check
 from pimbuild.targets.gpus import config as gpus_config
 from pimbuild.targets.gpus.config import (
-    DEVICE_RANGES,
     DeviceConfig,
+    DeviceFile,
     GpusConfig,
     LinkConfig,
     ServeConfig,
@@ -129,10 +130,10 @@ def validate(cfg: Any) -> None:
         if OmegaConf.is_list(value) and len(value) == 0:
             raise ConfigError(f"{path} is empty: name at least one")
 
-    devices = OmegaConf.select(cfg, "device", throw_on_missing=False) or {}
-    ranges = {**RANGES, **{f"device.{d}.{k}": r for d in devices
-                           for k, r in DEVICE_RANGES.items()}}
-    for path, (op, bound, *upper) in ranges.items():
+    # every device of the catalogue by the device file's schema (pimbuild-kernels' too)
+    for name, device in (OmegaConf.select(cfg, "device", throw_on_missing=False) or {}).items():
+        check(DeviceFile, OmegaConf.to_container(device), f"device.{name}")
+    for path, (op, bound, *upper) in RANGES.items():
         value = OmegaConf.select(cfg, path, throw_on_missing=False)
         values = list(value) if OmegaConf.is_list(value) else [value]
         for v in values:

@@ -138,6 +138,9 @@ def test_a_non_finite_number_is_refused_as_non_finite(tmp_path: Path, override: 
     from pimbuild.config import validate
 
     key, _, value = override.partition("=")
-    with pytest.raises(ConfigError, match=rf"^{re.escape(key)} must be a finite number "
-                                          rf"\(got {re.escape(value)}\): give a value [>=]+ "):
+    group, _, field = key.rpartition(".")
+    expected = rf"^{re.escape(key)} must be a finite number \(got {re.escape(value)}\): give " \
+        rf"a value [>=]+ " if not group.startswith("device.") else \
+        rf"^{re.escape(group)}: '{field}' must be a finite number \(got {value}\)"  # its schema
+    with pytest.raises(ConfigError, match=expected):
         validate(make_cfg(tmp_path, ["system=gpus", override]))

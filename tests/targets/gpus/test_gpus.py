@@ -149,7 +149,7 @@ def test_every_device_file_is_catalogued_and_the_cuda_backend_tells_them_apart(t
 
 
 def test_device_numbers_are_validated(run_build) -> None:
-    with pytest.raises(ConfigError, match=r"device.l40s.mem_gbps must be >= 0.001 \(got -1"):
+    with pytest.raises(ConfigError, match=r"device.l40s: .mem_gbps. must be >= 0.001 \(got -1"):
         run_build([*GPUS, "model=relu", "device.l40s.mem_gbps=-1"])
 
 
