@@ -22,7 +22,7 @@ from omegaconf import MISSING, DictConfig
 from pimbuild import check, recipes
 from pimbuild.errors import ConfigError
 from pimbuild.registry import Registry
-from pimbuild.stage import Inputs, plain
+from pimbuild.stage import Inputs, ModelParams, plain
 
 
 @dataclass
@@ -88,18 +88,6 @@ FUSIONS = Registry("fusion mode", "lowering.fusion", builtins={
     "controlled": "pimbuild.transforms:controlled_fusion",  # never arithmetic into reductions
     "full": "pimbuild.transforms:full_fusion",  # MLIR's elementwise fusion as is
 })
-
-
-@dataclass(frozen=True)
-class ModelParams:
-    """The ``model`` config group: which recipe, at which sizes, dtype and seed. Every stage
-    that rebuilds the model's arguments (profile, reinsert) receives it."""
-
-    name: str
-    recipe: str
-    size: dict[str, int]
-    dtype: str
-    seed: int
 
 
 @dataclass(frozen=True)

@@ -33,6 +33,19 @@ if TYPE_CHECKING:
 
 
 @dataclass(frozen=True)
+class ModelParams:
+    """The ``model`` config group: which recipe, at which sizes, dtype and seed. Every stage
+    that rebuilds the model's arguments (profile, reinsert) receives it, and the frontend
+    builds the model from it (``pimbuild.lower.model_params`` makes it)."""
+
+    name: str
+    recipe: str
+    size: dict[str, int]
+    dtype: str
+    seed: int
+
+
+@dataclass(frozen=True)
 class Inputs:
     """What ``run`` gets besides its params: the artifact folders it reads, by stage, and
     where it may keep a run cache or save a failing input."""

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from pimbuild import complexes, frontend
-from pimbuild.lower import ModelParams
+from pimbuild.stage import ModelParams
 from tests import odd_recipes
 
 

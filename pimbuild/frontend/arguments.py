@@ -17,7 +17,7 @@ from pimbuild.frontend.recipe import _cast, _real_view, build_recipe
 from pimbuild.frontend.run import _attribute, eager
 
 if TYPE_CHECKING:
-    from pimbuild.lower import ModelParams
+    from pimbuild.stage import ModelParams
 
 
 def materialize(p: ModelParams, sig: dict[str, Any]) -> tuple[list[np.ndarray], list[np.ndarray]]:

@@ -17,7 +17,7 @@ from pimbuild.frontend.recipe import FUNC_NAME, dtype_name
 from pimbuild.frontend.run import _lookup
 
 if TYPE_CHECKING:
-    from pimbuild.lower import ModelParams
+    from pimbuild.stage import ModelParams
 
 
 def export(p: ModelParams, recipe: recipes.Recipe) -> ExportedProgram:

@@ -11,7 +11,7 @@ from pimbuild.frontend.exported import _where
 from pimbuild.frontend.recipe import FUNC_NAME
 
 if TYPE_CHECKING:
-    from pimbuild.lower import ModelParams
+    from pimbuild.stage import ModelParams
 
 
 def import_program(prog: ExportedProgram, weights: str):

@@ -17,7 +17,7 @@ from pimbuild import recipes
 from pimbuild.errors import ConfigError, RecipeError, first_line
 
 if TYPE_CHECKING:
-    from pimbuild.lower import ModelParams
+    from pimbuild.stage import ModelParams
 
 
 FUNC_NAME = "forward"

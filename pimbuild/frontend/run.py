@@ -15,7 +15,7 @@ from pimbuild.errors import RecipeError, first_line
 from pimbuild.frontend.recipe import _real_view, dtype_name
 
 if TYPE_CHECKING:
-    from pimbuild.lower import ModelParams
+    from pimbuild.stage import ModelParams
 
 
 def eager(p: ModelParams, recipe: recipes.Recipe, layout: list[str | None] | None = None

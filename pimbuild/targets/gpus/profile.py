@@ -37,8 +37,8 @@ from omegaconf import DictConfig
 
 from pimbuild import schema
 from pimbuild.errors import ConfigError
-from pimbuild.lower import ModelParams, model_params
-from pimbuild.stage import Inputs
+from pimbuild.lower import model_params
+from pimbuild.stage import Inputs, ModelParams
 from pimbuild.targets.gpus import cuda, ddg, roofline
 from pimbuild.targets.gpus.kerneltime import grid, model, ops, sources, tables
 from pimbuild.targets.gpus.target import GpuTarget

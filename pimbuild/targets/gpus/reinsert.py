@@ -27,9 +27,9 @@ from omegaconf import DictConfig
 
 from pimbuild.check import judge, referee_note
 from pimbuild.errors import StageError
-from pimbuild.lower import ModelParams, model_params
+from pimbuild.lower import model_params
 from pimbuild.runtime import compiler
-from pimbuild.stage import Inputs
+from pimbuild.stage import Inputs, ModelParams
 from pimbuild.targets.gpus import ddg, fusion, workers
 
 NAME = "reinsert"

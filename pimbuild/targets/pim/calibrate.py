@@ -44,7 +44,7 @@ from omegaconf import DictConfig
 from pimbuild import lower
 from pimbuild.errors import StageError
 from pimbuild.runtime import LIBRARY, Markers
-from pimbuild.stage import Inputs
+from pimbuild.stage import Inputs, ModelParams
 from pimbuild.targets.pim import instrument, profile
 from pimbuild.targets.pim.profile import host_cpu
 
@@ -83,7 +83,7 @@ def params(cfg: DictConfig) -> Params:
 def _kernel(p: Params) -> lower.Params:
     cols = 16384
     rows = max(1, p.buffer_mib * (1 << 20) // (4 * cols))
-    model = lower.ModelParams(name="calibrate", recipe=RECIPE,
+    model = ModelParams(name="calibrate", recipe=RECIPE,
                               size={"rows": rows, "cols": cols}, dtype="float32", seed=0)
     return lower.Params(model=model, fusion="controlled", fastmath=True, weights="args",
                         source_digest="")
@@ -100,7 +100,7 @@ def search_register_block(candidates: tuple[int, ...], buffer_mib: int, work: Pa
 
     size = {"hidden": SEARCH_HIDDEN,
             "ffn": max(1, buffer_mib * (1 << 20) // (2 * 4 * SEARCH_HIDDEN))}
-    model = lower.ModelParams(name="register_block_search", recipe=SEARCH_RECIPE,
+    model = ModelParams(name="register_block_search", recipe=SEARCH_RECIPE,
                               size=size, dtype="float32", seed=0)
     lower.lower(lower.Params(model=model, fusion="controlled", fastmath=True, weights="args",
                              source_digest=""), work, work / "failure")

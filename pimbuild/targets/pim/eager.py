@@ -24,9 +24,9 @@ import numpy as np
 from omegaconf import DictConfig
 
 from pimbuild.errors import ConfigError
-from pimbuild.lower import ModelParams, model_params
+from pimbuild.lower import model_params
 from pimbuild.runtime import LIBRARY, Markers
-from pimbuild.stage import Inputs
+from pimbuild.stage import Inputs, ModelParams
 from pimbuild.targets.pim.profile import (
     MAX_REPETITIONS,
     Program,

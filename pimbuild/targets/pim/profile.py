@@ -32,9 +32,9 @@ import numpy as np
 from omegaconf import DictConfig
 
 from pimbuild.errors import ConfigError
-from pimbuild.lower import ModelParams, model_params
+from pimbuild.lower import model_params
 from pimbuild.runtime import LIBRARY, MALLOPT, Markers
-from pimbuild.stage import Inputs, plain
+from pimbuild.stage import Inputs, ModelParams, plain
 from pimbuild.targets.pim.counters import BACKENDS, CounterRun
 from pimbuild.targets.pim.hostfacts import b_cpu
 from pimbuild.targets.pim.instrument import ENTER, EXIT, FORWARD_REGION

@@ -27,9 +27,9 @@ from pimbuild import targets
 from pimbuild.artifacts import run_cache
 from pimbuild.check import judge, referee_note
 from pimbuild.errors import StageError
-from pimbuild.lower import ModelParams, model_params
+from pimbuild.lower import model_params
 from pimbuild.runtime import LIBRARY, Markers
-from pimbuild.stage import Inputs
+from pimbuild.stage import Inputs, ModelParams
 from pimbuild.targets.pim import instrument
 from pimbuild.targets.pim.hostfacts import resolved_block
 from pimbuild.targets.pim.offload import Boundary
