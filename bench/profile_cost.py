@@ -32,7 +32,7 @@ from pimbuild.cli import CONFIG_MODULE
 from pimbuild.config import register_configs
 from pimbuild.console import console
 from pimbuild.errors import PimbuildError
-from pimbuild.targets.pim import decide, policies, profile
+from pimbuild.targets.pim import decide, policies, profile, program
 from pimbuild.targets.pim.counters import footprint
 from pimbuild.targets.pim.hostfacts import b_cpu
 
@@ -91,7 +91,7 @@ def footprint_decisions(model: str) -> dict:
 def rewrite_counters(profile_dir: Path, extract_dir: Path, instrument_dir: Path,
                      p: profile.Params, b_cpu_gbps: float) -> None:
     """counters.csv from footprint's counts and the timing already in ``profile_dir``."""
-    candidates = profile.nest_candidates(extract_dir, instrument_dir)
+    candidates = program.nest_candidates(extract_dir, instrument_dir)
     rows = footprint.rows(candidates, p)
     timing = [{"id": int(r["id"]), "t_cpu_s": float(r["t_cpu_s"])}
               for r in csv.DictReader((profile_dir / "timing.csv").open())]

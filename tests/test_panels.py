@@ -131,13 +131,13 @@ def test_profile_reads_the_panels_columns(tmp_path: Path) -> None:
     """codegen.json's panel_columns reach the footprint backend as column_block."""
     import json
 
-    from pimbuild.targets.pim import profile
+    from pimbuild.targets.pim import program
 
     (tmp_path / "codegen.json").write_text(json.dumps(
         {"rows": {"1": 64}, "panel_columns": {"1": 16}}))
     (tmp_path / "candidates.json").write_text(json.dumps(
         {"candidates": [{"id": 0}, {"id": 1}]}))
-    nests = profile.nest_candidates(tmp_path, tmp_path)
+    nests = program.nest_candidates(tmp_path, tmp_path)
     assert nests == [{"id": 0, "row_block": 1},
                      {"id": 1, "row_block": 64, "column_block": 16}]
 

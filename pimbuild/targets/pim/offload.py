@@ -23,7 +23,25 @@ from pimbuild.targets import Target
 
 if TYPE_CHECKING:
     from pimbuild.targets.pim.nests import Nest
-    from pimbuild.targets.pim.policies import PolicyParams
+
+
+@dataclass(frozen=True)
+class PolicyParams:
+    """The ``policy`` config group (here, below the policies and the targets that both read
+    it)."""
+
+    name: str
+    theta_ratio: float  # theta = theta_ratio * B_cpu ...
+    theta_gbps: float | None  # ... unless an absolute theta is set
+    sigma: float
+    i_min: float
+    c1: str = "model"  # paper | model: C1's fixed costs (policies.torchpim)
+    c4: str = "read_later"  # paper | read_later: C4's condition (policies.torchpim)
+    i_compute: float | None = None  # C5's instructions per element; None: no C5 (the paper)
+
+    def theta(self, b_cpu_gbps: float) -> float:
+        """theta, the read-bandwidth threshold of C3 (the one place it is derived)."""
+        return self.theta_gbps if self.theta_gbps is not None else self.theta_ratio * b_cpu_gbps
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from omegaconf import DictConfig
 
     from pimbuild.targets.pim.nests import Nest
-    from pimbuild.targets.pim.policies import PolicyParams
+    from pimbuild.targets.pim.offload import PolicyParams
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from pimbuild.runtime import LIBRARY, Markers, compiler
 from pimbuild.targets.pim.counters.footprint import footprint_counts
 from pimbuild.targets.pim.eager import eager_comparison
 from pimbuild.targets.pim.instrument import ENTER, EXIT, FORWARD_REGION
-from pimbuild.targets.pim.profile import nest_candidates
+from pimbuild.targets.pim.program import nest_candidates
 from tests.conftest import artifact_dir, candidates, make_cfg
 
 

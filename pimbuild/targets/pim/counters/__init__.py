@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     import numpy as np
 
     from pimbuild.runtime import Markers
-    from pimbuild.targets.pim.profile import Params, Program
+    from pimbuild.targets.pim.program import Params, Program
 
 BACKENDS = Registry("counter backend", "profile.backend", package="pimbuild.targets.pim.counters")
 

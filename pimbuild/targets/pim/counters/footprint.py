@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING
 from pimbuild.targets.pim.counters import CounterRun
 
 if TYPE_CHECKING:
-    from pimbuild.targets.pim.profile import Params
+    from pimbuild.targets.pim.program import Params
 
 N_RD, WRITE_MISSES = "offcore_data_rd", "ll_write_misses"
 
@@ -95,7 +95,7 @@ def rereads(c: dict, read: dict[str, int], capacity: int, line: int) -> int:
     """Lines a nest reads again inside itself: the buffers its outermost parallel loop does
     not address (extract's ``outer_invariant_reads``) are read once per iteration of that
     loop, or per ``row_block`` iterations where code generation jammed that many rows
-    (``profile.nest_candidates``), and come from memory again each time when one pass's data
+    (``program.nest_candidates``), and come from memory again each time when one pass's data
     does not fit in the cache (a GEMM of several rows whose weight is larger than the cache).
     Where all the rows run in one block and the columns in blocks of ``column_block`` (packed
     panels), ``_column_rereads``.

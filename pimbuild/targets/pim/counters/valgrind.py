@@ -47,7 +47,7 @@ from pimbuild.targets.pim.counters import CounterRun
 from pimbuild.targets.pim.instrument import ENTER, EXIT
 
 if TYPE_CHECKING:
-    from pimbuild.targets.pim.profile import Params, Program
+    from pimbuild.targets.pim.program import Params, Program
 
 TARGET_CPU = "x86-64-v3"
 TARGET_FEATURES = "#llvm.target_features<[\"-avx512f\", \"-fma\"]>"
