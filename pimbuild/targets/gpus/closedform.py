@@ -22,12 +22,12 @@ rates.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from math import lcm
 from typing import Any
 
 from pimbuild.targets.gpus.cost import Link, turns_cycle_time
-from pimbuild.targets.gpus.ddg import HOME
+from pimbuild.targets.gpus.devicesets import two_sets
 
 # a kernel whose source module's name holds one of these is attention's (AF's split)
 ATTENTION = ("attn", "attention")
@@ -43,33 +43,6 @@ class Workload:
 def mixed(w: Workload, prefill_s: float, decode_s: float) -> float:
     """Output tokens/s of one placement serving both phases, pipelined."""
     return w.batch * w.output_len / (w.batch * prefill_s + w.output_len * decode_s)
-
-
-def two_sets(n: int) -> list[tuple[list[int], list[int]]]:
-    """Every split of devices ``0..n-1`` into two non-empty sets (first, rest), in order of
-    the first's bit mask: on two devices ([0], [1]), then ([1], [0])."""
-    return [([d for d in range(n) if mask >> d & 1], [d for d in range(n) if not mask >> d & 1])
-            for mask in range(1, 2 ** n - 1)]
-
-
-def twins(a: Any, b: Any) -> bool:
-    """Whether devices ``a`` and ``b`` are equal but for their label (a100#2, a100#3)."""
-    return replace(a, key="") == replace(b, key="")
-
-
-def first_of_kind(devices: list[Any], sets: list[list[int]], home: int | None = HOME
-                  ) -> bool:
-    """Whether ``sets`` (of device indices) is the first, in index order, of the ways to
-    pick sets of the same kinds of device: twins serve alike, so one of them is simulated.
-    ``home`` (where requests enter and results leave; None for systems of one device each)
-    has no twin."""
-    taken: set[int] = set()
-    for on in sets:  # each set takes the lowest free twins of its kinds
-        if any(e < d and e not in taken and e not in on and d != home and e != home
-               and twins(devices[e], devices[d]) for d in on for e in range(len(devices))):
-            return False
-        taken |= set(on)
-    return True
 
 
 def pd_rates(w: Workload, prefill_s: list[float], decode_s: list[float], kv_bytes: int,

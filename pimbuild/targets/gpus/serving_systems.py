@@ -11,8 +11,9 @@ from math import lcm
 from typing import Any
 
 from pimbuild.targets.gpus import planners
-from pimbuild.targets.gpus.closedform import af_ways, first_of_kind, two_sets
+from pimbuild.targets.gpus.closedform import af_ways
 from pimbuild.targets.gpus.cost import Link
+from pimbuild.targets.gpus.devicesets import first_of_kind, two_sets
 from pimbuild.targets.gpus.serving import (
     Phase,
     Plan,
@@ -101,7 +102,7 @@ def pd_systems(pre: tuple, dec: tuple, devices: list[Any], kept: set[str],
     """PD disaggregation on the splits of the devices in two (``order``: indices into
     ``two_sets``, best first; the first ``limit`` of them): each prefill device and each
     decode device an instance of its own (``in_turn``). On two devices "PD (prefill on X)";
-    on more the decode set is named too; of twin splits (``closedform.first_of_kind``) only the
+    on more the decode set is named too; of twin splits (``devicesets.first_of_kind``) only the
     first."""
     (pc, pp, pd_), (dc, dp, dd) = pre, dec
     n, price = len(devices), sum(d.price_per_hour for d in devices)
@@ -141,7 +142,7 @@ def af_systems(pre: tuple, dec: tuple, devices: list[Any], kept: set[str],
 def _picked(devices: list[Any], sets: list, order: list[int] | None, limit: int | None
             ) -> list[int]:
     """The indices ``i`` in ``order`` (default: all, in turn) whose ``sets[i]`` is no
-    twin's (``closedform.first_of_kind``), at most ``limit``."""
+    twin's (``devicesets.first_of_kind``), at most ``limit``."""
     chosen = [i for i in (range(len(sets)) if order is None else order)
               if first_of_kind(devices, list(sets[i]))]
     return chosen if limit is None else chosen[:limit]

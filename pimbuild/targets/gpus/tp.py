@@ -27,9 +27,10 @@ from dataclasses import dataclass, replace
 from math import ceil, log2
 from typing import Any, NamedTuple
 
-from pimbuild.targets.gpus.closedform import af_split, first_of_kind, twins, two_sets
+from pimbuild.targets.gpus.closedform import af_split
 from pimbuild.targets.gpus.cost import Link
 from pimbuild.targets.gpus.ddg import HOME
+from pimbuild.targets.gpus.devicesets import first_of_kind, twins, two_sets
 
 
 @dataclass(frozen=True)
@@ -57,8 +58,8 @@ class Group:
 
 def groups(devices: list[Any]) -> list[Group]:
     """Every split of ``devices`` into a TP group of two or more twins and the rest (one
-    device or more), in ``closedform.two_sets``' order; of splits that differ only by which
-    twins they take, the first (``closedform.first_of_kind``)."""
+    device or more), in ``devicesets.two_sets``' order; of splits that differ only by which
+    twins they take, the first (``devicesets.first_of_kind``)."""
     return [Group(tuple(a), tuple(r)) for a, r in two_sets(len(devices))
             if len(a) >= 2 and all(twins(devices[a[0]], devices[d]) for d in a)
             and first_of_kind(devices, [a, r])]

@@ -16,6 +16,7 @@ from pimbuild.runtime import compiler
 from pimbuild.targets.gpus import cost, ddg, roofline
 from pimbuild.targets.gpus.cost import Link
 from pimbuild.targets.gpus.ddg import Graph, Kernel
+from pimbuild.targets.gpus.devicesets import two_sets
 from pimbuild.targets.gpus.planners import PlanContext, place
 from pimbuild.targets.gpus.target import GpuTarget
 from tests.conftest import REPO, artifact_dir, make_cfg
@@ -350,7 +351,7 @@ def test_serving_formulas_by_hand() -> None:
     # slow c prefilling alone at 0.5/s) last of the single-prefill splits; no AF
     pd_order, af_order = closedform.ranked(w, phase, replace(phase, alone=[0.5, 0.5, 0.5]),
                                          link)
-    sets = closedform.two_sets(3)
+    sets = two_sets(3)
     assert sets[pd_order[0]] == ([0], [1, 2]) and af_order == []
     assert sorted(pd_order) == list(range(6))
     assert pd_order.index(sets.index(([2], [0, 1]))) > pd_order.index(sets.index(([1], [0, 2])))

@@ -321,22 +321,22 @@ def test_a_request_keeps_its_turn_from_prefill_to_decode() -> None:
 def test_twin_devices_are_simulated_once() -> None:
     """Twins (equal but for their label) serve alike, except home, the first device, where
     requests enter and results leave: it has no twin, but alone a device is its own home."""
-    from pimbuild.targets.gpus import closedform
-    from pimbuild.targets.gpus.closedform import two_sets
+    from pimbuild.targets.gpus import devicesets
+    from pimbuild.targets.gpus.devicesets import two_sets
     from pimbuild.targets.gpus.target import Device
 
     def device(key: str, price: float) -> Device:
         return Device(key, key.split("#")[0], 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, price)
 
     def kept(devices: list[Device]) -> list:
-        return [s for s in two_sets(3) if closedform.first_of_kind(devices, list(s))]
+        return [s for s in two_sets(3) if devicesets.first_of_kind(devices, list(s))]
 
     l40s, a1, a2 = device("l40s", 1.0), device("a100#1", 2.0), device("a100#2", 2.0)
     assert kept([l40s, a1, a2]) == [([0], [1, 2]), ([1], [0, 2]), ([0, 1], [2]),
                                     ([1, 2], [0])]
-    assert [d for d in range(3) if closedform.first_of_kind([l40s, a1, a2], [[d]])] == [0, 1]
+    assert [d for d in range(3) if devicesets.first_of_kind([l40s, a1, a2], [[d]])] == [0, 1]
     assert len(kept([a1, a2, l40s])) == 6  # a100#1 is home
-    assert [d for d in range(3) if closedform.first_of_kind([a1, a2, l40s], [[d]], home=None)
+    assert [d for d in range(3) if devicesets.first_of_kind([a1, a2, l40s], [[d]], home=None)
             ] == [0, 2]
     assert len(kept([l40s, a1, device("a100#2", 2.5)])) == 6  # priced apart: not twins
     # the simulation's splits in a given order (best first), twins dropped, at most a limit
