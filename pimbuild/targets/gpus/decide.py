@@ -9,6 +9,7 @@ time.
 from __future__ import annotations
 
 import json
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,7 +18,7 @@ from omegaconf import DictConfig
 
 from pimbuild.errors import ConfigError, StageError
 from pimbuild.stage import Inputs
-from pimbuild.targets.gpus import cost, pipeline, planners, profile
+from pimbuild.targets.gpus import pipeline, planners, profile
 from pimbuild.targets.gpus.planners import PLANNERS, PlanContext
 
 NAME = "decide"
@@ -74,15 +75,12 @@ def context(inputs: Inputs, p: Params, one: Any = None) -> Any:
 
 
 def objective(planner: str, ctx: Any):
-    """What ``planner`` minimises, as a function of a placement of ``ctx``'s graph
-    (None for a planner other than the built-in two)."""
-    if planner == "throughput":
-        return lambda place: cost.cycle_time(ctx.graph, place, ctx.times, ctx.link, ctx.n_dev,
-                                             ctx.comm_on_device)
-    if planner == "latency":
-        return lambda place: cost.critical_path(ctx.graph, place, ctx.times, ctx.link,
-                                                ctx.n_dev)
-    return None
+    """What ``planner`` minimises, as a function of a placement of ``ctx``'s graph: its
+    module's ``objective(ctx)``, found the way its ``place`` is (a built-in's, a module of the
+    package's, or ``package.module:place``'s module); None where the module has none."""
+    place = PLANNERS.get(planner)
+    make = getattr(sys.modules.get(getattr(place, "__module__", ""), None), "objective", None)
+    return make(ctx) if make is not None else None
 
 
 def period_start(p: Params, one: Any, ctx: Any) -> tuple[tuple[int, ...], dict[str, Any]]:

@@ -24,11 +24,19 @@ across devices and so loses the big-M rows, a bound on each device's load: rando
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from pimbuild.milp import US, Model
 from pimbuild.targets.gpus.cost import critical_path
 from pimbuild.targets.gpus.ddg import HOME
 from pimbuild.targets.gpus.planners import Plan, PlanContext, memory_rows, solved, start_values
 from pimbuild.targets.gpus.planners.throughput import assignment, placement
+
+
+def objective(ctx: PlanContext) -> Callable[[list[int]], float]:
+    """What this planner minimises, the critical path of a placement of ``ctx``'s graph (the
+    build compares start placements with it, ``decide.objective``)."""
+    return lambda place: critical_path(ctx.graph, place, ctx.times, ctx.link, ctx.n_dev)
 
 
 def place(ctx: PlanContext) -> Plan:

@@ -24,6 +24,8 @@ stream), or from eight and then this MILP from their best (two).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from pimbuild.milp import US, Model
 from pimbuild.targets.gpus.cost import cycle_time
 from pimbuild.targets.gpus.ddg import HOME
@@ -50,6 +52,13 @@ def placement(x: list[list[int]], values, start: tuple[int, ...] | None = None) 
     if values is None:
         return list(start)
     return [max(range(len(row)), key=lambda d: values[row[d]]) for row in x]
+
+
+def objective(ctx: PlanContext) -> Callable[[list[int]], float]:
+    """What this planner minimises, the cycle time of a placement of ``ctx``'s graph (the
+    build compares start placements with it, ``decide.objective``)."""
+    return lambda place: cycle_time(ctx.graph, place, ctx.times, ctx.link, ctx.n_dev,
+                                        ctx.comm_on_device)
 
 
 def place(ctx: PlanContext) -> Plan:
