@@ -25,7 +25,8 @@ OPS = "op,dtype,b,m,n,k,h,g\nlinear,bf16,1,64,4096,4096,,\n"
 
 def cases(d: Path) -> list[tuple[str, list[str], dict[str, str]]]:
     """(what, command, files to write first) for every case."""
-    device = (Path(__file__).parent.parent / "conf" / "device" / "l40s.yaml").read_text()
+    conf = Path(__file__).parent.parent / "pimbuild" / "conf"
+    device = (conf / "device" / "l40s.yaml").read_text()
 
     def table(**kw: object) -> str:
         return json.dumps({**TABLE, **kw}, allow_nan=True)
@@ -66,7 +67,7 @@ def cases(d: Path) -> list[tuple[str, list[str], dict[str, str]]]:
                        ("predict: an ops CSV with an extra field",
                         OPS.replace("h,g\n", "h,g,note\n").replace(",,\n", ",,x\n"))):
         out.append((what, *predict(device, text)))
-    model = (Path(__file__).parent.parent / "conf" / "model" / "relu.yaml").read_text()
+    model = (conf / "model" / "relu.yaml").read_text()
     out += [
         ("a malformed device YAML under devices=",
          ["pimbuild", "--config-dir", ".", "system=gpus", "model=mlp", "devices=[a100,bad]"],

@@ -6,7 +6,8 @@
     python3 bench/cuda_profile.py --store outputs/bench/cuda_store --out DIR
 
 On the GPU it (1) times spec-sheet probes (a bf16 GEMM, a copy, an fp32 elementwise add, a
-launch) against the roofline's assumed efficiencies (``conf/gpus/default.yaml``), and (2) for
+launch) against the roofline's assumed efficiencies
+(``pimbuild/conf/gpus/default.yaml``), and (2) for
 each model builds ``profile`` with ``profile.backend=cuda`` and compares every kernel's measured
 time on the GPU's device with its roofline time: the measured/roofline ratio per kernel
 (median and quartiles, by engine) and for the whole layer, and the layer's eager forward (no

@@ -25,7 +25,7 @@ from common import quiet_build, write_json  # noqa: E402
 
 DEVICES = ["a100", "l40s", "h100", "h200", "rtxpro6000", "b200", "l4"]
 PRICE = {"a100": 3.67, "l40s": 1.86, "h100": 6.98, "h200": 8.0, "rtxpro6000": 3.03,
-         "b200": 10.0, "l4": 0.71}  # conf/device/*.yaml, the dearer GPU is "first"
+         "b200": 10.0, "l4": 0.71}  # pimbuild/conf/device/*.yaml, the dearer GPU is "first"
 MODELS = {"llama3_8b": "decode", "llama3_8b_prefill": "prefill"}
 BACKENDS = ("roofline", "fitted", "auto")
 PAPER = "all 67% / 36% (count / time), decode 57%, prefill 45% (A100 vs L40S, measured)"

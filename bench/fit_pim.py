@@ -7,7 +7,8 @@ What is fitted and to what: ``pimbuild/paper/fit.py``. Fit half and held-out hal
 speedups themselves, predicted with this host's T_cpu (host-dependent: our host is not the
 paper's Ice Lake). Host-side data (nests, T_cpu, counters, B_cpu) come from one build per model
 up to ``decide`` and are kept in ``outputs/bench/fit_pim/data.json`` (``--reuse`` fits again
-from it without building). ``--write-config`` writes ``conf/pim/fitted_paper.yaml`` with the
+from it without building). ``--write-config`` writes
+``pimbuild/conf/pim/fitted_paper.yaml`` with the
 fit's provenance.
 """
 
@@ -39,7 +40,7 @@ from pimbuild.targets.pim.nests import Nest
 from pimbuild.targets.pim.profile import host_cpu
 
 OUT = Path("outputs/bench/fit_pim")
-CONFIG = Path("conf/pim/fitted_paper.yaml")
+CONFIG = Path("pimbuild/conf/pim/fitted_paper.yaml")
 
 
 def build_case(model: str, store: Path, run_dir: Path) -> tuple[Case, Any]:

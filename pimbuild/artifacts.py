@@ -37,7 +37,7 @@ def code_version() -> str:
     """``<version>+<digest>``: the release and a digest of pimbuild's own code (the package,
     its task graph and recipes, the marker runtime), so an artifact is never reused across
     code edits. Each file enters under its package-qualified name
-    (``pimbuild.tasks/graph.py``; the config tree, ``conf/`` in the source tree, as
+    (``pimbuild.tasks/graph.py``; the config tree, ``pimbuild/conf/`` in the source tree, as
     ``pimbuild.conf``), so the same code gives the same digest installed in place (editable)
     or copied into site-packages."""
     packages = ("pimbuild", "pimbuild.tasks", "pimbuild.recipes", "pimbuild.conf")

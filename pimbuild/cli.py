@@ -31,7 +31,7 @@ from pimbuild.errors import PimbuildError
 from pimbuild.paper import experiments
 from pimbuild.sweep import FAILED
 
-CONFIG_MODULE = "pimbuild.conf"  # the config tree ships with the package (conf/ in the repo)
+CONFIG_MODULE = "pimbuild.conf"  # the config tree, a package (pimbuild/conf/ in the repo)
 register_configs()
 
 
@@ -180,7 +180,7 @@ def composition_error_line(e: Exception) -> str:
     return str(e).partition("\n")[0]
 
 
-RELOCATED = {"tp_link": "link"}  # conf/config.yaml's `- link@tp_link: nvlink3`
+RELOCATED = {"tp_link": "link"}  # pimbuild/conf/config.yaml's `- link@tp_link: nvlink3`
 
 
 # Overrides renamed: old key -> (new key, what it is); the old one gets one line saying the new.

@@ -1,5 +1,6 @@
 """The composed config: the root schema and the schema registry Hydra composes
-``conf/`` against, the ranges every number is checked against, and ``validate``. Each group's
+``pimbuild/conf/`` against, the ranges every number is checked against, and ``validate``.
+Each group's
 schema and ranges live with the code that reads it (``pimbuild.lower``: ``model``,
 ``lowering``; ``pimbuild.targets.pim.config``: ``platform``, ``profile``, ``pim``,
 ``policy``, ``sim``; ``pimbuild.targets.gpus.config``: ``device``, ``link``, ``gpus``,
@@ -8,7 +9,8 @@ schema and ranges live with the code that reads it (``pimbuild.lower``: ``model`
 
 The schemas hold types, and the few defaults a user's own file may leave out (a model's
 ``size``, ``dtype`` and ``seed``, ``system.params``); every other default lives in the YAML
-under ``conf/`` (one home for each value). Each YAML file under ``conf/<group>/`` starts from
+under ``pimbuild/conf/`` (one home for each value). Each YAML file under
+``pimbuild/conf/<group>/`` starts from
 the schema ``<group>_schema``, so that a badly typed override (``pim.cores=abc``) fails while
 Hydra composes the config. Options that name a pluggable part (``lowering.fusion``,
 ``profile.backend``, ``policy.name``, ``gpus.planner``, ``sim.copy_model``, ``system.name``)
@@ -51,13 +53,13 @@ from pimbuild.targets.pim.config import (
 class SystemConfig:
     name: str = MISSING  # the target (pimbuild.targets.TARGETS)
     # A target's own parameters, for a target without a config group of its own (a user's
-    # target: its conf/system/<name>.yaml holds them); the shipped targets have groups.
+    # target: its pimbuild/conf/system/<name>.yaml holds them); the shipped targets have groups.
     params: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
 class ExperimentConfig:
-    """``+experiment=<name>`` (``conf/experiment/``; pimbuild.paper.experiments)."""
+    """``+experiment=<name>`` (``pimbuild/conf/experiment/``; pimbuild.paper.experiments)."""
 
     name: str = MISSING  # the module of pimbuild.paper.experiments that tabulates it
     points: dict[str, list[str]] = MISSING  # point name -> the overrides of its build

@@ -16,7 +16,7 @@ from pimbuild.config import Config
 from pimbuild.errors import PimbuildError
 from pimbuild.tasks.graph import stage_names
 
-CONF = Path(pimbuild.conf.__file__).parent  # the package's config tree (conf/ in the repo)
+CONF = Path(pimbuild.conf.__file__).parent  # the package's config tree (pimbuild/conf/ in the repo)
 
 # Every config group: how it is chosen on the command line, and what it sets. A group with
 # no line here fails tests/test_usage.py.

@@ -11,7 +11,8 @@ from hydra.errors import ConfigCompositionException, MissingConfigException
 from pimbuild.errors import ConfigError
 from tests.conftest import make_cfg
 
-MODELS = sorted(p.stem for p in (Path(__file__).parent.parent / "conf" / "model").glob("*.yaml"))
+MODELS = sorted(p.stem for p in
+                (Path(__file__).parent.parent / "pimbuild" / "conf" / "model").glob("*.yaml"))
 
 
 def test_defaults_compose(tmp_path: Path) -> None:

@@ -120,7 +120,7 @@ def test_tables_without_the_table_backend_are_refused(tmp_path: Path) -> None:
 
 
 # -- device files and ops CSVs, as pimbuild-kernels predict reads them ----------------------
-DEVICE = yaml.safe_load((REPO / "conf" / "device" / "l40s.yaml").read_text())
+DEVICE = yaml.safe_load((REPO / "pimbuild" / "conf" / "device" / "l40s.yaml").read_text())
 DEVICE.pop("defaults")
 OPS = "op,dtype,b,m,n,k,h,g\nlinear,bf16,1,64,4096,4096,,\nrelu,bf16,64,,,,4096,\n"
 

@@ -18,7 +18,8 @@ from pimbuild.targets.pim import reinsert
 from tests import odd_recipes
 from tests.conftest import make_cfg
 
-# Nests per recipe at the default sizes (conf/model/*.yaml). Under fusion=none the paper gives:
+# Nests per recipe at the default sizes (pimbuild/conf/model/*.yaml). Under fusion=none the
+# paper gives:
 # softmax 8, relu 1, ew_add 1, mlp (batch 1, no bias) 7, single-head attention 14.
 GOLDEN_NESTS = {
     #  recipe:          (none, controlled)

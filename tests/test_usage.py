@@ -50,7 +50,7 @@ def listed(text: str) -> dict[str, list[str]]:
 
 
 def test_every_group_and_top_level_key_has_a_line() -> None:
-    """A group added under conf/ or a key added to the root schema must be introduced."""
+    """A group added under pimbuild/conf/ or a key added to the root schema must be introduced."""
     dirs = {p.parent.name for p in usage.CONF.glob("*/*.yaml")}
     assert set(usage.GROUPS) == dirs
     assert list(usage.KEYS) == usage.top_level_keys()

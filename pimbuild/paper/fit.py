@@ -1,5 +1,5 @@
 """The PIM model's fit to the paper's published numbers (issue 13 item 1; ``bench/fit_pim.py``
-runs it and writes ``conf/pim/fitted_paper.yaml``).
+runs it and writes ``pimbuild/conf/pim/fitted_paper.yaml``).
 
 The free parameters are the ones no spec sheet gives (``pimbuild/targets/pim/target.py``): lines in
 flight per core (``mlp``), the stack's aggregate bandwidth (``stack_bw_gbps``), the share of

@@ -1,6 +1,7 @@
 """The paper's evaluation set (Torch-PIM Table 3): tensor operators and layers of operators.
 
-Sizes are keyword arguments with defaults; ``conf/model/<name>.yaml`` sets them. Each builder
+Sizes are keyword arguments with defaults; ``pimbuild/conf/model/<name>.yaml`` sets them.
+Each builder
 is called under a fixed ``torch.manual_seed`` by the lower stage, so inputs are reproducible.
 """
 

@@ -1,7 +1,7 @@
 """Shipped experiments: ``pimbuild +experiment=<name>`` builds every point of one of the paper's
 tables or figures and writes one combined table and plot beside the paper's values.
 
-An experiment is a config (``conf/experiment/<name>.yaml``: ``experiment.name`` and
+An experiment is a config (``pimbuild/conf/experiment/<name>.yaml``: ``experiment.name`` and
 ``experiment.points``, each point a list of overrides) plus a module of this package named like
 it, with ``rows(results, cfg) -> list[dict]`` (one row per line of the combined table, the
 paper's value beside ours; ``results[point]`` holds the point's ``report`` and its ``stages``

@@ -1,7 +1,7 @@
 """The paper's Table 4: loop nests the rule offloads per operator as the problem size N varies
 (at the configured ``pim.cores``), beside the paper's counts (``pimbuild.paper.TABLE4``) and the
 ground truth of our own model (nests that gain when offloaded alone). Points are named
-``<operator>_<N>`` (``conf/experiment/table4.yaml``)."""
+``<operator>_<N>`` (``pimbuild/conf/experiment/table4.yaml``)."""
 
 from __future__ import annotations
 

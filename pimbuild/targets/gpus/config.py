@@ -14,7 +14,8 @@ from pimbuild.schema import model_of
 
 @dataclass
 class DeviceConfig:
-    """One GPU of the heterogeneous-GPU target (``conf/device/*.yaml``, spec-sheet numbers)."""
+    """One GPU of the heterogeneous-GPU target (``pimbuild/conf/device/*.yaml``, spec-sheet
+    numbers)."""
 
     name: str = MISSING
     fp32_tflops: float = MISSING  # CUDA cores
@@ -120,7 +121,7 @@ DEVICE_RANGES: dict[str, tuple[Any, ...]] = {
 }
 
 
-# A device file (``conf/device/*.yaml``, or a user's ``--config-dir``'s ``device/``) read
+# A device file (``pimbuild/conf/device/*.yaml``, or a user's ``--config-dir``'s ``device/``) read
 # outside a build (``pimbuild-kernels predict``, ``pimbuild-serve``): the device schema's
 # fields with the same ranges, checked by ``pimbuild.schema.check``.
 DeviceFile = model_of(DeviceConfig, DEVICE_RANGES, "DeviceFile")

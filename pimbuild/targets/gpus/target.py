@@ -2,7 +2,7 @@
 docs/design.md §10). Its pipeline is lower -> extract (kernels and their data dependency
 graph) -> profile (kernel time per device) -> decide (a planner) -> reinsert (the partitioned
 program run as one process per device, checked against eager) -> simulate; its parameters
-are ``devices`` (names in the ``device`` catalogue, ``conf/device/*.yaml``), the ``link``
+are ``devices`` (names in the ``device`` catalogue, ``pimbuild/conf/device/*.yaml``), the ``link``
 group and the ``gpus`` group.
 """
 

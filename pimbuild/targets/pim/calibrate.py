@@ -28,7 +28,7 @@ and 2 4-10% behind it. 1 (off) is not a default candidate: it also turns off the
 tiles of matrix products, which the MLP of one token does not use, so on an AMD EPYC VM
 (family 26) it won the search by 2.3% and left Meta's attention at 128 tokens at 5.2-5.5x
 eager's time (0.91-0.97x at 4); products of many rows run alike at 2 to 32 (1.00-1.04x). The
-default candidates are 4 and 8 (``conf/lowering/default.yaml`` says why): on each host
+default candidates are 4 and 8 (``pimbuild/conf/lowering/default.yaml`` says why): on each host
 measured, the decode layers ran as fast at one of them as at any factor, and slower at the
 others in some runs (up to 12% at 2, which this search chose in 2 of 6 calibrations on the
 Intel VM; 16% to 2.2x at 32)."""

@@ -55,7 +55,7 @@ ESTIMATORS = {
     "p25": lambda t: float(np.percentile(t, 25)),
     "median": lambda t: float(np.median(t)),
 }
-# Roles of platform events (conf/platform/*.yaml `events`) that the decision rule reads.
+# Roles of platform events (pimbuild/conf/platform/*.yaml `events`) that the decision rule reads.
 N_RD, C_STORE = "offcore_data_rd", "store_bound"
 BACKEND_TERMS = ("backend_stalls", "backend_1port", "backend_2port")
 LL_WRITE_MISSES = "ll_write_misses"  # valgrind: last-level data write misses (DLmw)

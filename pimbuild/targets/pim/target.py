@@ -16,7 +16,7 @@ never below C1's bound and grows with work. ``pim=fitted_paper`` fits ``MLP``, `
 ``overlap``, ``lanes`` and the sync cost to the paper's published numbers
 (``bench/fit_pim.py``). Host<->PIM copies move at the host memory
 system's bandwidth ``B_mem``; each transition costs ``T_sw``. Parameters and their sources:
-``conf/pim/default.yaml``.
+``pimbuild/conf/pim/default.yaml``.
 """
 
 from __future__ import annotations

@@ -132,12 +132,13 @@ def test_unknown_device_lists_the_catalogue(tmp_path) -> None:
 
 def test_every_device_file_is_catalogued_and_the_cuda_backend_tells_them_apart(tmp_path
                                                                               ) -> None:
-    """A device is one YAML file plus its catalogue line in conf/config.yaml: every file under
-    conf/device composes into a target, and a GPU's name picks exactly the device it is (an
+    """A device is one YAML file plus its catalogue line in pimbuild/conf/config.yaml: every
+    file under
+    pimbuild/conf/device composes into a target, and a GPU's name picks exactly the device it is (an
     H200 is not an H100, a 40 GB A100 not the 80 GB one, an RTX 3090 no catalogued device)."""
     from pimbuild.targets.gpus import cuda
 
-    names = sorted(p.stem for p in (REPO / "conf" / "device").glob("*.yaml"))
+    names = sorted(p.stem for p in (REPO / "pimbuild" / "conf" / "device").glob("*.yaml"))
     devices = {d.key: d for d in _target(tmp_path, f"devices=[{','.join(names)}]").devices}
     assert sorted(devices) == names
     for gpu, keys in (("NVIDIA H200", ["h200"]), ("NVIDIA H100 80GB HBM3", ["h100"]),
@@ -798,7 +799,7 @@ def test_a_model_with_a_prefill_phase_is_served_with_pd(run_build) -> None:
     p, d = ("a100", "l40s") if pd["prefill_on"] == "a100" else ("l40s", "a100")
     t_pre = _alone_s(artifact_dir(result, "prefill.profile"), p, 2)
     t_dec = _alone_s(artifact_dir(result, "profile"), d, 2)
-    link = Link(200, 5.0)  # conf/link/rdma200.yaml
+    link = Link(200, 5.0)  # pimbuild/conf/link/rdma200.yaml
     rate = min(1 / t_pre, 2 / (129 * t_dec), 1 / link.seconds(pd["kv_bytes_per_request"]))
     assert pd["tokens_per_s"] == pytest.approx(129 * rate, rel=1e-9)
     # k and v of 2 layers, 8 prompt positions, 2 kv heads of 16, at bf16

@@ -12,7 +12,7 @@ from pimbuild.errors import ConfigError
 from pimbuild.targets.gpus.kerneltime import cli, grid, ops, sources
 from tests.targets.gpus.test_kernel_model import write_repo
 
-DEVICES = Path(__file__).parents[3] / "conf" / "device"
+DEVICES = Path(__file__).parents[3] / "pimbuild" / "conf" / "device"
 LLAMA = {"hidden_size": 256, "num_attention_heads": 4, "num_key_value_heads": 2,
          "intermediate_size": 512, "vocab_size": 1000}
 

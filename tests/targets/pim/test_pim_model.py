@@ -16,7 +16,7 @@ from pimbuild.targets.pim.policies import PolicyContext, PolicyParams
 from pimbuild.targets.pim.policies.torchpim import c1_bound_s, rule_params
 from tests.conftest import make_cfg
 
-MODEL = targets.from_config(make_cfg(Path("unused-store"), []))  # conf/pim/default.yaml
+MODEL = targets.from_config(make_cfg(Path("unused-store"), []))  # pimbuild/conf/pim/default.yaml
 FITTED = targets.from_config(make_cfg(Path("unused-store"), ["pim=fitted_paper"]))
 POLICY = PolicyParams(name="torchpim", theta_ratio=0.12, theta_gbps=2.0, sigma=0.4, i_min=1.0)
 

@@ -184,7 +184,7 @@ def parser() -> argparse.ArgumentParser:
                     "(default: vLLM's CUDA-graph sizes, then powers of two)")
     ap.add_argument("--link", default="rdma200",
                     help="what joins two devices (PD's KV caches, the hidden states of "
-                         "PP, --placed and --af): a conf/link/*.yaml name")
+                         "PP, --placed and --af): a pimbuild/conf/link/*.yaml name")
     ap.add_argument("--offline", action="store_true",
                     help="every request arrives at once (the most the GPUs sustain)")
     ap.add_argument("--config-dir", type=Path)
@@ -443,7 +443,7 @@ def trace(args: argparse.Namespace) -> list[arrivals.Request]:
 
 
 def link(name: str) -> Link:
-    """A link of the catalogue (``conf/link/<name>.yaml``)."""
+    """A link of the catalogue (``pimbuild/conf/link/<name>.yaml``)."""
     from omegaconf import OmegaConf
 
     folder = Path(str(importlib.resources.files("pimbuild.conf").joinpath("link")))

@@ -18,7 +18,7 @@ from pimbuild.targets.gpus.kerneltime import grid, model, ops, sources
 
 def catalogue_gpu(name: str, config_dir: Path | None
                   ) -> tuple[ops.Gpu, dict[str, Any], str | None]:
-    """A device of the catalogue (``conf/device/<name>.yaml``, or the user's
+    """A device of the catalogue (``pimbuild/conf/device/<name>.yaml``, or the user's
     ``--config-dir``'s ``device/<name>.yaml``) or a measured GPU (``devices.csv``): its
     specs, its whole device file (empty for a measured GPU) and its name in the shipped
     measured data (None: not measured)."""

@@ -48,7 +48,7 @@ SHIPPED = sources.DATA / "kernel_model.json"
 FAMILIES = ("gemm", "attention", "elementwise", "reduction")
 HARNESS = {"neusight": "eager dispatch between the events", "vidur": "kernel time",
            "ours": "kernel time", "aiconfigurator": "kernel time", "": "kernel time"}
-# The spec roofline's assumptions (conf/gpus/default.yaml): the baseline the fit replaces.
+# The spec roofline's assumptions (pimbuild/conf/gpus/default.yaml): the baseline the fit replaces.
 ROOFLINE = {"tensor": 0.7, "cuda": 0.5, "memory": 0.8, "launch_us": 2.0}
 GBM_PARAMS = {"objective": "huber", "alpha": 0.3, "learning_rate": 0.05, "num_leaves": 31,
               "min_data_in_leaf": 40, "feature_fraction": 0.8, "bagging_fraction": 0.8,

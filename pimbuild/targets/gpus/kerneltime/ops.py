@@ -220,7 +220,8 @@ class Gpu:
 
 
 def gpu_of(spec: Any) -> Gpu:
-    """A Gpu from a catalogue device (``conf/device/*.yaml``) or a row of ``devices.csv``."""
+    """A Gpu from a catalogue device (``pimbuild/conf/device/*.yaml``) or a row of
+    ``devices.csv``."""
     get = spec.get if isinstance(spec, dict) else lambda k, d=None: getattr(spec, k, d)
     def given(k: str) -> bool:  # a positive number (not None, "", 0, nor "???": unset)
         try:

@@ -1,7 +1,8 @@
 """Kernel-time tables: measured kernel times that travel between machines (docs/gpus.md).
 
 A table is one JSON file for one device: the catalogue device it measures (``device``, the
-name in ``conf/device``), the GPU, driver and torch version it ran on, how it was measured, and
+name in ``pimbuild/conf/device``), the GPU, driver and torch version it ran on, how it was
+measured, and
 ``kernels``: key -> seconds. A key is what determines a kernel's time on a given GPU: its
 class, the linalg op, its iteration count, its FLOPs, the sizes of what it reads and writes
 (IR bytes, sorted) and the served precision (``key``); two models' kernels of the same shape
