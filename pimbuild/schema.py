@@ -46,12 +46,9 @@ def number(r: Range | None = None, integer: bool = False) -> Any:
     return Annotated[int if integer else float, Field(**constraint(r) if r else {})]
 
 
-def model_of(schema: type, ranges: dict[str, Range], name: str,
-             extra: dict[str, Any] | None = None, base: type[BaseModel] = Strict
-             ) -> type[BaseModel]:
+def model_of(schema: type, ranges: dict[str, Range], name: str) -> type[BaseModel]:
     """The pydantic model of a config dataclass ``schema``: its fields, required where the
-    dataclass says ``MISSING``, numbers in ``ranges`` (field -> range), and ``extra`` fields
-    (name -> (type, default))."""
+    dataclass says ``MISSING``, numbers in ``ranges`` (field -> range)."""
     hints = typing.get_type_hints(schema)
     fields: dict[str, Any] = {}
     for f in dataclasses.fields(schema):
@@ -59,7 +56,7 @@ def model_of(schema: type, ranges: dict[str, Range], name: str,
         if kind in (int, float):
             kind = number(ranges.get(f.name), integer=kind is int)
         fields[f.name] = (kind, ... if f.default is MISSING else f.default)
-    return create_model(name, __base__=base, **fields, **(extra or {}))
+    return create_model(name, __base__=Strict, **fields)
 
 
 def check(model: type[BaseModel], data: Any, where: str, text: bool = False) -> Any:
@@ -75,13 +72,15 @@ def check(model: type[BaseModel], data: Any, where: str, text: bool = False) -> 
 
 
 def describe(err: dict[str, Any], model: type[BaseModel]) -> str:
-    """One pydantic error as a phrase: ``sms must be >= 1 (got 0)``."""
+    """One pydantic error as a phrase: ``'sms' must be >= 1 (got 0)``."""
     loc = ".".join(str(p) for p in err["loc"] if not str(p).startswith("function-"))
     what, got, ctx = err["type"], err.get("input"), err.get("ctx", {})
     field = repr(loc) if loc else "the file"
     if what == "missing":
         return f"{field} is missing"
     if what == "extra_forbidden":
+        if len(err["loc"]) > 1:  # inside a nested record: no list of the top's fields
+            return f"{field} is not a field of this format"
         near = difflib.get_close_matches(str(err["loc"][-1]), _names(model), n=1)
         hint = f"; did you mean '{near[0]}'?" if near else \
             f" (its fields: {', '.join(_names(model))})"
