@@ -20,7 +20,10 @@ a value no file sets is one error line naming its key (``validate``).
 
 from __future__ import annotations
 
+import dataclasses
+import difflib
 import types
+import typing
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -156,10 +159,6 @@ def unknown_key(path: str) -> str | None:
     """None if the schema has ``path`` (``pim.cores``, ``device.l40s.sms``, a key below a
     free-form mapping such as ``model.size.n``); else the error line, with the nearest key
     the schema has (``modle`` -> ``model``)."""
-    import dataclasses
-    import difflib
-    import typing
-
     node: Any = Config
     parts = path.split(".")
     for i, part in enumerate(parts):

@@ -71,6 +71,15 @@ def check(model: type[BaseModel], data: Any, where: str, text: bool = False) -> 
         raise ConfigError(f"{where}: {describe(first, model)}") from None
 
 
+def check_columns(columns: Any, model: type[BaseModel], where: str) -> None:
+    """A ConfigError for the first column of a CSV's header that is not a field of
+    ``model``."""
+    other = [str(c) for c in columns if c not in model.model_fields]
+    if other:
+        raise ConfigError(f"{where}: column '{other[0]}' is not one of "
+                          f"{', '.join(model.model_fields)}")
+
+
 def describe(err: dict[str, Any], model: type[BaseModel]) -> str:
     """One pydantic error as a phrase: ``'sms' must be >= 1 (got 0)``."""
     loc = ".".join(str(p) for p in err["loc"] if not str(p).startswith("function-"))

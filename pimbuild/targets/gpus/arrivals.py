@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pimbuild.errors import ConfigError
-from pimbuild.schema import Strict, check, number
+from pimbuild.schema import Strict, check, check_columns, number
 
 ARRIVALS = ("poisson", "offline", "trace")
 
@@ -108,10 +108,7 @@ def _csv(path: Path, text: str) -> list[tuple[int, tuple]]:
     if not rows or not set(need) <= set(rows[0]):
         raise ConfigError(f"the arrival trace {path} needs a header with the columns "
                           f"{', '.join(need)}")
-    other = [str(c) for c in rows[0] if c not in need]
-    if other:
-        raise ConfigError(f"the arrival trace {path}: column '{other[0]}' is not one of "
-                          f"{', '.join(need)}")
+    check_columns(rows[0], Row, f"the arrival trace {path}")
     return [(line, (r["arrival_s"], r["input_tokens"], r["output_tokens"]))
             for line, r in enumerate(rows, start=2)]
 

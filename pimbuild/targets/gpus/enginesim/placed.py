@@ -221,18 +221,14 @@ class Placed:
         """Seconds of each of the layer's kernels on each GPU at ``t`` tokens, attention
         over ``chunks`` and ``n`` decodes at ``kv`` positions."""
         counts = self.routing.counts(t) if self.routing else ()
-        cols = []
-        for st in self.steps:
-            col: list[float] = []
-            st.prefetched(t, self._column, st, col, t, chunks, n, kv, counts)
-            cols.append(col)
+        cols = [st.prefetched(t, self._column, st, t, chunks, n, kv, counts)
+                for st in self.steps]
         return [list(row) for row in zip(*cols, strict=True)]
 
-    def _column(self, st: Steps, col: list[float], t: int, chunks: tuple[tuple[int, int], ...],
-                n: int, kv: int, counts: tuple[int, ...]) -> float:
-        """Fill ``col`` with the layer's kernel times on ``st``'s GPU (``times``)."""
-        col.clear()
-        ks = st.layer.kernels(st.dtype, t)
+    def _column(self, st: Steps, t: int, chunks: tuple[tuple[int, int], ...], n: int, kv: int,
+                counts: tuple[int, ...]) -> list[float]:
+        """The layer's kernel times on ``st``'s GPU (``times``)."""
+        col, ks = [], st.layer.kernels(st.dtype, t)
         for name, *_ in self.kernels:
             if name == "attention":
                 col.append(st.attention(chunks, n, kv))
@@ -246,7 +242,7 @@ class Placed:
                 col.append(st.op_seconds(ops.Op("add", st.dtype, t, h=self.m.hidden)))
             else:
                 col.append(st.op_seconds(ks[NORMS.get(name, name)]))
-        return sum(col)
+        return col
 
     def graph(self, t: int) -> Graph:
         g = self.graphs.get(t)

@@ -14,10 +14,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict
-
 from pimbuild.errors import ConfigError
-from pimbuild.schema import check, number
+from pimbuild.schema import Strict, check, number
 
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
 # the precisions as the kernel data name them
@@ -110,11 +108,11 @@ Size = number((">=", 1, 2**24), integer=True)  # a dimension or count of a model
 Count = number((">=", 0, 2**24), integer=True)
 
 
-class HfConfig(BaseModel):
+class HfConfig(Strict):
     """What the engine simulation reads of a Hugging Face ``config.json`` (its other fields,
     and a field set to null, are left alone): exact whole numbers in range."""
 
-    model_config = ConfigDict(extra="allow", strict=True)
+    model_config = {**Strict.model_config, "extra": "allow"}  # the format is not ours
     hidden_size: Size
     num_attention_heads: Size
     num_hidden_layers: Size

@@ -17,7 +17,7 @@ head over the sequences in the step. Sampling and the host's scheduling are not 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from pimbuild.targets.gpus.enginesim.routing import Routing
 from pimbuild.targets.gpus.enginesim.shape import LlmShape
@@ -26,6 +26,7 @@ from pimbuild.targets.gpus.kerneltime import ops
 KV_QUANTUM = 16  # decode lengths are timed at this granularity (a KV block's positions)
 WARM = 64  # token counts whose token-parallel kernels are timed together (``prefetched``)
 MLP = ("gate_up_proj", "act_fn", "down_proj")  # a dense layer's MLP kernels
+T = TypeVar("T")
 
 
 class Steps:
@@ -109,7 +110,7 @@ class Steps:
                 + self.op_seconds(ops.Op("linear", e, 1, len(chunks) + n, m.hidden, m.vocab))
         return t
 
-    def prefetched(self, tokens: int, f: Callable[..., float], *args: Any) -> float:
+    def prefetched(self, tokens: int, f: Callable[..., T], *args: Any) -> T:
         """``f(*args)``, a step of ``tokens`` tokens: the ops it times gathered first by a dry
         run and timed at once (``prefetch``), with the token-parallel kernels of every token
         count of ``tokens``' window of ``WARM``; the same value as without."""
@@ -124,7 +125,7 @@ class Steps:
         self.prefetch(found)
         return f(*args)
 
-    def _recorded(self, f: Callable[..., float], *args: Any) -> list[ops.Op]:
+    def _recorded(self, f: Callable[..., Any], *args: Any) -> list[ops.Op]:
         """The ops ``f(*args)`` times, in order (a dry run)."""
         found: list[ops.Op] = []
         timed, self.op_seconds = self.op_seconds, lambda o: found.append(o) or 0.0

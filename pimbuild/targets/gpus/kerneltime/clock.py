@@ -85,6 +85,7 @@ class Clock:
                             strict=True):
                 self.ready[o] = (float(t), "predicted")
 
+
 def clock(name: str, config_dir: Path | None = None,
           model_path: Path | None = None) -> tuple[Clock, dict[str, Any]]:
     """The Clock of catalogue device ``name`` and its device file."""

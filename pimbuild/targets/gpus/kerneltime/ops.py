@@ -27,12 +27,10 @@ import csv
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Literal
-
-from pydantic import Field
+from typing import Any, Literal
 
 from pimbuild.errors import ConfigError
-from pimbuild.schema import Strict, check
+from pimbuild.schema import Strict, check, check_columns, number
 
 GEMMS = ("linear", "bmm")
 ATTENTION = ("prefill_attention", "decode_attention")
@@ -139,7 +137,8 @@ class Layer:
                   self.kv_heads)
 
 
-Dim = Annotated[int, Field(ge=1, le=MAX_DIM)]
+Dim = number((">=", 1, MAX_DIM), integer=True)
+Microseconds = number((">", 0))
 
 
 class Row(Strict):
@@ -154,8 +153,8 @@ class Row(Strict):
     k: Dim | None = None
     h: Dim | None = None
     g: Dim | None = None
-    time_us: Annotated[float, Field(gt=0)] | None = None
-    median_us: Annotated[float, Field(gt=0)] | None = None  # bench/measure_ops.py's
+    time_us: Microseconds | None = None
+    median_us: Microseconds | None = None  # bench/measure_ops.py's
 
 
 def parse(row: dict[str, Any], where: str) -> Op:
@@ -194,10 +193,7 @@ def read(path: Path) -> tuple[list[Op], list[dict[str, str]]]:
     if not {"op", "dtype"} <= set(rows[0]):
         raise ConfigError(f"{path}: needs the columns {', '.join(COLUMNS)} "
                           f"(has {', '.join(str(c) for c in rows[0])})")
-    other = [str(c) for c in rows[0] if c not in Row.model_fields]
-    if other:
-        raise ConfigError(f"{path}: column '{other[0]}' is not one of "
-                          f"{', '.join(Row.model_fields)}")
+    check_columns(rows[0], Row, str(path))
     return [parse(r, f"{path}:{i + 2}") for i, r in enumerate(rows)], rows
 
 
