@@ -25,8 +25,10 @@ import numpy as np
 import torch
 from hydra import compose, initialize_config_module
 
-from pimbuild import frontend, jit, lower, mlir
-from pimbuild.cli import CONFIG_MODULE
+from pimbuild import frontend
+from pimbuild.codegen import jit
+from pimbuild.commands.cli import CONFIG_MODULE
+from pimbuild.frontend import lower, mlir
 from pimbuild.targets.pim.profile import reuse_freed_memory
 
 

@@ -9,9 +9,9 @@ from pathlib import Path
 
 from hydra import compose, initialize_config_module
 
-from pimbuild.build import BuildResult, build
-from pimbuild.cli import CONFIG_MODULE
-from pimbuild.console import console
+from pimbuild.build.driver import BuildResult, build
+from pimbuild.commands.cli import CONFIG_MODULE
+from pimbuild.core.console import console
 
 
 def quiet_build(overrides: list[str], run_dir: Path) -> tuple[BuildResult, float]:

@@ -234,8 +234,8 @@ def main() -> None:
     import torch
     from hydra import compose, initialize_config_module
 
-    from pimbuild.cli import CONFIG_MODULE
-    from pimbuild.lower import model_params
+    from pimbuild.commands.cli import CONFIG_MODULE
+    from pimbuild.frontend.lower import model_params
 
     def model_params_of(model: str):
         with initialize_config_module(config_module=CONFIG_MODULE, version_base="1.3"):

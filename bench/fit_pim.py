@@ -118,9 +118,9 @@ def main() -> None:
     args = parser.parse_args()
     from hydra import compose, initialize_config_module
 
-    from pimbuild.cli import CONFIG_MODULE
-    from pimbuild.config import register_configs
-    from pimbuild.console import console
+    from pimbuild.build.config import register_configs
+    from pimbuild.commands.cli import CONFIG_MODULE
+    from pimbuild.core.console import console
     from pimbuild.targets.pim.decide import params
 
     register_configs()

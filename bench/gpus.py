@@ -28,9 +28,9 @@ from hydra import compose, initialize_config_module
 sys.path.insert(0, str(Path(__file__).parent))
 from common import quiet_build  # noqa: E402
 
-from pimbuild.cli import CONFIG_MODULE  # noqa: E402
-from pimbuild.config import register_configs  # noqa: E402
-from pimbuild.console import console  # noqa: E402
+from pimbuild.build.config import register_configs  # noqa: E402
+from pimbuild.commands.cli import CONFIG_MODULE  # noqa: E402
+from pimbuild.core.console import console  # noqa: E402
 from pimbuild.targets.gpus import baselines, closedform, cost, ddg  # noqa: E402
 from pimbuild.targets.gpus.planners import PlanContext, place, throughput, unrolled  # noqa: E402
 from pimbuild.targets.gpus.target import GpuTarget  # noqa: E402
@@ -319,7 +319,7 @@ def check_all(store: Path, tmp: Path) -> list[dict]:
 
 
 def plots(rows: list[dict], serving: list[dict], out: Path) -> None:
-    from pimbuild.plots import plt, save_figure
+    from pimbuild.core.plots import plt, save_figure
 
     if not rows or not serving:
         return

@@ -20,8 +20,8 @@ from pathlib import Path
 from common import quiet_build, write_json
 from rich.table import Table
 
-from pimbuild.console import console
-from pimbuild.errors import PimbuildError
+from pimbuild.core.console import console
+from pimbuild.core.errors import PimbuildError
 from pimbuild.targets.pim.profile import host_cpu
 
 MODELS = ["relu", "ew_add", "scale", "mac", "copying", "zeroing", "gelu", "silu", "tanh",

@@ -79,7 +79,8 @@ def main() -> None:
                 store = Path(tmp) / f"store-{name}"
                 shutil.rmtree(store, ignore_errors=True)
                 began = time.perf_counter()
-                subprocess.run([sys.executable, "-m", "pimbuild.cli", *MAIN, f"store={store}",
+                subprocess.run([sys.executable, "-m", "pimbuild.commands.cli", *MAIN,
+                                f"store={store}",
                                 *overrides, "hydra.run.dir=" + str(Path(tmp) / "run")],
                                check=True, capture_output=True)
                 times[name].append(time.perf_counter() - began)

@@ -29,7 +29,7 @@ import numpy as np
 from common import write_json
 from rich.table import Table
 
-from pimbuild.console import console
+from pimbuild.core.console import console
 
 PIMBUILD = str(Path(sys.executable).parent / "pimbuild")
 THETAS = "0.015,0.03,0.06,0.12,0.24,0.48,0.96,1.92"
@@ -71,8 +71,9 @@ def forward_ratio(model: str, calibrate_dir: Path | None, rounds: int = 10,
     ``overrides``: more config overrides (``model.recipe=...``)."""
     from hydra import compose, initialize_config_module
 
-    from pimbuild import jit, lower
-    from pimbuild.cli import CONFIG_MODULE
+    from pimbuild.codegen import jit
+    from pimbuild.commands.cli import CONFIG_MODULE
+    from pimbuild.frontend import lower
     from pimbuild.targets.pim import hostfacts
     from pimbuild.targets.pim.eager import against_eager
     from pimbuild.targets.pim.profile import reuse_freed_memory
@@ -165,7 +166,7 @@ def calibrate_search() -> dict:
     candidates and calibration size."""
     from hydra import compose, initialize_config_module
 
-    from pimbuild.cli import CONFIG_MODULE
+    from pimbuild.commands.cli import CONFIG_MODULE
     from pimbuild.targets.pim import calibrate
 
     with initialize_config_module(config_module=CONFIG_MODULE, version_base="1.3"):

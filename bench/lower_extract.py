@@ -17,8 +17,8 @@ from pathlib import Path
 from common import quiet_build
 from rich.table import Table
 
-from pimbuild.config import register_configs
-from pimbuild.console import console
+from pimbuild.build.config import register_configs
+from pimbuild.core.console import console
 
 DEFAULT_MODELS = ["gemv", "attention", "mlp", "layernorm", "softmax", "matmul",
                   "depthwise_conv"]

@@ -16,8 +16,8 @@ from pathlib import Path
 from common import quiet_build, write_json
 from rich.table import Table
 
-from pimbuild.config import register_configs
-from pimbuild.console import console
+from pimbuild.build.config import register_configs
+from pimbuild.core.console import console
 
 MODELS = ["ew_add", "copying", "scale", "zeroing", "relu", "silu", "gelu", "tanh", "softmax",
           "layernorm", "rmsnorm", "mac", "gemv", "matmul", "depthwise_conv", "attention", "mlp"]

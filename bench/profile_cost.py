@@ -28,10 +28,10 @@ from common import quiet_build, write_json
 from hydra import compose, initialize_config_module
 from rich.table import Table
 
-from pimbuild.cli import CONFIG_MODULE
-from pimbuild.config import register_configs
-from pimbuild.console import console
-from pimbuild.errors import PimbuildError
+from pimbuild.build.config import register_configs
+from pimbuild.commands.cli import CONFIG_MODULE
+from pimbuild.core.console import console
+from pimbuild.core.errors import PimbuildError
 from pimbuild.targets.pim import decide, policies, profile, program
 from pimbuild.targets.pim.counters import footprint
 from pimbuild.targets.pim.hostfacts import b_cpu

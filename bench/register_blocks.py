@@ -29,9 +29,11 @@ from hydra import compose, initialize_config_module
 from hydra.errors import MissingConfigException
 from rich.table import Table
 
-from pimbuild import frontend, jit, lower
-from pimbuild.cli import CONFIG_MODULE
-from pimbuild.console import console
+from pimbuild import frontend
+from pimbuild.codegen import jit
+from pimbuild.commands.cli import CONFIG_MODULE
+from pimbuild.core.console import console
+from pimbuild.frontend import lower
 from pimbuild.targets.pim import calibrate
 from pimbuild.targets.pim.profile import host_cpu, reuse_freed_memory
 

@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from common import write_json  # noqa: E402
 from gpus import MODELS, PAIRS, loaded, period_evaluate, unit_of  # noqa: E402
 
-from pimbuild.config import register_configs  # noqa: E402
+from pimbuild.build.config import register_configs  # noqa: E402
 from pimbuild.targets.gpus import baselines, robust  # noqa: E402
 from pimbuild.targets.gpus.kerneltime import model as kernelmodel  # noqa: E402
 

@@ -26,7 +26,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 from gpus import loaded  # noqa: E402
 
-from pimbuild.console import console  # noqa: E402
+from pimbuild.core.console import console  # noqa: E402
 from pimbuild.targets.gpus import serving, serving_systems  # noqa: E402
 from pimbuild.targets.gpus.arrivals import Request, offline, poisson  # noqa: E402
 
@@ -228,7 +228,7 @@ def markdown(result: dict) -> str:
 def plot(result: dict, out: Path) -> None:
     if "fig7" not in result:
         return
-    from pimbuild.plots import plt, save_figure
+    from pimbuild.core.plots import plt, save_figure
 
     f7 = result["fig7"]
     fig, ax = plt.subplots(figsize=(6, 4))

@@ -34,7 +34,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 from common import write_json  # noqa: E402
 
-from pimbuild.errors import ConfigError  # noqa: E402
+from pimbuild.core.errors import ConfigError  # noqa: E402
 from pimbuild.targets.gpus import arrivals  # noqa: E402
 from pimbuild.targets.gpus.enginesim import cli, replicas, shape  # noqa: E402
 from pimbuild.targets.gpus.kerneltime.sources import Repo  # noqa: E402

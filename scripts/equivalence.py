@@ -172,11 +172,11 @@ def _seed(cfg, store, stage: str, recorded: Path, work: Path, plan, build) -> No
 def check(ref: Path, models: list[str], lowering_only: bool = False) -> int:
     from hydra import compose, initialize_config_module
 
-    from pimbuild.artifacts import Store
-    from pimbuild.build import build
-    from pimbuild.config import register_configs
-    from pimbuild.console import console
-    from pimbuild.tasks import plan
+    from pimbuild.build.config import register_configs
+    from pimbuild.build.driver import build
+    from pimbuild.build.graph import plan
+    from pimbuild.core.artifacts import Store
+    from pimbuild.core.console import console
 
     register_configs()
     failures = 0

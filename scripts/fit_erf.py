@@ -1,4 +1,4 @@
-"""Fit ``pimbuild.vecmath.ERF_FAR_POLY``: erf on [1, ERF_ONE] as a polynomial in
+"""Fit ``pimbuild.codegen.vecmath.ERF_FAR_POLY``: erf on [1, ERF_ONE] as a polynomial in
 ``t = x - ERF_CENTER``, so that vectorized f32 erf needs neither exp nor a division past 1.
 
     .venv/bin/python scripts/fit_erf.py [--degree 12]
@@ -17,7 +17,7 @@ import math
 
 import numpy as np
 
-from pimbuild.vecmath import ERF_CENTER, ERF_ONE
+from pimbuild.codegen.vecmath import ERF_CENTER, ERF_ONE
 
 
 def fit(degree: int, rounds: int = 80) -> tuple[np.ndarray, float]:

@@ -55,7 +55,7 @@ class _Bessel(nn.Module):
 
 def undefined_operator(n: int = 8) -> Recipe:
     """The modified Bessel function i0, in a submodule: an aten op torch-mlir has no
-    definition of (median was one, until pimbuild.substitutes wrote it)."""
+    definition of (median was one, until pimbuild.frontend.substitutes wrote it)."""
     return Recipe(nn.Sequential(collections.OrderedDict(inner=_Bessel())), {"x": torch.randn(n)})
 
 
@@ -172,7 +172,7 @@ def number_input(n: int = 8) -> Recipe:
 
 
 def complex_fft(n: int = 8) -> Recipe:
-    """An FFT: an op on complex tensors pimbuild.complexes has no rule for."""
+    """An FFT: an op on complex tensors pimbuild.frontend.complexes has no rule for."""
     return Recipe(_Fn(lambda x: torch.fft.rfft(x).abs()), {"x": torch.randn(4, n)})
 
 

@@ -12,8 +12,8 @@ import pytest
 from hydra import compose, initialize_config_module
 from omegaconf import DictConfig
 
-from pimbuild.build import BuildResult, build
-from pimbuild.cli import CONFIG_MODULE
+from pimbuild.build.driver import BuildResult, build
+from pimbuild.commands.cli import CONFIG_MODULE
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -34,7 +34,7 @@ def make_cfg(store: Path, overrides: list[str]) -> DictConfig:
 @pytest.fixture(scope="session")
 def runtime_dir(tmp_path_factory) -> Path:
     """The marker runtime, built once for tests that call stages directly."""
-    from pimbuild import runtime
+    from pimbuild.codegen import runtime
 
     out = tmp_path_factory.mktemp("runtime")
     runtime.build(out)

@@ -398,7 +398,7 @@ def complex_parameter(n: int = 8) -> Recipe:
 
 
 def complex_rules(n: int = 8) -> Recipe:
-    """The rules of ``pimbuild.complexes`` the other complex recipes leave out: sgn,
+    """The rules of ``pimbuild.frontend.complexes`` the other complex recipes leave out: sgn,
     reciprocal, cos, complex exponents, batched and mixed matrix products, a complex fill,
     a cast to a real dtype and back, a split, and comparisons."""
     def forward(a, b):
@@ -414,7 +414,8 @@ def complex_rules(n: int = 8) -> Recipe:
 
 
 def substituted_ops(n: int = 8) -> Recipe:
-    """Ops torch-mlir cannot lower, written by pimbuild.substitutes: stable sorts (ties, NaN,
+    """Ops torch-mlir cannot lower, written by
+    pimbuild.frontend.substitutes: stable sorts (ties, NaN,
     -0.0, both directions), searchsorted (both sides, batched, a number, NaN values), median
     (NaN in a row, a tie, keepdim, all elements), copysign (of -0.0 and of a number) and
     erfinv (both ranges, +-1, beyond, NaN)."""

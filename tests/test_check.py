@@ -8,8 +8,8 @@ import re
 import numpy as np
 import pytest
 
-from pimbuild.check import FLOAT_TYPES, MULTIPLIER, NARROW_MULTIPLIER, RTOL, difference, judge
-from pimbuild.errors import StageError
+from pimbuild.core.check import FLOAT_TYPES, MULTIPLIER, NARROW_MULTIPLIER, RTOL, difference, judge
+from pimbuild.core.errors import StageError
 from tests.conftest import artifact_dir
 
 NAN, INF = float("nan"), float("inf")
@@ -186,7 +186,7 @@ def test_unusual_models_go_through_every_stage(run_build, recipe: str) -> None:
 
 def test_tm_tensor_ir_parses_again(run_build) -> None:
     """IR with TMTensor ops (cumsum's scan) round-trips, so repro commands work on it."""
-    from pimbuild import mlir
+    from pimbuild.frontend import mlir
 
     result = run_build(["model=relu", "model.recipe=tests.odd_recipes:running_sum",
                         "model.size={n:64}", "stages=[lower]"])
@@ -331,7 +331,7 @@ def test_a_scalar_output_that_differs_fails_the_check() -> None:
     bad = judge([np.array(193)], [np.array(192)], sig)
     assert not bad["passed"] and bad["scalar_outputs"] == sig["scalars"]
     good = judge([np.array(192)], [np.array(192)], sig)
-    from pimbuild.check import outcome
+    from pimbuild.core.check import outcome
 
     assert good["passed"] and "Python scalar output(s) 0 (int)" in outcome(good)
 

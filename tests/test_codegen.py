@@ -1,5 +1,5 @@
-"""Register blocking of reduction nests (pimbuild/codegen.py): which nests it rewrites, what
-the rewritten loop looks like, and that the compiled code computes the same values."""
+"""Register blocking of reduction nests (pimbuild/codegen/blocking.py): which nests it rewrites,
+what the rewritten loop looks like, and that the compiled code computes the same values."""
 
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ import pytest
 from torch_mlir import ir
 from torch_mlir.execution_engine import ExecutionEngine
 
-from pimbuild import codegen, jit, mlir, vectile
+from pimbuild.codegen import blocking, jit, vectile
+from pimbuild.frontend import mlir
 
 # y[i, j] = sum_k x[i, k] * W[j, k] as convert-linalg-to-parallel-loops writes nn.Linear on
 # ${I} rows: zero the accumulator, then one nest parallel over (i, j), sequential over k.
@@ -125,7 +126,7 @@ def run(module: ir.Module, factor: int, args: list[np.ndarray], out_shape: tuple
 
 def test_matvec_rows_are_jammed_with_accumulators_in_registers() -> None:
     module = parse(MATVEC, J=64, K=32)
-    assert codegen.register_block(module, 16) == 1
+    assert blocking.register_block(module, 16) == 1
     text = str(module)
     # The zeroing nest has no reduction loop and stays as it was.
     assert text.count("step (%c1, %c1)") == 1
@@ -141,7 +142,7 @@ def test_matvec_rows_are_jammed_with_accumulators_in_registers() -> None:
 
 def test_factor_divides_the_trip_count() -> None:
     module = parse(MATVEC, J=6, K=8)
-    assert codegen.register_block(module, 16) == 1
+    assert blocking.register_block(module, 16) == 1
     assert "step (%c1, %c2)" in str(module)
 
 
@@ -149,7 +150,7 @@ def test_factor_divides_the_trip_count() -> None:
 def test_factor_one_changes_nothing(factor: int) -> None:
     module = parse(MATVEC, J=64, K=32)
     before = str(module)
-    assert codegen.register_block(module, factor) == 0
+    assert blocking.register_block(module, factor) == 0
     assert str(module) == before
 
 
@@ -160,26 +161,26 @@ def test_nest_whose_accumulator_is_read_elsewhere_is_left_alone() -> None:
                           "%0 = memref.load %y[%i, %k] : memref<1x${J}xf32>")
     module = parse(text, J=32, K=32)
     before = str(module)
-    assert codegen.register_block(module, 16) == 0
+    assert blocking.register_block(module, 16) == 0
     assert str(module) == before
 
 
 def test_two_sums_share_the_factor() -> None:
     module = parse(TWO_SUMS, A="%s", B="%t")
-    assert codegen.register_block(module, 16) == 1
+    assert blocking.register_block(module, 16) == 1
     (header,) = re.findall(r"scf\.for .* -> \((.*)\) \{", str(module))
     assert header.split(", ") == ["f32"] * 16  # 8 rows x 2 sums
 
 
 def test_two_sums_in_one_buffer_are_left_alone() -> None:
     module = parse(TWO_SUMS, A="%s", B="%s")
-    assert codegen.register_block(module, 16) == 0
+    assert blocking.register_block(module, 16) == 0
 
 
 def test_unit_parallel_dimensions_are_skipped() -> None:
     # The rows are the outer dimension, the inner one has a single iteration (gemv's layout).
     module = parse(SPLIT_K, J=32)
-    assert codegen.register_block(module, 8) == 1
+    assert blocking.register_block(module, 8) == 1
     assert re.search(r"to \(%c32, %c1\) step \(%c8(_\d+)?, %c1\)", str(module))
 
 
@@ -210,7 +211,7 @@ def test_column_strided_product_runs_its_reduction_outside() -> None:
     them, x's loads before the j loop; nn.Linear's layout (MATVEC) is left to register
     blocking."""
     module = parse(XW, I=4, J=64, K=32)
-    assert codegen.interchange(module) == 1
+    assert blocking.interchange(module) == 1
     text = str(module)
     assert re.search(r"to \(%c4, %c64\) step \(%c4(_\d+)?, %c64(_\d+)?\)", text)
     k = re.search(r"scf.for (%arg\d+) = %c0 to %c32 step %c4\S* ", text)
@@ -224,10 +225,10 @@ def test_column_strided_product_runs_its_reduction_outside() -> None:
     assert text.count("memref.load %arg2[") == 4 and len(stores) == 4  # once per 4 terms
     assert min(stores) > max(w_loads)
     assert text.index(f"memref.load %arg1[{k[1]}, {j[1]}]") > j.start()
-    assert codegen.register_block(module, 8) == 0  # nothing left for blocking
+    assert blocking.register_block(module, 8) == 0  # nothing left for blocking
     linear = parse(MATVEC, J=64, K=32)
-    assert codegen.interchange(linear) == 0 and codegen.register_block(linear, 8) == 1
-    assert codegen.interchange(parse(XW, I=4, J=4, K=32)) == 0  # too short to vectorize
+    assert blocking.interchange(linear) == 0 and blocking.register_block(linear, 8) == 1
+    assert blocking.interchange(parse(XW, I=4, J=4, K=32)) == 0  # too short to vectorize
 
 
 @pytest.mark.parametrize(("rows", "factor", "k"), [(3, 1, 40), (4, 8, 40), (6, 8, 40),
@@ -244,8 +245,8 @@ def test_interchanged_product_computes_the_same_values(tmp_path: Path, rows: int
 
 
 def rows_attr(module: ir.Module) -> list[int]:
-    return [ir.IntegerAttr(op.attributes[codegen.ROWS_ATTR]).value
-            for op in mlir.walk(module.operation) if codegen.ROWS_ATTR in op.attributes]
+    return [ir.IntegerAttr(op.attributes[blocking.ROWS_ATTR]).value
+            for op in mlir.walk(module.operation) if blocking.ROWS_ATTR in op.attributes]
 
 
 def test_column_strided_rows_run_inside_blocks_of_columns(
@@ -253,9 +254,9 @@ def test_column_strided_rows_run_inside_blocks_of_columns(
     """x @ W whose W (32 x 64 floats, 8 KiB) is past COLUMN_BLOCK_BYTES: blocks of 16
     columns (2 KiB of W each), the rows inside them (pimbuild.rows: every row), and the
     innermost loop over the block's columns; the same values."""
-    monkeypatch.setattr(codegen, "COLUMN_BLOCK_BYTES", 2048)
+    monkeypatch.setattr(blocking, "COLUMN_BLOCK_BYTES", 2048)
     module = parse(XW, I=8, J=64, K=32)
-    assert codegen.interchange(module) == 1
+    assert blocking.interchange(module) == 1
     text = str(module)
     assert re.search(r"to \(%c64, %c8\) step \(%c16(_\d+)?, %c4(_\d+)?\)", text)
     assert rows_attr(module) == [8]
@@ -270,8 +271,8 @@ def test_column_strided_rows_run_inside_blocks_of_columns(
     assert changed == 1
     np.testing.assert_allclose(y, x @ w, rtol=1e-5, atol=1e-5)
     whole = parse(XW, I=8, J=64, K=32)  # W within the limit: one block, rows outside
-    monkeypatch.setattr(codegen, "COLUMN_BLOCK_BYTES", 8192)
-    assert codegen.interchange(whole) == 1
+    monkeypatch.setattr(blocking, "COLUMN_BLOCK_BYTES", 8192)
+    assert blocking.interchange(whole) == 1
     assert re.search(r"to \(%c8, %c64\) step \(%c4(_\d+)?, %c64(_\d+)?\)", str(whole))
 
 
@@ -280,15 +281,15 @@ def test_rows_share_each_weight_row(monkeypatch: pytest.MonkeyPatch) -> None:
     the columns: 4 rows x 2 columns at factor 8, 8 accumulators as with one row. Past
     ROW_OPERAND_BYTES of x the rows stay outside the columns: the weight streams once per
     block of rows (pimbuild.rows: 4)."""
-    monkeypatch.setattr(codegen, "ROW_OPERAND_BYTES", 4 * 32 * 4 - 1)  # x: 4 x 32 floats
+    monkeypatch.setattr(blocking, "ROW_OPERAND_BYTES", 4 * 32 * 4 - 1)  # x: 4 x 32 floats
     module = parse(LINEAR, I=4, J=64, K=32)
-    assert codegen.register_block(module, 8) == 1
+    assert blocking.register_block(module, 8) == 1
     text = str(module)
     assert re.search(r"to \(%c4, %c64\) step \(%c4(_\d+)?, %c2(_\d+)?\)", text)
     assert text.count("iter_args") == 1 and len(re.findall(r"memref\.store", text)) == 1 + 8
     assert rows_attr(module) == [4]
     two = parse(LINEAR, I=2, J=64, K=32)  # 2 rows: 2 x 4 (their x fits: rows innermost)
-    assert codegen.register_block(two, 8) == 1
+    assert blocking.register_block(two, 8) == 1
     assert re.search(r"to \(%c64, %c2\) step \(%c4(_\d+)?, %c2(_\d+)?\)", str(two))
 
 
@@ -296,7 +297,7 @@ def test_rows_run_innermost_when_their_operand_fits() -> None:
     """x of every row within ROW_OPERAND_BYTES: the columns run outside the rows, so each
     block of weight rows is loaded once for all of them (pimbuild.rows: every row)."""
     module = parse(LINEAR, I=8, J=64, K=32)
-    assert codegen.register_block(module, 8) == 1
+    assert blocking.register_block(module, 8) == 1
     text = str(module)
     assert re.search(r"to \(%c64, %c8\) step \(%c2(_\d+)?, %c4(_\d+)?\)", text)
     assert rows_attr(module) == [8]
@@ -311,7 +312,7 @@ def test_an_odd_number_of_rows_runs_innermost_unjammed() -> None:
     """17 rows (ViT's tokens) cannot be jammed, but each block of weight rows is still
     loaded once for all of them."""
     module = parse(LINEAR, I=17, J=64, K=32)
-    assert codegen.register_block(module, 8) == 1
+    assert blocking.register_block(module, 8) == 1
     assert re.search(r"to \(%c64, %c17\) step \(%c8(_\d+)?, %c1\)", str(module))
     assert rows_attr(module) == [17]
 
@@ -358,7 +359,7 @@ def test_convolution_rows_stay_outside(tmp_path: Path) -> None:
     the filter does not move with the columns, so running the rows inside would save no
     weight traffic and only stride through the input."""
     module = ir.Module.parse(CONV, context=mlir.new_context())
-    assert codegen.register_block(module, 8) == 1
+    assert blocking.register_block(module, 8) == 1
     assert re.search(r"to \(%c4, %c8, %c8\) step \(%c1, %c4(_\d+)?, %c2(_\d+)?\)",
                      str(module))
     assert rows_attr(module) == [4]
@@ -416,7 +417,7 @@ def test_rows_that_share_the_weight_come_first(tmp_path: Path) -> None:
     """Of two dimensions whose rows could be jammed, the tokens (which share W, five: odd)
     are taken over the heads (which share only x, four: even), and run innermost."""
     module = parse(HEADS_X, I=5, J=16, K=24)
-    assert codegen.register_block(module, 8) == 1
+    assert blocking.register_block(module, 8) == 1
     assert re.search(r"to \(%c16, %c4, %c5\) step \(%c8(_\d+)?, %c1, %c1\)", str(module))
     assert rows_attr(module) == [5]
     rng = np.random.default_rng(7)
@@ -430,7 +431,7 @@ def test_rows_that_share_the_weight_come_first(tmp_path: Path) -> None:
 def test_rows_past_an_odd_dimension_are_jammed(tmp_path: Path) -> None:
     """The chunks (3, odd) are passed over for the tokens outside them, which share W."""
     module = parse(CHUNKS, I=8, J=16, K=24)
-    assert codegen.register_block(module, 8) == 1
+    assert blocking.register_block(module, 8) == 1
     assert rows_attr(module) == [8]
     rng = np.random.default_rng(4)
     x, w = rng.standard_normal((8, 24)).astype(np.float32), \
@@ -476,5 +477,5 @@ func.func @mv(%q: memref<4x16xf32>, %k: memref<4x32x16xf32>, %s: memref<4x32xf32
 
 def test_heads_that_share_no_operand_are_not_jammed() -> None:
     module = ir.Module.parse(HEADS, context=mlir.new_context())
-    assert codegen.register_block(module, 8) == 1
+    assert blocking.register_block(module, 8) == 1
     assert re.search(r"step \(%c1(_\d+)?, %c8(_\d+)?\)", str(module))  # columns only

@@ -1,4 +1,4 @@
-"""pimbuild.complexes: complex tensors as pairs of real tensors, checked on the rewritten
+"""pimbuild.frontend.complexes: complex tensors as pairs of real tensors, checked on the rewritten
 exported program itself (run by PyTorch, no lowering); tests/test_recipes.py lowers them."""
 
 from __future__ import annotations
@@ -6,8 +6,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from pimbuild import complexes, frontend
-from pimbuild.stage import ModelParams
+from pimbuild import frontend
+from pimbuild.core.stage import ModelParams
+from pimbuild.frontend import complexes
 from tests import odd_recipes
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from hydra.errors import ConfigCompositionException, MissingConfigException
 
-from pimbuild.errors import ConfigError
+from pimbuild.core.errors import ConfigError
 from tests.conftest import make_cfg
 
 MODELS = sorted(p.stem for p in
@@ -103,7 +103,7 @@ def _user_model(tmp_path: Path, text: str) -> list[str]:
 
 
 def test_a_user_model_file_may_leave_out_size_dtype_seed_and_defaults(tmp_path: Path) -> None:
-    from pimbuild.config import validate
+    from pimbuild.build.config import validate
 
     cfg = make_cfg(tmp_path, _user_model(tmp_path, "name: mine\n"
                                          "recipe: pimbuild.recipes.operators:relu\n"))
@@ -114,8 +114,8 @@ def test_a_user_model_file_may_leave_out_size_dtype_seed_and_defaults(tmp_path: 
 @pytest.mark.parametrize("left_out", ["name", "recipe"])
 def test_a_user_model_file_without_a_required_key_is_one_line(tmp_path: Path,
                                                               left_out: str) -> None:
-    from pimbuild.config import validate
-    from pimbuild.errors import ConfigError
+    from pimbuild.build.config import validate
+    from pimbuild.core.errors import ConfigError
 
     lines = {"name": "name: mine\n", "recipe": "recipe: pimbuild.recipes.operators:relu\n"}
     cfg = make_cfg(tmp_path, _user_model(tmp_path, "".join(v for k, v in lines.items()
@@ -125,7 +125,7 @@ def test_a_user_model_file_without_a_required_key_is_one_line(tmp_path: Path,
 
 
 def test_the_gpu_planner_is_an_option_of_the_gpus_group(tmp_path: Path) -> None:
-    from pimbuild.config import validate
+    from pimbuild.build.config import validate
 
     assert make_cfg(tmp_path, ["system=gpus"]).gpus.planner == "throughput"
     cfg = make_cfg(tmp_path, ["system=gpus", "gpus.planner=latency"])
@@ -136,7 +136,7 @@ def test_the_gpu_planner_is_an_option_of_the_gpus_group(tmp_path: Path) -> None:
 @pytest.mark.parametrize("override", ["link.gbps=inf", "serve.rate=inf", "pim.freq_ghz=nan",
                                       "tp_link.latency_us=-inf", "device.a100.mem_gbps=nan"])
 def test_a_non_finite_number_is_refused_as_non_finite(tmp_path: Path, override: str) -> None:
-    from pimbuild.config import validate
+    from pimbuild.build.config import validate
 
     key, _, value = override.partition("=")
     group, _, field = key.rpartition(".")

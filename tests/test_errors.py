@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from pimbuild.errors import ConfigError, RecipeError, StageError
+from pimbuild.core.errors import ConfigError, RecipeError, StageError
 from tests.conftest import run_cli, store_entries
 
 
@@ -195,7 +195,7 @@ def test_cli_unknown_model_lists_choices(tmp_path: Path) -> None:
 
 
 def test_old_stage_list_name_says_the_new_one() -> None:
-    from pimbuild.cli import renamed_override
+    from pimbuild.commands.cli import renamed_override
 
     assert renamed_override(["model=relu", "stages=[lower]"]) is None
     line = renamed_override(["model=relu", "targets=[lower]"])
@@ -204,7 +204,7 @@ def test_old_stage_list_name_says_the_new_one() -> None:
 
 
 def test_a_planner_chosen_as_a_policy_says_the_new_key() -> None:
-    from pimbuild.cli import renamed_override
+    from pimbuild.commands.cli import renamed_override
 
     assert renamed_override(["system=gpus", "gpus.planner=latency"]) is None
     assert renamed_override(["policy=torchpim", "policy.name=oracle"]) is None
@@ -468,7 +468,8 @@ def test_absurd_size_is_one_line(run_build, store: Path) -> None:
 def test_a_module_llvm_cannot_compile_is_a_stage_error() -> None:
     from torch_mlir import ir
 
-    from pimbuild import jit, mlir
+    from pimbuild.codegen import jit
+    from pimbuild.frontend import mlir
 
     with mlir.new_context():
         module = ir.Module.parse("func.func @f() { return }")  # not in the LLVM dialect

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from pimbuild import loops
+from pimbuild.codegen import loops
 from tests.conftest import candidates
 
 

@@ -22,13 +22,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from omegaconf.errors import OmegaConfBaseException
 
-from pimbuild import cli, config
-from pimbuild.artifacts import Store
-from pimbuild.errors import ConfigError
+from pimbuild.build import config
+from pimbuild.build.graph import plan
+from pimbuild.commands import cli
+from pimbuild.core.artifacts import Store
+from pimbuild.core.errors import ConfigError
 from pimbuild.targets.gpus import arrivals
 from pimbuild.targets.gpus.kerneltime import cli as kcli
 from pimbuild.targets.gpus.kerneltime import model, ops, tables
-from pimbuild.tasks import plan
 from tests.conftest import REPO, make_cfg
 
 # Values a field may be given by mistake or at an edge: every JSON/YAML type, numbers at and

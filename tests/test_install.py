@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from pimbuild import artifacts
+from pimbuild.core import artifacts
 from tests.conftest import REPO
 
 SMALL = ["profile.repetitions=3", "profile.backend=timer", "platform.calibration_mib=16",
@@ -29,7 +29,7 @@ PROBE = ("import atexit, sys\n"
          f"    heavy = [m for m in {HEAVY!r} if m in sys.modules]\n"
          "    print('PROBE', pimbuild.__file__, heavy)\n"
          "atexit.register(report)\n"
-         "from pimbuild.cli import main\n"
+         "from pimbuild.commands.cli import main\n"
          "sys.argv = ['pimbuild', *sys.argv[1:]]\n"
          "main()\n")
 
@@ -85,7 +85,7 @@ def test_non_editable_install_runs_from_another_directory(tmp_path: Path) -> Non
     # The same code installed or in place has the same version, so artifacts built by one
     # are reused by the other (the GPU machine reuses a store lowered elsewhere).
     version = subprocess.run(
-        [sys.executable, "-c", "from pimbuild.artifacts import code_version as v; print(v())"],
+        [sys.executable, "-c", "from pimbuild.core.artifacts import code_version as v; print(v())"],
         cwd=elsewhere, env={**os.environ, "PYTHONPATH": str(site)}, capture_output=True,
         text=True, check=True, timeout=120).stdout.strip()
     assert version == artifacts.code_version()

@@ -8,7 +8,8 @@ import numpy as np
 from torch_mlir import ir
 from torch_mlir.execution_engine import ExecutionEngine
 
-from pimbuild import jit, mlir
+from pimbuild.codegen import jit
+from pimbuild.frontend import mlir
 
 # y[i, j] = x[i, j] * s + i: a matrix, a rank-0 scalar and one output.
 SCALE = """

@@ -1,4 +1,4 @@
-"""The HiGHS model builder (``pimbuild.milp``): a cutoff prunes a model that cannot beat it."""
+"""The HiGHS model builder (``pimbuild.core.milp``): a cutoff prunes a model that cannot beat it."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pimbuild.milp import INF, Model
+from pimbuild.core.milp import INF, Model
 
 
 def split(weights: list[int]) -> Model:

@@ -1,4 +1,4 @@
-"""Packed panels of the operand a vector tile's rows share (pimbuild.panels)."""
+"""Packed panels of the operand a vector tile's rows share (pimbuild.codegen.panels)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pimbuild import codegen, jit, mlir, panels, vectile
+from pimbuild.codegen import blocking, jit, panels, vectile
+from pimbuild.frontend import mlir
 from pimbuild.targets.pim import instrument
 from tests.test_codegen import LINEAR, XW, parse, rows_attr
 
@@ -108,9 +109,9 @@ def test_profile_still_finds_the_rows_of_a_packed_nest() -> None:
 
 def test_rows_run_innermost_past_the_row_operand_bound_where_panels_pack(
         monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """x past ``codegen.ROW_OPERAND_BYTES``: with panels the rows still run innermost (each
+    """x past ``blocking.ROW_OPERAND_BYTES``: with panels the rows still run innermost (each
     block of columns reads x once; pimbuild.rows: all 64), without them in blocks of 4."""
-    monkeypatch.setattr(codegen, "ROW_OPERAND_BYTES", 1024)
+    monkeypatch.setattr(blocking, "ROW_OPERAND_BYTES", 1024)
     module = parse(XW, I=64, J=32, K=16)
     assert vectile.tile(module) == 1 and panels.packed(module) == 1
     assert rows_attr(module) == [64]
@@ -128,12 +129,12 @@ def test_rows_run_innermost_past_the_row_operand_bound_where_panels_pack(
 
 
 def test_profile_reads_the_panels_columns(tmp_path: Path) -> None:
-    """codegen.json's panel_columns reach the footprint backend as column_block."""
+    """blocking.json's panel_columns reach the footprint backend as column_block."""
     import json
 
     from pimbuild.targets.pim import program
 
-    (tmp_path / "codegen.json").write_text(json.dumps(
+    (tmp_path / "blocking.json").write_text(json.dumps(
         {"rows": {"1": 64}, "panel_columns": {"1": 16}}))
     (tmp_path / "candidates.json").write_text(json.dumps(
         {"candidates": [{"id": 0}, {"id": 1}]}))
@@ -191,7 +192,7 @@ def test_linear_weight_with_few_rows_stays_with_register_blocking(
 
 def test_the_panel_is_freed_after_its_nest() -> None:
     """The deallocation pipeline frees each nest's panel (a model may have hundreds)."""
-    from pimbuild import mlir
+    from pimbuild.frontend import mlir
 
     module = parse(XW, I=64, J=32, K=16)
     vectile.tile(module)
@@ -256,7 +257,7 @@ def test_rows_run_in_blocks_where_x_is_past_the_bound_and_the_panel_small(
     assert vectile.tile(module) == 1 and panels.packed(module) == 1
     nest = next(op for op in mlir.walk(module.operation) if panels.PANELS_ATTR in op.attributes)
     assert panels.row_blocks(nest) == blocks and rows_attr(module) == [96 // blocks]
-    upper = [codegen.constant(v) for v in list(nest.operands)[2:4]]
+    upper = [blocking.constant(v) for v in list(nest.operands)[2:4]]
     assert upper == ([blocks, 32] if blocks > 1 else [32, 1])  # row blocks outside columns
     rng = np.random.default_rng(blocks)
     x, w = rng.standard_normal((96, 16)).astype(np.float32), \

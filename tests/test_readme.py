@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from pimbuild.artifacts import Store
-from pimbuild.config import validate
-from pimbuild.tasks import plan
+from pimbuild.build.config import validate
+from pimbuild.build.graph import plan
+from pimbuild.core.artifacts import Store
 from tests.conftest import make_cfg
 
 README = Path(__file__).parent.parent / "README.md"

@@ -12,8 +12,11 @@ import pytest
 import torch
 from omegaconf import DictConfig
 
-from pimbuild import check, frontend, jit, loops, lower
-from pimbuild.runtime import LIBRARY
+from pimbuild import frontend
+from pimbuild.codegen import jit, loops
+from pimbuild.codegen.runtime import LIBRARY
+from pimbuild.core import check
+from pimbuild.frontend import lower
 from pimbuild.targets.pim import reinsert
 from tests import odd_recipes
 from tests.conftest import make_cfg

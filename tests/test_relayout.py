@@ -1,5 +1,5 @@
 """An operand read across its rows, copied so each row's reduction is contiguous
-(pimbuild.relayout)."""
+(pimbuild.codegen.relayout)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pimbuild import jit, mlir, relayout
+from pimbuild.codegen import jit, relayout
+from pimbuild.frontend import mlir
 from pimbuild.targets.pim import instrument
 from tests.test_codegen import LINEAR, XW, parse
 

@@ -10,9 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from pimbuild.stage import spec_errors
-from pimbuild.tasks import STAGES, stage_module
-from pimbuild.tasks.graph import key, pipeline
+from pimbuild.build.graph import STAGES, key, pipeline, stage_module
+from pimbuild.core.stage import spec_errors
 from tests.conftest import make_cfg
 
 # Every (system, stage) of every target's pipeline.
@@ -57,8 +56,9 @@ def test_stage_reads_config_only_through_params(system: str, stage: str) -> None
 SHARED = sorted({m for system in ("pim", "gpus") for m in pipeline(system).values()
                  if not m.startswith("pimbuild.targets.")})
 # What runs every target: the shared stages, the task graph, the build, the store, the CLI.
-INFRASTRUCTURE = [*SHARED, "pimbuild.tasks.graph", "pimbuild.build", "pimbuild.artifacts",
-                  "pimbuild.cli", "pimbuild.console", "pimbuild.sweep"]
+INFRASTRUCTURE = [*SHARED, "pimbuild.build.graph", "pimbuild.build.driver",
+                  "pimbuild.core.artifacts",
+                  "pimbuild.commands.cli", "pimbuild.core.console", "pimbuild.commands.sweep"]
 
 
 def _tree(module: str) -> ast.Module:
@@ -66,7 +66,7 @@ def _tree(module: str) -> ast.Module:
 
 
 def test_both_targets_share_lower_and_extract() -> None:
-    assert {"pimbuild.lower", "pimbuild.extract"} <= set(SHARED)
+    assert {"pimbuild.frontend.lower", "pimbuild.codegen.extract"} <= set(SHARED)
 
 
 @pytest.mark.parametrize("module", INFRASTRUCTURE)

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from pimbuild.artifacts import Store
-from pimbuild.tasks import stage_module
+from pimbuild.build.graph import stage_module
+from pimbuild.core.artifacts import Store
 from tests.conftest import REPO, artifact_dir, run_cli
 
 SMALL = ["model=relu", "model.size.n=4096", "profile.backend=timer", "profile.repetitions=3",
@@ -140,7 +140,7 @@ def test_dead_builds_temporary_folders_are_swept(store: Path) -> None:
 
 
 def test_unwritable_store_is_one_error(run_build, tmp_path: Path) -> None:
-    from pimbuild.errors import StoreError
+    from pimbuild.core.errors import StoreError
 
     blocked = tmp_path / "file-not-dir"
     blocked.write_text("")

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from pimbuild.artifacts import Store
-from pimbuild.build import build
-from pimbuild.errors import ConfigError
-from pimbuild.stage import spec_errors
-from pimbuild.tasks import plan
+from pimbuild.build.driver import build
+from pimbuild.build.graph import plan
+from pimbuild.core.artifacts import Store
+from pimbuild.core.errors import ConfigError
+from pimbuild.core.stage import spec_errors
 from tests.conftest import make_cfg
 
 TOY = Path(__file__).parent / "toy_target"

@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize_config_module
 
-from pimbuild import cli, usage
-from pimbuild.artifacts import Store
-from pimbuild.config import validate
-from pimbuild.errors import PimbuildError
+from pimbuild.build.config import validate
+from pimbuild.build.graph import plan
+from pimbuild.commands import cli, usage
+from pimbuild.core.artifacts import Store
+from pimbuild.core.errors import PimbuildError
 from pimbuild.paper.experiments import point_overrides
-from pimbuild.tasks import plan
 from tests.conftest import CONFIG_MODULE, REPO, TEST_DEFAULTS, make_cfg, run_cli
 
 RTX3090 = """\

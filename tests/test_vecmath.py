@@ -1,4 +1,4 @@
-"""f32 exp, tanh and erf as vectorizable arithmetic (``pimbuild.vecmath``), against float64:
+"""f32 exp, tanh and erf as vectorizable arithmetic (``pimbuild.codegen.vecmath``), against float64:
 on dense grids their largest errors are 8.3e-8, 1.7e-7 and 1.7e-7 relative (erf past 1:
 8.4e-8 absolute; with FMA, on an AMD EPYC host), where libm's calls here give 6.0e-8, 1.6e-7
 and 6.8e-8 (4.0e-8); 0 and inf at the ends of exp, NaN through all three."""
@@ -15,7 +15,8 @@ import pytest
 from torch_mlir import ir
 from torch_mlir.execution_engine import ExecutionEngine
 
-from pimbuild import jit, mlir, vecmath
+from pimbuild.codegen import jit, vecmath
+from pimbuild.frontend import mlir
 
 UNARY = Template("""
 func.func @f(%x: memref<${N}xf32>, %y: memref<${N}xf32>) {

@@ -1,5 +1,5 @@
-"""Register tiles of vectors (pimbuild/vectile.py): which nests get them, what the tile looks
-like, and that the compiled code computes the same values as numpy."""
+"""Register tiles of vectors (pimbuild/codegen/vectile.py): which nests get them, what the
+tile looks like, and that the compiled code computes the same values as numpy."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 from torch_mlir import ir
 
-from pimbuild import codegen, jit, mlir, vectile
+from pimbuild.codegen import blocking, jit, vectile
+from pimbuild.frontend import mlir
 from tests.test_codegen import LINEAR, XW, rows_attr
 
 # y[f, p, q] = sum_{c,a,b} x[c, p s + a, q s + b] * w[f, c, a, b]: a convolution at stride
@@ -127,7 +128,7 @@ def test_convolution_gets_a_tile_of_output_channels_by_columns() -> None:
     assert body.count("memref.load %arg1[") == 4  # the filter: one per channel
     assert body.count("vector.broadcast") == 4 and "memref.load %arg2" not in body
     assert rows_attr(module) == [8]  # the channels run innermost: every one shares x
-    assert vectile.tile(module) == 0 and codegen.register_block(module, 8) == 0
+    assert vectile.tile(module) == 0 and blocking.register_block(module, 8) == 0
 
 
 def test_one_row_gets_more_vectors() -> None:
@@ -262,7 +263,7 @@ def test_slope_of_index_arithmetic() -> None:
     ops = [op for op in mlir.walk(func) if op.name in ("affine.apply", "arith.muli",
                                                        "arith.addi", "arith.subi")]
     with module.context:
-        assert [codegen.slope(op.results[0], j) for op in ops] == [3, 2, 2, -1, None, None]
+        assert [blocking.slope(op.results[0], j) for op in ops] == [3, 2, 2, -1, None, None]
 
 
 def test_tiles_only_with_blocking_on(tmp_path: Path) -> None:

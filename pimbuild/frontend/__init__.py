@@ -12,26 +12,30 @@ whose Python has torch but no torch-mlir.
 The package splits it by job: ``recipe`` (build and check a recipe), ``run`` (run it
 eagerly), ``decompose`` (the decompositions the export applies), ``exported`` (export,
 refusals by class, rewrites, sources, signature), ``mlir_import`` (the import into MLIR) and
-``arguments`` (the lowered function's arguments, kept per process).
+``arguments`` (the lowered function's arguments, kept per process). The rest of the
+frontend layer lives here too: ``lower`` (the stage), ``mlir`` (pass pipelines and IR
+helpers), ``transforms`` (the fusion choices), and ``complexes`` and ``substitutes``
+(rewrites the export needs for complex numbers and unsupported ops).
 """
 
-from pimbuild.frontend.arguments import keep_recipe, materialize, materialized_recipe, reference64
-from pimbuild.frontend.decompose import decompositions, tensor_overloads
-from pimbuild.frontend.exported import (
-    annotate_sources,
-    export,
-    fold_splat_constants,
-    nonnegative_scatter_dims,
-    signature,
-)
-from pimbuild.frontend.mlir_import import import_error, import_program
-from pimbuild.frontend.recipe import build_recipe, check_declarations, dtype_name, training_layers
-from pimbuild.frontend.run import eager, kept_buffers, mutation_layout, output_leaves
+import importlib
+from typing import Any
 
-__all__ = [
-    "annotate_sources", "build_recipe", "check_declarations", "decompositions", "dtype_name",
-    "eager", "export", "fold_splat_constants", "import_error", "import_program", "keep_recipe",
-    "kept_buffers", "materialize", "materialized_recipe", "mutation_layout",
-    "nonnegative_scatter_dims", "output_leaves", "reference64", "signature",
-    "tensor_overloads", "training_layers"
-]
+# name -> the module defining it; imported on first use (PEP 562), so that importing
+# ``pimbuild.frontend.lower`` (a stage module) to plan a build imports no torch
+_HOME = {
+    "keep_recipe": "arguments", "materialize": "arguments", "materialized_recipe": "arguments",
+    "reference64": "arguments", "decompositions": "decompose", "tensor_overloads": "decompose",
+    "annotate_sources": "exported", "export": "exported", "fold_splat_constants": "exported",
+    "nonnegative_scatter_dims": "exported", "signature": "exported",
+    "import_error": "mlir_import", "import_program": "mlir_import", "build_recipe": "recipe",
+    "check_declarations": "recipe", "dtype_name": "recipe", "training_layers": "recipe",
+    "eager": "run", "kept_buffers": "run", "mutation_layout": "run", "output_leaves": "run",
+}
+__all__ = sorted(_HOME)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _HOME:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{_HOME[name]}"), name)

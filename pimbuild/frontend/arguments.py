@@ -12,12 +12,12 @@ import numpy as np
 import torch
 
 from pimbuild import recipes
-from pimbuild.errors import RecipeError
+from pimbuild.core.errors import RecipeError
 from pimbuild.frontend.recipe import _cast, _real_view, build_recipe
 from pimbuild.frontend.run import _attribute, eager
 
 if TYPE_CHECKING:
-    from pimbuild.stage import ModelParams
+    from pimbuild.core.stage import ModelParams
 
 
 def materialize(p: ModelParams, sig: dict[str, Any]) -> tuple[list[np.ndarray], list[np.ndarray]]:

@@ -161,7 +161,7 @@ def tensor_overloads() -> dict:
     by asking the torch dialect which ops it registers, not from a list. An op whose tensor
     form has no lowering either (``copysign``) still fails, at the number's 0-d tensor
     "from aten.copysign.Scalar" and the node's name."""
-    from pimbuild import mlir
+    from pimbuild.frontend import mlir
 
     ctx, table = mlir.new_context(), {}
     for name in dir(torch.ops.aten):
@@ -191,7 +191,7 @@ def decompositions() -> dict:
     and ``substitutes`` (ops torch-mlir cannot lower, or lowers unlike ATen)."""
     from torch_mlir.extras.fx_decomp_util import get_decomposition_table
 
-    from pimbuild import substitutes
+    from pimbuild.frontend import substitutes
 
     aten = torch.ops.aten
     return {**get_decomposition_table(), **tensor_overloads(), aten.gelu.default: _gelu_tanh,

@@ -11,13 +11,13 @@ import torch
 from torch.export import ExportedProgram
 
 from pimbuild import recipes
-from pimbuild.errors import RecipeError
+from pimbuild.core.errors import RecipeError
 from pimbuild.frontend.decompose import decompositions
 from pimbuild.frontend.recipe import FUNC_NAME, dtype_name
 from pimbuild.frontend.run import _lookup
 
 if TYPE_CHECKING:
-    from pimbuild.stage import ModelParams
+    from pimbuild.core.stage import ModelParams
 
 
 def export(p: ModelParams, recipe: recipes.Recipe) -> ExportedProgram:
@@ -49,7 +49,7 @@ def export(p: ModelParams, recipe: recipes.Recipe) -> ExportedProgram:
 def _real_pairs(p: ModelParams, prog: ExportedProgram, table: dict) -> None:
     """Complex tensors become pairs of real tensors (``complexes.real_pairs``, its rules
     decomposed with the export's ``table``); an op it has no rule for is refused by name."""
-    from pimbuild import complexes
+    from pimbuild.frontend import complexes
 
     try:
         complexes.real_pairs(prog, table)
@@ -57,7 +57,7 @@ def _real_pairs(p: ModelParams, prog: ExportedProgram, table: dict) -> None:
         what = ("the forward" if e.node.op in ("output", "placeholder")
                 else f"{_torch_op(e.node)[1]}{_where(e.node)}")
         raise RecipeError(f"model '{p.name}': {what} {e} (pimbuild computes complex tensors "
-                          f"as pairs of real ones: pimbuild/complexes.py)") from None
+                          f"as pairs of real ones: pimbuild/frontend/complexes.py)") from None
 
 
 def _reject_script_objects(p: ModelParams, module: torch.nn.Module) -> None:

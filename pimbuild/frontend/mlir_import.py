@@ -6,18 +6,18 @@ from typing import TYPE_CHECKING
 
 from torch.export import ExportedProgram
 
-from pimbuild.errors import RecipeError, first_line
+from pimbuild.core.errors import RecipeError, first_line
 from pimbuild.frontend.exported import _where
 from pimbuild.frontend.recipe import FUNC_NAME
 
 if TYPE_CHECKING:
-    from pimbuild.stage import ModelParams
+    from pimbuild.core.stage import ModelParams
 
 
 def import_program(prog: ExportedProgram, weights: str):
     from torch_mlir.extras.fx_importer import FxImporter
 
-    from pimbuild import mlir
+    from pimbuild.frontend import mlir
 
     importer = FxImporter(context=mlir.new_context())
     if weights == "constants":

@@ -14,10 +14,10 @@ import torch
 from torch.utils import _pytree as pytree
 
 from pimbuild import recipes
-from pimbuild.errors import ConfigError, RecipeError, first_line
+from pimbuild.core.errors import ConfigError, RecipeError, first_line
 
 if TYPE_CHECKING:
-    from pimbuild.stage import ModelParams
+    from pimbuild.core.stage import ModelParams
 
 
 FUNC_NAME = "forward"
@@ -162,7 +162,7 @@ def _reject_input_dtypes(p: ModelParams, recipe: recipes.Recipe) -> None:
     """An input of a dtype the lowered program cannot take (uint16, quantized), refused by
     name before it reaches the lowering; floating-point inputs are already ``model.dtype``,
     and a complex one is taken as pairs of reals (``complexes``)."""
-    from pimbuild.mlir import NP_DTYPES
+    from pimbuild.frontend.mlir import NP_DTYPES
 
     for name, value in recipe.inputs.items():
         dtype = dtype_name(_real_view(value).dtype)  # complex: passed as pairs of reals

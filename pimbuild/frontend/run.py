@@ -11,11 +11,11 @@ import torch
 from torch.export import ExportedProgram
 
 from pimbuild import recipes
-from pimbuild.errors import RecipeError, first_line
+from pimbuild.core.errors import RecipeError, first_line
 from pimbuild.frontend.recipe import _real_view, dtype_name
 
 if TYPE_CHECKING:
-    from pimbuild.stage import ModelParams
+    from pimbuild.core.stage import ModelParams
 
 
 def eager(p: ModelParams, recipe: recipes.Recipe, layout: list[str | None] | None = None
@@ -25,7 +25,7 @@ def eager(p: ModelParams, recipe: recipes.Recipe, layout: list[str | None] | Non
     the lowered program starts from. ``layout`` (``mutation_layout``): the lowered program's
     results in order, a written buffer's name or None for the next output of the forward;
     its written buffers' new values are returned in their places."""
-    from pimbuild.mlir import NP_DTYPES  # the dtypes the lowered program can return
+    from pimbuild.frontend.mlir import NP_DTYPES  # the dtypes the lowered program can return
 
     after: dict[str, torch.Tensor] = {}
     try:

@@ -95,7 +95,7 @@ def source_files(path: str) -> list[Path]:
 
 def source_digest(path: str) -> str:
     """sha256 of the recipe's package sources (file names and contents). pimbuild's own
-    recipes have none: ``pimbuild.artifacts.code_version``, in every key, covers them under
+    recipes have none: ``pimbuild.core.artifacts.code_version``, in every key, covers them under
     names that do not depend on how pimbuild is installed (copied, the ``pimbuild`` package
     holds this folder and the rest of pimbuild; editable, it does not)."""
     if split(path)[0].split(".")[0] == "pimbuild":

@@ -5,8 +5,9 @@ that names it; ``system.name`` picks it from ``TARGETS``.
 The contract (``Target``) is what the shared code asks of a target:
 
 - ``pipeline``: stage name -> module, for the stages it has, in the order of
-  ``pimbuild.tasks.STAGES`` (the shared ``pimbuild.lower``, ``pimbuild.extract`` and
-  ``pimbuild.runtime``, and its own); the task graph follows it;
+  ``pimbuild.build.graph.STAGES`` (the shared ``pimbuild.frontend.lower``,
+  ``pimbuild.codegen.extract`` and
+  ``pimbuild.codegen.runtime``, and its own); the task graph follows it;
 - ``from_config(cfg)``: the target, a frozen dataclass of its parameters (its fields enter the
   keys of the stages that receive it);
 - ``summarize(cfg, dirs, width)``: what a build prints after its stages.
@@ -21,7 +22,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
-from pimbuild.registry import Registry
+from pimbuild.core.registry import Registry
 
 if TYPE_CHECKING:
     from omegaconf import DictConfig

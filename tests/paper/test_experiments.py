@@ -13,8 +13,8 @@ import pytest
 from hydra import compose, initialize_config_module
 
 from pimbuild import paper, targets
-from pimbuild.cli import CONFIG_MODULE
-from pimbuild.errors import ConfigError
+from pimbuild.commands.cli import CONFIG_MODULE
+from pimbuild.core.errors import ConfigError
 from pimbuild.paper import experiments, fit
 from pimbuild.targets.pim import policies
 from pimbuild.targets.pim.policies import Decision, Placement, PolicyParams

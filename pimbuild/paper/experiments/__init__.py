@@ -21,10 +21,10 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from pimbuild.build import build
-from pimbuild.console import console
-from pimbuild.errors import ConfigError
-from pimbuild.registry import Registry
+from pimbuild.build.driver import build
+from pimbuild.core.console import console
+from pimbuild.core.errors import ConfigError
+from pimbuild.core.registry import Registry
 
 EXPERIMENTS = Registry("experiment", "experiment.name", package="pimbuild.paper.experiments")
 

@@ -160,7 +160,7 @@ def summary(rows: list[dict[str, Any]]) -> list[str]:
 
 
 def plot(rows: list[dict[str, Any]], path: Path) -> None:
-    from pimbuild.plots import plt, save_figure
+    from pimbuild.core.plots import plt, save_figure
 
     models = [r["model"] for r in rows if r["thresholds"] == "paper" and r["model"] != "all"]
     acc = {k: [r["accuracy"] for r in rows if r["thresholds"] == k and r["model"] != "all"]

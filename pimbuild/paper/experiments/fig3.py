@@ -80,7 +80,7 @@ def summary(rows: list[dict[str, Any]]) -> list[str]:
 
 
 def plot(rows: list[dict[str, Any]], path: Path) -> None:
-    from pimbuild.plots import plt, save_figure
+    from pimbuild.core.plots import plt, save_figure
 
     fig, ax = plt.subplots(figsize=(5, 4.5))
     stated = [r for r in rows if r["paper"] and r["quantity"].startswith("speedup")]

@@ -49,7 +49,7 @@ def summary(rows: list[dict[str, Any]]) -> list[str]:
 
 
 def plot(rows: list[dict[str, Any]], path: Path) -> None:
-    from pimbuild.plots import plt, save_figure
+    from pimbuild.core.plots import plt, save_figure
 
     ops = list(dict.fromkeys(r["model"] for r in rows))
     fig, axes = plt.subplots(1, len(ops), figsize=(2.3 * len(ops), 2.8), squeeze=False)

@@ -90,7 +90,7 @@ def summary(rows: list[dict[str, Any]]) -> list[str]:
 def plot(rows: list[dict[str, Any]], path: Path) -> None:
     import numpy as np
 
-    from pimbuild.plots import plt, save_figure
+    from pimbuild.core.plots import plt, save_figure
 
     shown = [r for r in rows if r["level"] != "loop"]
     labels = [f"{r['model']}\n{r['level']}" for r in shown]

@@ -9,8 +9,8 @@ import random
 from dataclasses import dataclass
 from pathlib import Path
 
-from pimbuild.errors import ConfigError
-from pimbuild.schema import Strict, check, check_columns, number
+from pimbuild.core.errors import ConfigError
+from pimbuild.core.schema import Strict, check, check_columns, number
 
 ARRIVALS = ("poisson", "offline", "trace")
 

@@ -1,5 +1,5 @@
 """The GPU target's config groups (``device``, ``link`` and ``tp_link``, ``gpus``, ``serve``):
-their schemas and the ranges of their numbers. ``pimbuild.config`` composes them with the
+their schemas and the ranges of their numbers. ``pimbuild.build.config`` composes them with the
 other groups."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from typing import Any
 
 from omegaconf import MISSING
 
-from pimbuild.schema import model_of
+from pimbuild.core.schema import model_of
 
 
 @dataclass
@@ -83,7 +83,7 @@ class ServeConfig:
 SCHEMAS: dict[str, Any] = {"device": DeviceConfig, "link": LinkConfig, "gpus": GpusConfig,
                           "serve": ServeConfig}
 # The range of every number of these groups: (comparison, bound), or (comparison, bound,
-# upper) where the value must also be <= upper (``pimbuild.config.validate``).
+# upper) where the value must also be <= upper (``pimbuild.build.config.validate``).
 RANGES: dict[str, tuple[Any, ...]] = {
     "link.gbps": (">", 0),
     "link.latency_us": (">=", 0),
@@ -123,5 +123,5 @@ DEVICE_RANGES: dict[str, tuple[Any, ...]] = {
 
 # A device file (``pimbuild/conf/device/*.yaml``, or a user's ``--config-dir``'s ``device/``) read
 # outside a build (``pimbuild-kernels predict``, ``pimbuild-serve``): the device schema's
-# fields with the same ranges, checked by ``pimbuild.schema.check``.
+# fields with the same ranges, checked by ``pimbuild.core.schema.check``.
 DeviceFile = model_of(DeviceConfig, DEVICE_RANGES, "DeviceFile")

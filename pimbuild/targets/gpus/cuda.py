@@ -25,7 +25,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from pimbuild.errors import StageError
+from pimbuild.core.errors import StageError
 
 TORCH_DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
 # A busy-wait kernel enqueued before each node's start event, so that the GPU is still busy

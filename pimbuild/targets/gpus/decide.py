@@ -16,8 +16,8 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from pimbuild.errors import ConfigError, StageError
-from pimbuild.stage import Inputs
+from pimbuild.core.errors import ConfigError, StageError
+from pimbuild.core.stage import Inputs
 from pimbuild.targets.gpus import pipeline, planners, profile
 from pimbuild.targets.gpus.planners import PLANNERS, PlanContext
 

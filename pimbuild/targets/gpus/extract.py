@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pimbuild.errors import ConfigError, StageError
-from pimbuild.stage import Inputs
+from pimbuild.core.errors import ConfigError, StageError
+from pimbuild.core.stage import Inputs
 from pimbuild.targets.gpus import fusion
 
 NAME = "extract"

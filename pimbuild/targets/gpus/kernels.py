@@ -24,8 +24,8 @@ from typing import Any
 
 from torch_mlir import ir
 
-from pimbuild import mlir
-from pimbuild.loops import ELEMENT_BYTES, source_of
+from pimbuild.codegen.loops import ELEMENT_BYTES, source_of
+from pimbuild.frontend import mlir
 
 VIEWS = ("tensor.expand_shape", "tensor.collapse_shape", "tensor.extract_slice", "tensor.cast",
          "tensor.reshape")

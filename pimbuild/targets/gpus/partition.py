@@ -15,10 +15,10 @@ from typing import Any
 
 from torch_mlir import ir
 
-from pimbuild import mlir
+from pimbuild.frontend import mlir
 from pimbuild.targets.gpus import kernels
 
-# MLIR element types -> the numpy dtype names of ``pimbuild.mlir.NP_DTYPES``.
+# MLIR element types -> the numpy dtype names of ``pimbuild.frontend.mlir.NP_DTYPES``.
 DTYPES = {"f32": "float32", "f64": "float64", "i64": "int64", "i32": "int32", "i16": "int16",
           "i8": "int8", "ui8": "uint8", "i1": "bool"}
 

@@ -35,10 +35,10 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from pimbuild import schema
-from pimbuild.errors import ConfigError
-from pimbuild.lower import model_params
-from pimbuild.stage import Inputs, ModelParams
+from pimbuild.core import schema
+from pimbuild.core.errors import ConfigError
+from pimbuild.core.stage import Inputs, ModelParams
+from pimbuild.frontend.lower import model_params
 from pimbuild.targets.gpus import cuda, ddg, roofline
 from pimbuild.targets.gpus.kerneltime import grid, model, ops, sources, tables
 from pimbuild.targets.gpus.target import GpuTarget

@@ -5,7 +5,7 @@ Every kernel becomes a function (``pimbuild.targets.gpus.partition``: ``partitio
 loads); ``pimbuild.targets.gpus.workers`` runs one process per device, each
 executing the kernels decide placed on it and exchanging exactly the transfers of the
 dependency graph (one forward: inputs enter at home, results return there). The stage fails
-unless the results match PyTorch eager (``pimbuild.check.judge``: within its tolerance, or
+unless the results match PyTorch eager (``pimbuild.core.check.judge``: within its tolerance, or
 no further from a float64 run of the model than eager). A placement of
 ``gpus.period`` layers is checked layer by layer: every distinct placement of one layer among
 them is run and checked (the hidden state carried between layers is one buffer, which the
@@ -25,11 +25,11 @@ from pathlib import Path
 import numpy as np
 from omegaconf import DictConfig
 
-from pimbuild.check import judge, referee_note
-from pimbuild.errors import StageError
-from pimbuild.lower import model_params
-from pimbuild.runtime import compiler
-from pimbuild.stage import Inputs, ModelParams
+from pimbuild.codegen.runtime import compiler
+from pimbuild.core.check import judge, referee_note
+from pimbuild.core.errors import StageError
+from pimbuild.core.stage import Inputs, ModelParams
+from pimbuild.frontend.lower import model_params
 from pimbuild.targets.gpus import ddg, fusion, workers
 
 NAME = "reinsert"
@@ -48,7 +48,8 @@ def params(cfg: DictConfig) -> Params:
 
 
 def compile_partition(lower: Path, out: Path, failure_dir: Path) -> list[dict]:
-    from pimbuild import jit, mlir
+    from pimbuild.codegen import jit
+    from pimbuild.frontend import mlir
     from pimbuild.targets.gpus import partition
 
     signature = json.loads((lower / "signature.json").read_text())
@@ -67,7 +68,7 @@ def linkable(obj: Path) -> tuple[tuple[Path, str] | None, str]:
     """What the workers load and how that reads in ``reinsert.json``: ``obj`` linked by the
     system C compiler (tried here first), or, where the link or load is refused, the LLVM
     dialect compiled by each worker."""
-    from pimbuild import jit
+    from pimbuild.codegen import jit
 
     linked, why = jit.try_load_object(obj, [])
     if linked is None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pimbuild.check import outcome
+from pimbuild.core.check import outcome
 from pimbuild.targets.gpus import robust
 
 

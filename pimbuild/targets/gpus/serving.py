@@ -39,7 +39,7 @@ from typing import Any
 
 import simpy
 
-from pimbuild.errors import RecipeError
+from pimbuild.core.errors import RecipeError
 from pimbuild.targets.gpus import arrivals, cost
 from pimbuild.targets.gpus.arrivals import Request, offline, poisson
 from pimbuild.targets.gpus.cost import Link

@@ -24,8 +24,8 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from pimbuild.errors import ConfigError, StageError
-from pimbuild.stage import Inputs
+from pimbuild.core.errors import ConfigError, StageError
+from pimbuild.core.stage import Inputs
 from pimbuild.targets.gpus import closedform, decide, robust, serving_systems, tp
 from pimbuild.targets.gpus import serving as des  # the discrete-event simulation
 from pimbuild.targets.gpus.arrivals import ARRIVALS

@@ -13,8 +13,8 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, ClassVar
 
-from pimbuild.errors import ConfigError
-from pimbuild.stage import plain
+from pimbuild.core.errors import ConfigError
+from pimbuild.core.stage import plain
 from pimbuild.targets.gpus.cost import Link
 
 PRECISION_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
@@ -49,7 +49,7 @@ class GpuTarget:
     comm_on_device: float
 
     pipeline: ClassVar[dict[str, str]] = {
-        "lower": "pimbuild.lower", "extract": "pimbuild.targets.gpus.extract",
+        "lower": "pimbuild.frontend.lower", "extract": "pimbuild.targets.gpus.extract",
         "profile": "pimbuild.targets.gpus.profile", "decide": "pimbuild.targets.gpus.decide",
         "reinsert": "pimbuild.targets.gpus.reinsert", "simulate": "pimbuild.targets.gpus.simulate"}
 

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from pimbuild.errors import StageError
+from pimbuild.core.errors import StageError
 
 HOME = 0
 TIMEOUT = datetime.timedelta(seconds=600)
@@ -36,7 +36,7 @@ def _bytes_view(a: np.ndarray):
 def _load(llvm_path: str, compiled: tuple[str, str] | None):
     """The kernels: the object file the parent compiled (``compiled``: its path and the C
     compiler that links it), else ``llvm_path`` compiled here."""
-    from pimbuild import jit
+    from pimbuild.codegen import jit
 
     if compiled is not None:
         return jit.load_object(Path(compiled[0]), [], compiled[1])
@@ -51,7 +51,7 @@ def _worker(rank: int, world: int, init_file: str, llvm_path: str,
     import torch
     import torch.distributed as dist
 
-    from pimbuild import jit
+    from pimbuild.codegen import jit
 
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank,

@@ -41,10 +41,10 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
-from pimbuild import lower
-from pimbuild.errors import StageError
-from pimbuild.runtime import LIBRARY, Markers
-from pimbuild.stage import Inputs, ModelParams
+from pimbuild.codegen.runtime import LIBRARY, Markers
+from pimbuild.core.errors import StageError
+from pimbuild.core.stage import Inputs, ModelParams
+from pimbuild.frontend import lower
 from pimbuild.targets.pim import instrument, profile
 from pimbuild.targets.pim.profile import host_cpu
 
@@ -96,7 +96,8 @@ def search_register_block(candidates: tuple[int, ...], buffer_mib: int, work: Pa
 
     import numpy as np
 
-    from pimbuild import frontend, jit
+    from pimbuild import frontend
+    from pimbuild.codegen import jit
 
     size = {"hidden": SEARCH_HIDDEN,
             "ffn": max(1, buffer_mib * (1 << 20) // (2 * 4 * SEARCH_HIDDEN))}
@@ -123,7 +124,8 @@ def search_register_block(candidates: tuple[int, ...], buffer_mib: int, work: Pa
 
 def measure(p: Params, block: int, runtime_dir: Path, work: Path) -> dict:
     """Lower, instrument and time the streaming kernel; B_cpu from its reduction nest."""
-    from pimbuild import frontend, loops
+    from pimbuild import frontend
+    from pimbuild.codegen import loops
 
     lp = _kernel(p)
     lower.lower(lp, work, work / "failure")

@@ -1,6 +1,6 @@
 """The PIM target's config groups (``platform``, ``profile``, ``pim``, ``policy``, ``sim``):
 their schemas, the ranges of their numbers and the lists that mean nothing empty.
-``pimbuild.config`` composes them with the other groups."""
+``pimbuild.build.config`` composes them with the other groups."""
 
 from __future__ import annotations
 
@@ -88,7 +88,7 @@ class SimConfig:
 SCHEMAS: dict[str, Any] = {"platform": PlatformConfig, "profile": ProfileConfig, "pim": PimConfig,
                           "policy": PolicyConfig, "sim": SimConfig}
 # The range of every number of these groups: (comparison, bound), or (comparison, bound,
-# upper) where the value must also be <= upper (``pimbuild.config.validate``).
+# upper) where the value must also be <= upper (``pimbuild.build.config.validate``).
 RANGES: dict[str, tuple[Any, ...]] = {
     "platform.cache_line": (">=", 1),
     "platform.l1d_bytes": (">=", 1),

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 
-from pimbuild.registry import Registry
+from pimbuild.core.registry import Registry
 from pimbuild.targets.pim.nests import Nest
 
 COPY_MODELS = Registry("copy model", "sim.copy_model", builtins={

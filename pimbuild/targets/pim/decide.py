@@ -17,8 +17,8 @@ from typing import Any
 from omegaconf import DictConfig
 
 from pimbuild import targets
-from pimbuild.errors import ConfigError
-from pimbuild.stage import Inputs, plain
+from pimbuild.core.errors import ConfigError
+from pimbuild.core.stage import Inputs, plain
 from pimbuild.targets.pim import nests, policies
 from pimbuild.targets.pim.copymodels import COPY_MODELS
 from pimbuild.targets.pim.hostfacts import b_cpu

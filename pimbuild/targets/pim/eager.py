@@ -23,10 +23,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from omegaconf import DictConfig
 
-from pimbuild.errors import ConfigError
-from pimbuild.lower import model_params
-from pimbuild.runtime import LIBRARY, Markers
-from pimbuild.stage import Inputs, ModelParams
+from pimbuild.codegen.runtime import LIBRARY, Markers
+from pimbuild.core.errors import ConfigError
+from pimbuild.core.stage import Inputs, ModelParams
+from pimbuild.frontend.lower import model_params
 from pimbuild.targets.pim.profile import (
     MAX_REPETITIONS,
     Program,
@@ -91,7 +91,8 @@ def against_eager(engine, model: ModelParams, signature: dict[str, Any], rounds:
                   min_time_s: float = 0.0) -> dict[str, Any]:
     """``eager_comparison`` of the compiled forward ``engine`` with the model's eager forward,
     on the tensors ``materialize`` made its arguments from."""
-    from pimbuild import frontend, jit
+    from pimbuild import frontend
+    from pimbuild.codegen import jit
 
     args, _ = frontend.materialize(model, signature)
     recipe = frontend.materialized_recipe(model, signature)

@@ -3,7 +3,8 @@
 ``region_enter(id)`` / ``region_exit(id)`` (declared ``func.func private``, provided by the
 marker runtime) wrap each top-level ``scf.parallel`` that extract numbered ``id``, and the
 whole function body (``FORWARD_REGION``). Host code generation (``lowering.register_block``,
-``pimbuild.codegen``) runs before the LLVM dialect. Writes ``instrumented.mlir`` (scf level),
+``pimbuild.codegen.blocking``) runs before the LLVM dialect. Writes ``instrumented.mlir``
+(scf level),
 ``llvm.mlir`` and ``forward.o`` (the object file the MLIR ExecutionEngine produces from it,
 for the host CPU).
 """
@@ -17,9 +18,9 @@ from typing import TYPE_CHECKING
 
 from omegaconf import DictConfig
 
-from pimbuild.errors import StageError
-from pimbuild.runtime import LIBRARY, Markers
-from pimbuild.stage import Inputs
+from pimbuild.codegen.runtime import LIBRARY, Markers
+from pimbuild.core.errors import StageError
+from pimbuild.core.stage import Inputs
 from pimbuild.targets.pim.hostfacts import resolved_block
 
 if TYPE_CHECKING:
@@ -27,7 +28,7 @@ if TYPE_CHECKING:
 
 NAME = "instrument"
 READS = ("lower", "extract", "runtime", "calibrate")
-WRITES = ("instrumented.mlir", "llvm.mlir", "forward.o", "codegen.json")
+WRITES = ("instrumented.mlir", "llvm.mlir", "forward.o", "blocking.json")
 ENTER, EXIT = "region_enter", "region_exit"
 # The whole function body is a region of its own: the forward time that coverage divides by.
 FORWARD_REGION = 8191  # PIM_MAX_REGIONS - 1 in markers.c
@@ -47,8 +48,8 @@ def insert_markers(module: ir.Module, function: str, n_candidates: int) -> int:
     """Wrap every top-level nest of ``function`` in marker calls; returns how many."""
     from torch_mlir import ir
 
-    from pimbuild import mlir
-    from pimbuild.loops import find_nests
+    from pimbuild.codegen.loops import find_nests
+    from pimbuild.frontend import mlir
 
     func = mlir.function(module, function)
     nests = [op for op, _ in find_nests(func.regions[0].blocks[0])]
@@ -79,13 +80,13 @@ def insert_markers(module: ir.Module, function: str, n_candidates: int) -> int:
 
 def nest_marks(module: ir.Module, attribute: str) -> dict[int, int]:
     """Nest id -> the integer ``attribute`` code generation set on one of its
-    ``scf.parallel`` ops (``codegen.ROWS_ATTR``: the rows it jammed or ran innermost;
+    ``scf.parallel`` ops (``blocking.ROWS_ATTR``: the rows it jammed or ran innermost;
     ``panels.COLUMNS_ATTR``: the columns of its panels), the id read from the
     ``region_enter`` call before the nest."""
     from torch_mlir import ir
 
-    from pimbuild import mlir
-    from pimbuild.relayout import COPY_ATTR
+    from pimbuild.codegen.relayout import COPY_ATTR
+    from pimbuild.frontend import mlir
 
     found = {}
     for op in mlir.walk(module.operation):
@@ -112,13 +113,13 @@ def generate(module, block: int, stage: str, failure_dir: Path
     """Host code generation of a marked module (``jit.to_llvm``): what it rewrote, and per
     nest id the rows it jammed or ran innermost and the columns of its panels, read while
     the loops are still loops (``nest_marks``)."""
-    from pimbuild import codegen, jit, panels
+    from pimbuild.codegen import blocking, jit, panels
 
     rows: dict[int, int] = {}
     columns: dict[int, int] = {}
 
     def marks(m) -> None:
-        rows.update(nest_marks(m, codegen.ROWS_ATTR))
+        rows.update(nest_marks(m, blocking.ROWS_ATTR))
         columns.update(nest_marks(m, panels.COLUMNS_ATTR))
 
     done = jit.to_llvm(module, block, stage=stage, failure_dir=failure_dir, inspect=marks)
@@ -127,14 +128,15 @@ def generate(module, block: int, stage: str, failure_dir: Path
 
 def instrument(scf_path: Path, candidates_path: Path, runtime_lib: Path, block: int,
                out: Path, failure_dir: Path) -> None:
-    from pimbuild import jit, mlir
+    from pimbuild.codegen import jit
+    from pimbuild.frontend import mlir
 
     candidates = json.loads(candidates_path.read_text())
     module = mlir.parse_file(scf_path)
     insert_markers(module, candidates["function"], len(candidates["candidates"]))
     mlir.write_ir(module, out / "instrumented.mlir")
     done, rows, columns = generate(module, block, NAME, failure_dir)
-    (out / "codegen.json").write_text(json.dumps(
+    (out / "blocking.json").write_text(json.dumps(
         {"register_block": block, **done, "rows": {str(k): v for k, v in sorted(rows.items())},
          "panel_columns": {str(k): v for k, v in sorted(columns.items())}},
         indent=2) + "\n")

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from torch_mlir import ir
 
-from pimbuild import mlir
-from pimbuild.bounds import executions
-from pimbuild.loops import find_nests, scopes
+from pimbuild.codegen.bounds import executions
+from pimbuild.codegen.loops import find_nests, scopes
+from pimbuild.frontend import mlir
 from pimbuild.targets.pim.copymodels import runs
 from pimbuild.targets.pim.offload import Boundary
 

@@ -30,10 +30,10 @@ from typing import Any
 import numpy as np
 from omegaconf import DictConfig
 
-from pimbuild.errors import ConfigError
-from pimbuild.lower import model_params
-from pimbuild.runtime import LIBRARY, MALLOPT, Markers
-from pimbuild.stage import Inputs, plain
+from pimbuild.codegen.runtime import LIBRARY, MALLOPT, Markers
+from pimbuild.core.errors import ConfigError
+from pimbuild.core.stage import Inputs, plain
+from pimbuild.frontend.lower import model_params
 from pimbuild.targets.pim.counters import BACKENDS, CounterRun
 from pimbuild.targets.pim.hostfacts import b_cpu
 from pimbuild.targets.pim.instrument import ENTER, EXIT, FORWARD_REGION
@@ -147,7 +147,7 @@ def load_program(program: Program, markers) -> tuple[Any, str]:
     """The instrumented forward ready to run, and how it was loaded: ``forward.o``, which
     instrument compiled, linked into a shared library against ``markers``' runtime; or, where
     the host's linker or loader refuses that, ``llvm.mlir`` compiled again."""
-    from pimbuild import jit
+    from pimbuild.codegen import jit
 
     linked, why = jit.try_load_object(program.object_path, [markers.path])
     if linked is not None:
@@ -170,7 +170,7 @@ def timing_run(engine, markers, inp: Program, args: list[np.ndarray], warmup: in
     by the estimator, and the quartiles and extremes that show the spread. At least
     ``repetitions`` forwards are timed, and more until they add up to ``min_time_s`` (a short
     forward needs many runs for its low quantiles to settle), at most ``MAX_REPETITIONS``."""
-    from pimbuild import jit
+    from pimbuild.codegen import jit
 
     n = len(inp.candidates)
     samples, invocations = [], None

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pimbuild.stage import ModelParams
+from pimbuild.core.stage import ModelParams
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@ Consecutive offloaded nests form segments; every offloaded nest is outlined into
 and each segment bracketed by the target's boundary calls (``pimbuild.targets.pim.outline``, names
 from
 the target's ``Boundary``). The hybrid program is compiled and run on the host with the marker
-runtime and must match PyTorch eager (``pimbuild.check.judge``); its transitions are counted
+runtime and must match PyTorch eager (``pimbuild.core.check.judge``); its transitions are counted
 (``N_region``). Writes ``hybrid.mlir``, ``hybrid_llvm.mlir``, ``hybrid.o`` and ``reinsert.json``.
 
 The hybrid program depends on which nests are offloaded, not on why: placements that come
@@ -24,12 +24,12 @@ import numpy as np
 from omegaconf import DictConfig
 
 from pimbuild import targets
-from pimbuild.artifacts import run_cache
-from pimbuild.check import judge, referee_note
-from pimbuild.errors import StageError
-from pimbuild.lower import model_params
-from pimbuild.runtime import LIBRARY, Markers
-from pimbuild.stage import Inputs, ModelParams
+from pimbuild.codegen.runtime import LIBRARY, Markers
+from pimbuild.core.artifacts import run_cache
+from pimbuild.core.check import judge, referee_note
+from pimbuild.core.errors import StageError
+from pimbuild.core.stage import Inputs, ModelParams
+from pimbuild.frontend.lower import model_params
 from pimbuild.targets.pim import instrument
 from pimbuild.targets.pim.hostfacts import resolved_block
 from pimbuild.targets.pim.offload import Boundary
@@ -54,7 +54,7 @@ def params(cfg: DictConfig) -> Params:
 def check(engine, markers, signature: dict, args: list[np.ndarray],
           expected: list[np.ndarray], exact: Callable[[], list[np.ndarray] | None]) -> dict:
     """``check.judge``'s verdict on the program's results, and its transitions counted."""
-    from pimbuild import jit
+    from pimbuild.codegen import jit
 
     markers.reset()
     results = jit.invoke(engine, signature["function"], args, signature["outputs"])
@@ -66,7 +66,7 @@ def unpartitioned(lower_dir: Path, signature: dict, block: int, markers,
                   exact: Callable[[], list[np.ndarray] | None], failure_dir: Path) -> dict:
     """The eager check of the program with no nest offloaded: after a failed check, it tells
     a lowering's inaccuracy from a partition's error."""
-    from pimbuild import jit
+    from pimbuild.codegen import jit
 
     engine = jit.compile_scf(lower_dir / "scf.mlir", failure_dir, block)
     return check(engine, markers, signature, args, expected, exact)
@@ -74,7 +74,9 @@ def unpartitioned(lower_dir: Path, signature: dict, block: int, markers,
 
 def build(lower_dir: Path, offloaded: set[int], runtime_lib: Path, p: Params, block: int,
           out: Path, failure_dir: Path) -> None:
-    from pimbuild import frontend, jit, mlir
+    from pimbuild import frontend
+    from pimbuild.codegen import jit
+    from pimbuild.frontend import mlir
     from pimbuild.targets.pim import outline
 
     signature = json.loads((lower_dir / "signature.json").read_text())

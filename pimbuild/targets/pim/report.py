@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pimbuild.check import outcome
-from pimbuild.plots import plt, save_figure
+from pimbuild.core.check import outcome
+from pimbuild.core.plots import plt, save_figure
 from pimbuild.targets.pim.nests import display_name
 from pimbuild.targets.pim.summary import losses, slow_host_note
 

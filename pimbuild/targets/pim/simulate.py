@@ -22,7 +22,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from pimbuild.stage import Inputs
+from pimbuild.core.stage import Inputs
 from pimbuild.targets.pim import decide, hybrid, policies, summary
 from pimbuild.targets.pim.nests import display_name
 from pimbuild.targets.pim.policies import PolicyContext

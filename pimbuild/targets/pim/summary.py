@@ -11,7 +11,7 @@ from typing import Any
 
 from rich.table import Table
 
-from pimbuild.check import outcome
+from pimbuild.core.check import outcome
 from pimbuild.targets.pim.decide import policy_params
 from pimbuild.targets.pim.nests import display_name
 

@@ -65,9 +65,10 @@ class PimTarget:
     units_name: ClassVar[str] = "cores"
     baselines: ClassVar[tuple[str, ...]] = ("cpu", "operator", "oracle")
     # The stages: the shared lower, extract (loop nests) and marker runtime, then this
-    # package's (pimbuild/tasks/graph.py follows it).
+    # package's (pimbuild/build/graph.py follows it).
     pipeline: ClassVar[dict[str, str]] = {
-        "lower": "pimbuild.lower", "extract": "pimbuild.extract", "runtime": "pimbuild.runtime",
+        "lower": "pimbuild.frontend.lower", "extract": "pimbuild.codegen.extract",
+        "runtime": "pimbuild.codegen.runtime",
         **{s: f"pimbuild.targets.pim.{s}" for s in ("calibrate", "instrument", "profile",
                                                      "eager", "decide", "reinsert", "simulate")}}
 

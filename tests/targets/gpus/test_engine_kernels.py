@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from pimbuild.errors import ConfigError
+from pimbuild.core.errors import ConfigError
 from pimbuild.targets.gpus import fusion
 from pimbuild.targets.gpus.kerneltime import cli, grid, ops, sources
 from tests.conftest import artifact_dir

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from pimbuild.errors import ConfigError
+from pimbuild.core.errors import ConfigError
 from pimbuild.targets.gpus import arrivals
 from pimbuild.targets.gpus.arrivals import Request
 from pimbuild.targets.gpus.enginesim import cli, scheduler, shape

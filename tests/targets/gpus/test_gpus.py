@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from pimbuild.errors import ConfigError, StageError
-from pimbuild.runtime import compiler
+from pimbuild.codegen.runtime import compiler
+from pimbuild.core.errors import ConfigError, StageError
 from pimbuild.targets.gpus import cost, ddg, roofline
 from pimbuild.targets.gpus.cost import Link
 from pimbuild.targets.gpus.ddg import Graph, Kernel
@@ -203,7 +203,7 @@ def test_cuda_backend_refuses_without_a_gpu(run_build) -> None:
 def _partitioned(run_build, tmp_path, model: str):
     """A model's lowered program, its kernels and the compiled kernel functions."""
     from pimbuild import frontend
-    from pimbuild.lower import model_params
+    from pimbuild.frontend.lower import model_params
     from pimbuild.targets.gpus import reinsert, workers
 
     # the workers run the lowered kernels (an engine kernel's members go where it goes)
@@ -235,7 +235,7 @@ def test_partitioned_program_runs_on_two_processes_and_a_dropped_edge_fails(
         run_build, tmp_path) -> None:
     """Kernels alternate between two worker processes; the exchange of exactly the graph's
     transfers reproduces eager, and leaving out any one transfer does not."""
-    from pimbuild.check import RTOL
+    from pimbuild.core.check import RTOL
 
     data, run = _partitioned(run_build, tmp_path, "attention")
     place = [k % 2 for k in range(len(data["kernels"]))]
@@ -488,7 +488,7 @@ def test_two_carried_streams_counted_equal_brute_force(seed: int) -> None:
     brute force's over those periods. The per-kernel MILP then starts from it for the
     periods where both change: the optimum is brute force's over the unrolled graph, the
     placement returned costs what the planner reports, and the bound meets it."""
-    from pimbuild.milp import US
+    from pimbuild.core.milp import US
     from pimbuild.targets.gpus.planners import _layers, unrolled
 
     rng = random.Random(seed)
@@ -698,7 +698,7 @@ def test_a_splits_loads_summed_per_segment_equal_the_unrolled_graphs(seed: int) 
 def test_node_times_and_their_split_over_kernels(tmp_path) -> None:
     """The cuda backend's pieces that do not need a GPU: timing the exported graph's nodes
     (here on the CPU) and charging them to kernels."""
-    from pimbuild.lower import model_params
+    from pimbuild.frontend.lower import model_params
     from pimbuild.targets.gpus import cuda
 
     nodes, how = cuda.node_times(model_params(make_cfg(tmp_path, ["model=mlp"])), "cpu",

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pimbuild.errors import ConfigError
+from pimbuild.core.errors import ConfigError
 from pimbuild.targets.gpus.kerneltime import cli, evaluate, model, ops, sources, tables
 from tests.conftest import artifact_dir, make_cfg
 
@@ -297,7 +297,7 @@ def cpu_table(tmp_path: Path, kernels_json: Path, device: str, torch_version: st
               precision: str, drop: int = 0) -> Path:
     """A table made by the cuda backend's timing path on the CPU (node times split over the
     kernels), for the catalogue device ``device``; the last ``drop`` kernels left out."""
-    from pimbuild.lower import model_params
+    from pimbuild.frontend.lower import model_params
     from pimbuild.targets.gpus import cuda
 
     data = json.loads(kernels_json.read_text())

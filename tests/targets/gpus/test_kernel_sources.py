@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from pimbuild.errors import ConfigError
+from pimbuild.core.errors import ConfigError
 from pimbuild.targets.gpus.kerneltime import cli, grid, ops, sources
 from tests.targets.gpus.test_kernel_model import write_repo
 

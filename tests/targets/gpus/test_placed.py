@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from pimbuild.errors import ConfigError
+from pimbuild.core.errors import ConfigError
 from pimbuild.targets.gpus import cost, ddg
 from pimbuild.targets.gpus.cost import Link
 from pimbuild.targets.gpus.enginesim import cli, placed, shape
@@ -229,7 +229,7 @@ def test_bucket_placements_are_kept_in_the_store_and_reused(tmp_path: Path) -> N
     """Each bucket's placement is an artifact keyed by what the planner reads: a second
     engine with the same inputs plans nothing; another link is planned anew; buckets whose
     DDGs are the same share one artifact."""
-    from pimbuild.artifacts import Store
+    from pimbuild.core.artifacts import Store
 
     m = shape.load(config(tmp_path, TINY))
     mems = [shape.Memory(gb * 2**30) for gb in (80, 48)]

@@ -75,7 +75,7 @@ def test_every_request_is_served_once_and_the_run_repeats() -> None:
 
 
 def test_arrivals(tmp_path) -> None:
-    from pimbuild.errors import ConfigError
+    from pimbuild.core.errors import ConfigError
     from pimbuild.targets.gpus import arrivals
 
     a = arrivals.poisson(100.0, 20000, 1020, 129, seed=3)
@@ -245,7 +245,7 @@ def test_the_next_decode_step_waits_for_the_kv_deltas() -> None:
 
 
 def test_a_prefill_without_the_cache_results_is_one_error() -> None:
-    from pimbuild.errors import RecipeError
+    from pimbuild.core.errors import RecipeError
 
     dec = {"outputs": ["h", "k", "v"], "state": {"arg1": "k", "arg2": "v"}}
     assert serving.kv_map({"outputs": ["ph", "pk", "pv"]}, dec) == {"pk": "arg1",

@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from pimbuild.errors import ConfigError
+from pimbuild.core.errors import ConfigError
 from pimbuild.targets.pim import copymodels, hybrid
 from pimbuild.targets.pim.nests import Nest
 from pimbuild.targets.pim.policies import joint

@@ -12,9 +12,11 @@ import numpy as np
 import pytest
 import torch
 
-from pimbuild import frontend, jit, lower
-from pimbuild.errors import StageError
-from pimbuild.runtime import LIBRARY, Markers, compiler
+from pimbuild import frontend
+from pimbuild.codegen import jit
+from pimbuild.codegen.runtime import LIBRARY, Markers, compiler
+from pimbuild.core.errors import StageError
+from pimbuild.frontend import lower
 from pimbuild.targets.pim.counters.footprint import footprint_counts
 from pimbuild.targets.pim.eager import eager_comparison
 from pimbuild.targets.pim.instrument import ENTER, EXIT, FORWARD_REGION
@@ -89,7 +91,7 @@ from pathlib import Path
 import numpy as np
 paths = {paths!r}
 ctypes.CDLL(paths["impostor"], mode=ctypes.RTLD_GLOBAL)
-from pimbuild import jit
+from pimbuild.codegen import jit
 sig = json.loads(Path(paths["signature"]).read_text())
 engine = jit.load_object(Path(paths["object"]), [Path(paths["runtime"])], {compiler()!r})
 args = [np.ones(a["shape"], dtype=jit.NP_DTYPES[a["dtype"]]) for a in sig["args"]]
@@ -321,7 +323,7 @@ def test_eager_ratio_is_the_median_of_the_rounds_own_ratios() -> None:
 
 
 def test_eager_rounds_must_count(tmp_path: Path) -> None:
-    from pimbuild.errors import ConfigError
+    from pimbuild.core.errors import ConfigError
     from pimbuild.targets.pim import eager
 
     with pytest.raises(ConfigError, match="profile.eager_rounds is -1"):

@@ -14,8 +14,8 @@ class ToyTarget:
     iterations_per_s: float
 
     # pimbuild's shared lower and extract, then a stage of its own
-    pipeline: ClassVar[dict[str, str]] = {"lower": "pimbuild.lower",
-                                          "extract": "pimbuild.extract",
+    pipeline: ClassVar[dict[str, str]] = {"lower": "pimbuild.frontend.lower",
+                                          "extract": "pimbuild.codegen.extract",
                                           "simulate": "toytarget.simulate"}
 
     @classmethod

@@ -38,8 +38,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from pimbuild.artifacts import Store
-from pimbuild.errors import ConfigError
+from pimbuild.core.artifacts import Store
+from pimbuild.core.errors import ConfigError
 from pimbuild.targets.gpus import arrivals
 from pimbuild.targets.gpus.cost import Link
 from pimbuild.targets.gpus.engine import percentile

@@ -10,7 +10,7 @@ from __future__ import annotations
 import heapq
 import math
 
-from pimbuild.errors import ConfigError
+from pimbuild.core.errors import ConfigError
 from pimbuild.targets.gpus.arrivals import Request
 from pimbuild.targets.gpus.cost import Link
 from pimbuild.targets.gpus.enginesim.scheduler import Engine, Seq, seqs_of

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from pimbuild.errors import ConfigError
+from pimbuild.core.errors import ConfigError
 from pimbuild.targets.gpus.cost import Link
 from pimbuild.targets.gpus.enginesim.routing import Routing
 from pimbuild.targets.gpus.enginesim.shape import LlmShape, Memory

@@ -53,8 +53,8 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from pimbuild.artifacts import Store, artifact_key
-from pimbuild.errors import ConfigError
+from pimbuild.core.artifacts import Store, artifact_key
+from pimbuild.core.errors import ConfigError
 from pimbuild.targets.gpus import planners
 from pimbuild.targets.gpus.cost import Link
 from pimbuild.targets.gpus.ddg import Graph, Kernel

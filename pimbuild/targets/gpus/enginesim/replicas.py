@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
-from pimbuild.errors import ConfigError
+from pimbuild.core.errors import ConfigError
 from pimbuild.targets.gpus.arrivals import Request
 from pimbuild.targets.gpus.enginesim.scheduler import Engine, Run, Seq, seqs_of
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 import random
 
-from pimbuild.errors import ConfigError
+from pimbuild.core.errors import ConfigError
 
 PATTERNS = ("balanced", "zipf:S", "router:SEED")
 

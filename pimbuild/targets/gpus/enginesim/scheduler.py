@@ -21,7 +21,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from pimbuild.errors import ConfigError
+from pimbuild.core.errors import ConfigError
 from pimbuild.targets.gpus.arrivals import Request
 
 ROLES = ("both", "prefill", "decode")

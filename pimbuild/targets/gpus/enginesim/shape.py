@@ -14,8 +14,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal
 
-from pimbuild.errors import ConfigError
-from pimbuild.schema import Strict, check, number
+from pimbuild.core.errors import ConfigError
+from pimbuild.core.schema import Strict, check, number
 
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
 # the precisions as the kernel data name them

@@ -38,7 +38,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from pimbuild.errors import ConfigError
+from pimbuild.core.errors import ConfigError
 from pimbuild.targets.gpus.kerneltime import clock, evaluate, grid, model, ops, sources, tables
 
 

@@ -10,8 +10,8 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from pimbuild.errors import ConfigError
-from pimbuild.schema import check
+from pimbuild.core.errors import ConfigError
+from pimbuild.core.schema import check
 from pimbuild.targets.gpus.config import DeviceFile
 from pimbuild.targets.gpus.kerneltime import grid, model, ops, sources
 

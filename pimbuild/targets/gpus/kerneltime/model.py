@@ -40,8 +40,8 @@ from typing import Any
 
 import numpy as np
 
-from pimbuild.errors import ConfigError
-from pimbuild.schema import Strict, check, number
+from pimbuild.core.errors import ConfigError
+from pimbuild.core.schema import Strict, check, number
 from pimbuild.targets.gpus.kerneltime import ops, sources
 
 SHIPPED = sources.DATA / "kernel_model.json"

@@ -29,8 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from pimbuild.errors import ConfigError
-from pimbuild.schema import Strict, check, check_columns, number
+from pimbuild.core.errors import ConfigError
+from pimbuild.core.schema import Strict, check, check_columns, number
 
 GEMMS = ("linear", "bmm")
 ATTENTION = ("prefill_attention", "decode_attention")

@@ -36,7 +36,7 @@ from typing import Any
 
 import yaml
 
-from pimbuild.errors import ConfigError
+from pimbuild.core.errors import ConfigError
 from pimbuild.targets.gpus.kerneltime import ops
 
 DATA = Path(__file__).parent / "data"

@@ -20,8 +20,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import StringConstraints
 
-from pimbuild.errors import ConfigError
-from pimbuild.schema import Range, Strict, check, number
+from pimbuild.core.errors import ConfigError
+from pimbuild.core.schema import Range, Strict, check, number
 
 FORMAT = "pimbuild-kernel-table/1"
 META = ("device", "gpu", "driver", "torch", "cuda", "precision", "method")

@@ -15,8 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from pimbuild.milp import US
-from pimbuild.registry import Registry
+from pimbuild.core.milp import US
+from pimbuild.core.registry import Registry
 from pimbuild.targets.gpus import ddg
 from pimbuild.targets.gpus.cost import Link
 from pimbuild.targets.gpus.ddg import Graph

@@ -50,7 +50,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from pimbuild.milp import INF, US, Model
+from pimbuild.core.milp import INF, US, Model
 from pimbuild.targets.gpus.cost import cycle_time
 from pimbuild.targets.gpus.ddg import Graph
 from pimbuild.targets.gpus.planners import GB, Plan, PlanContext

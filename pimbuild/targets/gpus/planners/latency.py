@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from pimbuild.milp import US, Model
+from pimbuild.core.milp import US, Model
 from pimbuild.targets.gpus.cost import critical_path
 from pimbuild.targets.gpus.ddg import HOME
 from pimbuild.targets.gpus.planners import Plan, PlanContext, memory_rows, solved, start_values

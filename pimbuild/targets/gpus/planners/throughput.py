@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from pimbuild.milp import US, Model
+from pimbuild.core.milp import US, Model
 from pimbuild.targets.gpus.cost import cycle_time
 from pimbuild.targets.gpus.ddg import HOME
 from pimbuild.targets.gpus.planners import (

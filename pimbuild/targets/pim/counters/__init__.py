@@ -16,12 +16,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pimbuild.registry import Registry
+from pimbuild.core.registry import Registry
 
 if TYPE_CHECKING:
     import numpy as np
 
-    from pimbuild.runtime import Markers
+    from pimbuild.codegen.runtime import Markers
     from pimbuild.targets.pim.program import Params, Program
 
 BACKENDS = Registry("counter backend", "profile.backend", package="pimbuild.targets.pim.counters")

@@ -119,7 +119,7 @@ def rereads(c: dict, read: dict[str, int], capacity: int, line: int) -> int:
 def _column_rereads(c: dict, read: dict[str, int], passes: int, capacity: int,
                     line: int) -> int:
     """``rereads`` where all the rows run in one block and the columns in ``passes`` blocks
-    (packed panels, ``pimbuild.panels``): what the columns do not address (x, extract's
+    (packed panels, ``pimbuild.codegen.panels``): what the columns do not address (x, extract's
     ``next_invariant_reads``) is read once per block of columns, and of it, per pass, what
     that pass's share of the rest pushes past the cache comes from memory again: all of it
     once x alone is past the cache. (``matmul`` n = 1024, x = 4 MiB past a 2 MiB L2:

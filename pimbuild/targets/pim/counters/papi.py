@@ -3,8 +3,8 @@ event set, no multiplexing, read by the C markers at each region's entry and exi
 
 from __future__ import annotations
 
-from pimbuild import jit
-from pimbuild.errors import StageError
+from pimbuild.codegen import jit
+from pimbuild.core.errors import StageError
 from pimbuild.targets.pim.counters import CounterRun
 
 

@@ -40,9 +40,10 @@ from typing import TYPE_CHECKING
 import numpy as np
 from torch_mlir import ir
 
-from pimbuild import jit, mlir
-from pimbuild.errors import StageError
-from pimbuild.runtime import CALLGRIND_LIBRARY, LIBRARY, MALLOPT, Markers
+from pimbuild.codegen import jit
+from pimbuild.codegen.runtime import CALLGRIND_LIBRARY, LIBRARY, MALLOPT, Markers
+from pimbuild.core.errors import StageError
+from pimbuild.frontend import mlir
 from pimbuild.targets.pim.counters import CounterRun
 from pimbuild.targets.pim.instrument import ENTER, EXIT
 

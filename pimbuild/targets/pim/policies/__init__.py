@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pimbuild.registry import Registry
+from pimbuild.core.registry import Registry
 from pimbuild.targets.pim.offload import PolicyParams  # the policy group's (re-exported)
 
 if TYPE_CHECKING:

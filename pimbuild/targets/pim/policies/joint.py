@@ -30,8 +30,8 @@ force in the tests. Other copy models are refused.
 
 from __future__ import annotations
 
-from pimbuild.errors import ConfigError
-from pimbuild.milp import US, Model
+from pimbuild.core.errors import ConfigError
+from pimbuild.core.milp import US, Model
 from pimbuild.targets.pim.copymodels import segment_bytes
 from pimbuild.targets.pim.nests import Nest
 from pimbuild.targets.pim.policies import Decision, Placement, PolicyContext

@@ -6,7 +6,7 @@ line naming the file, the field and what it must be.
 Types are exact (``Strict``): a bool is not a number, the text "12" is not a count, a number
 is finite, a field the format does not have is refused (with the nearest one it has) and a
 field it needs is asked for. Ranges are written once, as the config's are, ``(comparison,
-bound)`` or ``(comparison, bound, upper)`` (``pimbuild.config.RANGES``), and ``number`` turns
+bound)`` or ``(comparison, bound, upper)`` (``pimbuild.build.config.RANGES``), and ``number`` turns
 one into a field's constraint, so that a config group and the file of the same thing (a
 device) share them (``model_of``)."""
 
@@ -21,7 +21,7 @@ from typing import Annotated, Any
 from omegaconf import MISSING
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
-from pimbuild.errors import ConfigError
+from pimbuild.core.errors import ConfigError
 
 Range = tuple[Any, ...]  # (">" or ">=", bound) or (">" or ">=", bound, upper)
 

@@ -20,8 +20,8 @@ from pathlib import Path
 import numpy as np
 from omegaconf import DictConfig
 
-from pimbuild.errors import StageError
-from pimbuild.stage import Inputs
+from pimbuild.core.errors import StageError
+from pimbuild.core.stage import Inputs
 
 NAME = "runtime"
 READS: tuple[str, ...] = ()

@@ -17,7 +17,7 @@ from torch_mlir import ir
 from torch_mlir.dialects import torch as torch_d
 from torch_mlir.passmanager import PassManager
 
-from pimbuild.errors import StageError
+from pimbuild.core.errors import StageError
 
 # The element types the lowered program can return, by name, as numpy dtypes (what
 # frontend.eager accepts and jit allocates).
@@ -139,7 +139,8 @@ def run_pipeline(module: ir.Module, pipeline: str, *, stage: str, failure_dir: P
 def crash_signal(pipeline: str, text: str) -> str | None:
     """Run ``pipeline`` on the IR ``text`` in a child ``pimbuild-opt``: the name of the signal
     that killed it, or None (it finished, or failed with an ordinary error)."""
-    proc = subprocess.run([sys.executable, "-m", "pimbuild.opt", f"--pass-pipeline={pipeline}",
+    proc = subprocess.run([sys.executable, "-m", "pimbuild.commands.opt",
+                           f"--pass-pipeline={pipeline}",
                            "/dev/stdin"], input=text, capture_output=True, text=True)
     return signal.Signals(-proc.returncode).name if proc.returncode < 0 else None
 

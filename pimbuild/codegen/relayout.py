@@ -27,12 +27,13 @@ import math
 from torch_mlir import ir
 from torch_mlir.dialects import memref, scf
 
-from pimbuild import codegen, mlir, panels
-from pimbuild.bounds import trip_counts
-from pimbuild.codegen import index_constant
-from pimbuild.loops import view_root
+from pimbuild.codegen import blocking, panels
+from pimbuild.codegen.blocking import index_constant
+from pimbuild.codegen.bounds import trip_counts
+from pimbuild.codegen.loops import view_root
+from pimbuild.frontend import mlir
 
-MIN_BYTES = codegen.ROW_OPERAND_BYTES  # operands smaller than this are left as they are
+MIN_BYTES = blocking.ROW_OPERAND_BYTES  # operands smaller than this are left as they are
 # Iterations of the parallel dimensions the operand's address does not move with, at least:
 # each reads the whole operand again, so the copy (one more read and a write) pays. A
 # decode step's weight, read once, is left as it is.
@@ -47,16 +48,16 @@ def relayout(module: ir.Module) -> int:
     copies."""
     if not COPY:
         return 0
-    nests = [op for op in codegen.host_nests(module) if panels._top_level(op)]
+    nests = [op for op in blocking.host_nests(module) if panels._top_level(op)]
     with module.context:
         return sum(_relayout(op) > 0 for op in nests)
 
 
 def _relayout(parallel: ir.Operation) -> int:
-    loops = codegen.reduction_loops(parallel)
+    loops = blocking.reduction_loops(parallel)
     if loops is None:
         return 0
-    reductions = codegen.reduction_ivs(loops)
+    reductions = blocking.reduction_ivs(loops)
     parallels = list(parallel.regions[0].blocks[0].arguments)
     body = [op.operation for op in loops[-1].regions[0].blocks[0].operations]
     written = _written(parallel)

@@ -1,5 +1,5 @@
 """Stage ``extract``: one offloading candidate per top-level ``scf.parallel`` nest of
-``scf.mlir`` (``pimbuild.loops``): its source torch operator, parallel dimensions and
+``scf.mlir`` (``pimbuild.codegen.loops``): its source torch operator, parallel dimensions and
 ``n_iter``, ``n_total``, enclosing trip count, the buffers it reads and writes by allocation,
 and the op mix of one parallel iteration. Writes ``candidates.json``.
 """
@@ -12,8 +12,8 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
-from pimbuild.errors import StageError
-from pimbuild.stage import Inputs
+from pimbuild.core.errors import StageError
+from pimbuild.core.stage import Inputs
 
 NAME = "extract"
 READS = ("lower",)
@@ -30,7 +30,7 @@ def params(cfg: DictConfig) -> Params:
 
 
 def run(inputs: Inputs, p: Params, out: Path) -> None:
-    from pimbuild import loops
+    from pimbuild.codegen import loops
 
     lower = inputs["lower"]
     try:

@@ -20,8 +20,7 @@ from typing import Any
 
 from torch_mlir import ir
 
-from pimbuild import mlir
-from pimbuild.bounds import (
+from pimbuild.codegen.bounds import (
     MAX_POINTS,
     bounds,
     enclosing_loops,
@@ -30,6 +29,7 @@ from pimbuild.bounds import (
     points,
     trip_counts,
 )
+from pimbuild.frontend import mlir
 
 VIEW_OPS = frozenset({"memref.expand_shape", "memref.collapse_shape", "memref.subview",
                       "memref.cast", "memref.reinterpret_cast", "memref.view",

@@ -1,7 +1,7 @@
 """A Hydra callback that closes a multirun with one table and one plot across its jobs.
 
 A job that fails writes its error to ``error.txt`` in its directory and the sweep goes on
-(``pimbuild.cli``); the summary lists it, and the command exits 1 after the summary.
+(``pimbuild.commands.cli``); the summary lists it, and the command exits 1 after the summary.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from omegaconf import DictConfig, OmegaConf
 from rich.markup import escape
 from rich.table import Table
 
-from pimbuild.console import console
+from pimbuild.core.console import console
 
 SUMMARY = "sweep_summary"
 FAILED = "error.txt"
@@ -70,7 +70,7 @@ def write(rows: list[dict[str, Any]], sweep_dir: Path) -> Table:
 
 
 def _plot(rows: list[dict[str, Any]], path: Path) -> None:
-    from pimbuild.plots import plt, save_figure
+    from pimbuild.core.plots import plt, save_figure
 
     fig, ax = plt.subplots(figsize=(max(5, 0.6 * len(rows)), 3.5))
     labels = [" ".join(r["overrides"]) or r["job"] for r in rows]

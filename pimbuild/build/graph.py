@@ -1,4 +1,4 @@
-"""Stage tasks derived from the stage modules (``pimbuild.stage`` describes their shape)."""
+"""Stage tasks derived from the stage modules (``pimbuild.core.stage`` describes their shape)."""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from pimbuild.artifacts import Artifact, Store, artifact_key
-from pimbuild.config import validate
-from pimbuild.errors import ConfigError
-from pimbuild.stage import Inputs
+from pimbuild.core.artifacts import Artifact, Store, artifact_key
+from pimbuild.build.config import validate
+from pimbuild.core.errors import ConfigError
+from pimbuild.core.stage import Inputs
 from pimbuild.targets import TARGETS
 
 # Pipeline order of every stage name. A target names the module of each stage it has (its

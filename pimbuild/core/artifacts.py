@@ -37,10 +37,10 @@ def code_version() -> str:
     """``<version>+<digest>``: the release and a digest of pimbuild's own code (the package,
     its task graph and recipes, the marker runtime), so an artifact is never reused across
     code edits. Each file enters under its package-qualified name
-    (``pimbuild.tasks/graph.py``; the config tree, ``pimbuild/conf/`` in the source tree, as
+    (``pimbuild.build/graph.py``; the config tree, ``pimbuild/conf/`` in the source tree, as
     ``pimbuild.conf``), so the same code gives the same digest installed in place (editable)
     or copied into site-packages."""
-    packages = ("pimbuild", "pimbuild.tasks", "pimbuild.recipes", "pimbuild.conf")
+    packages = ("pimbuild", "pimbuild.build", "pimbuild.recipes", "pimbuild.conf")
     roots = sorted(((Path(loc), name) for name in packages
                     for loc in importlib.util.find_spec(name).submodule_search_locations),
                    key=lambda r: len(r[0].parts), reverse=True)  # innermost root first

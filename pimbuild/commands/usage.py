@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pimbuild.conf
 from pimbuild import __version__
-from pimbuild.config import Config
-from pimbuild.errors import PimbuildError
-from pimbuild.tasks.graph import stage_names
+from pimbuild.build.config import Config
+from pimbuild.build.graph import stage_names
+from pimbuild.core.errors import PimbuildError
 
 CONF = Path(pimbuild.conf.__file__).parent  # the package's config tree (pimbuild/conf/ in the repo)
 

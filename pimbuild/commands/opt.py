@@ -12,8 +12,8 @@ from pathlib import Path
 
 from torch_mlir import ir
 
-from pimbuild.mlir import asm, diagnostic_summary, new_context
-from pimbuild.transforms import add_fastmath, controlled_fusion
+from pimbuild.frontend.mlir import asm, diagnostic_summary, new_context
+from pimbuild.frontend.transforms import add_fastmath, controlled_fusion
 
 
 def main(argv: list[str] | None = None) -> int:

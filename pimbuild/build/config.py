@@ -1,7 +1,7 @@
 """The composed config: the root schema and the schema registry Hydra composes
 ``pimbuild/conf/`` against, the ranges every number is checked against, and ``validate``.
 Each group's
-schema and ranges live with the code that reads it (``pimbuild.lower``: ``model``,
+schema and ranges live with the code that reads it (``pimbuild.frontend.lower``: ``model``,
 ``lowering``; ``pimbuild.targets.pim.config``: ``platform``, ``profile``, ``pim``,
 ``policy``, ``sim``; ``pimbuild.targets.gpus.config``: ``device``, ``link``, ``gpus``,
 ``serve``); this module composes them, with the groups of its own (``system``,
@@ -30,10 +30,10 @@ from typing import Any
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
-from pimbuild import lower
-from pimbuild.errors import ConfigError
-from pimbuild.lower import LoweringConfig, ModelConfig
-from pimbuild.schema import check
+from pimbuild.frontend import lower
+from pimbuild.core.errors import ConfigError
+from pimbuild.frontend.lower import LoweringConfig, ModelConfig
+from pimbuild.core.schema import check
 from pimbuild.targets.gpus import config as gpus_config
 from pimbuild.targets.gpus.config import (
     DeviceConfig,

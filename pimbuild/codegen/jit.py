@@ -18,10 +18,11 @@ from torch_mlir import ir
 from torch_mlir.execution_engine import ExecutionEngine
 from torch_mlir.runtime import as_ctype, make_nd_memref_descriptor, make_zero_d_memref_descriptor
 
-from pimbuild import codegen, mlir, panels, relayout, vecmath, vectile
-from pimbuild.errors import StageError, first_line
-from pimbuild.mlir import NP_DTYPES
-from pimbuild.runtime import compiler
+from pimbuild.codegen import blocking, panels, relayout, vecmath, vectile
+from pimbuild.codegen.runtime import compiler
+from pimbuild.core.errors import StageError, first_line
+from pimbuild.frontend import mlir
+from pimbuild.frontend.mlir import NP_DTYPES
 
 # scf + memref -> LLVM dialect. Deallocation runs here, after extract has counted the nests.
 # lower-affine runs again after expand-strided-metadata, which computes a view's offset
@@ -49,11 +50,11 @@ def prepare_for_llvm(module: ir.Module) -> None:
 def to_llvm(module: ir.Module, register_block: int, *, stage: str, failure_dir: Path,
             inspect: Callable[[ir.Module], None] | None = None) -> dict[str, int]:
     """Host code generation in place: operands copied so each row's reduction is contiguous
-    (``pimbuild.relayout``) and vector register tiles (``pimbuild.vectile``; neither at
+    (``relayout``) and vector register tiles (``vectile``; neither at
     ``register_block`` 1, which leaves the host code as lowered), their packed panels
-    (``pimbuild.panels``), loop interchange and register blocking (``pimbuild.codegen``),
+    (``panels``), loop interchange and register blocking (``blocking``),
     f32 exp, tanh and erf as arithmetic and divisions by a constant as
-    multiplications (``pimbuild.vecmath``), C interfaces, bf16
+    multiplications (``vecmath``), C interfaces, bf16
     arithmetic as f32 (``mlir.EMULATE_BF16``), then the LLVM dialect. Returns how many
     nests (ops) each of the first seven rewrote. ``inspect`` sees the module after them,
     while its loops are still loops."""
@@ -61,15 +62,15 @@ def to_llvm(module: ir.Module, register_block: int, *, stage: str, failure_dir: 
     done = {"relaid_out_nests": relayout.relayout(module) if tiles else 0,
             "vector_tiled_nests": vectile.tile(module) if tiles else 0,
             "packed_nests": panels.packed(module),
-            "interchanged_nests": codegen.interchange(module),
-            "register_blocked_nests": codegen.register_block(module, register_block),
+            "interchanged_nests": blocking.interchange(module),
+            "register_blocked_nests": blocking.register_block(module, register_block),
             "vectorized_math_ops": vecmath.expand(module),
             "reciprocal_divisions": vecmath.reciprocals(module)}
     if inspect is not None:
         inspect(module)
     prepare_for_llvm(module)
     if "bf16" in mlir.element_types(module):
-        from pimbuild.transforms import truncate_through_f32
+        from pimbuild.frontend.transforms import truncate_through_f32
 
         truncate_through_f32(module)
         mlir.run_pipeline(module, mlir.EMULATE_BF16, stage=stage, failure_dir=failure_dir)

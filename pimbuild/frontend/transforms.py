@@ -20,7 +20,7 @@ from __future__ import annotations
 from torch_mlir import ir
 from torch_mlir.passmanager import PassManager
 
-from pimbuild.mlir import ELEMENTWISE_FUSION, GENERALIZE, walk
+from pimbuild.frontend.mlir import ELEMENTWISE_FUSION, GENERALIZE, walk
 
 FASTMATH_OPS = frozenset({
     "arith.addf", "arith.subf", "arith.mulf", "arith.divf", "arith.remf", "arith.negf",

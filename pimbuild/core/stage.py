@@ -16,7 +16,7 @@ the phase's (``tasks.graph.phase_config``); ``Inputs.phase`` gives the stage the
 plain stage name. A model without the phase builds nothing more.
 
 An artifact's key hashes the stage name, ``dataclasses.asdict(params)``, the keys of the
-artifacts it reads and the code version (``pimbuild.artifacts.artifact_key``), so a stage
+artifacts it reads and the code version (``pimbuild.core.artifacts.artifact_key``), so a stage
 cannot depend on a value its key does not cover. Stage modules import their heavy
 dependencies lazily: planning a build imports none of them.
 """
@@ -29,14 +29,14 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from pimbuild.artifacts import Store
+    from pimbuild.core.artifacts import Store
 
 
 @dataclass(frozen=True)
 class ModelParams:
     """The ``model`` config group: which recipe, at which sizes, dtype and seed. Every stage
     that rebuilds the model's arguments (profile, reinsert) receives it, and the frontend
-    builds the model from it (``pimbuild.lower.model_params`` makes it)."""
+    builds the model from it (``pimbuild.frontend.lower.model_params`` makes it)."""
 
     name: str
     recipe: str

@@ -45,8 +45,8 @@ import numpy as np
 from torch_mlir import ir
 from torch_mlir.dialects import arith, math
 
-from pimbuild import mlir
-from pimbuild.bounds import owner
+from pimbuild.codegen.bounds import owner
+from pimbuild.frontend import mlir
 
 LOG2E = 1.44269504088896341
 LN2_HI, LN2_LO = 0.693359375, -2.12194440e-4  # ln 2 = LN2_HI + LN2_LO; LN2_HI * n is exact

@@ -18,9 +18,9 @@ a masked vector (``_lanes``). The *rows* are an outer output dimension that some
 does not move with (a convolution's output channels ``f``: the input's vector is loaded once
 for all of them; the rows of ``x``: ``W``'s is), so each vector loaded serves every row of
 the tile; else one that some broadcast does not move with. Before this,
-``codegen.interchange`` ran these nests with the accumulators in memory, loaded and stored
-once per ``codegen.TERMS`` terms (or, for a convolution, whose innermost reduction loop has
-7, 3 or 1 trips, once per term), and ``codegen.register_block`` as scalars. Each sum adds
+``blocking.interchange`` ran these nests with the accumulators in memory, loaded and stored
+once per ``blocking.TERMS`` terms (or, for a convolution, whose innermost reduction loop has
+7, 3 or 1 trips, once per term), and ``blocking.register_block`` as scalars. Each sum adds
 its terms in the same order as before.
 
 It runs first (``jit.to_llvm``); the nests it tiles no longer have the form the other two
@@ -34,15 +34,23 @@ from __future__ import annotations
 from torch_mlir import ir
 from torch_mlir.dialects import arith, vector
 
-from pimbuild import codegen, panels
-from pimbuild.codegen import Accumulator, add, blocked_dim, constant, depends, largest_factor, slope
+from pimbuild.codegen import blocking, panels
+from pimbuild.codegen.blocking import (
+    Accumulator,
+    add,
+    blocked_dim,
+    constant,
+    depends,
+    largest_factor,
+    slope,
+)
 
 LANES = 8  # f32 lanes of a 256-bit register (AVX2)
 VECTORS = 2  # vectors of columns per row of the tile, where the columns divide by them
 # (more where there are fewer than TILE // VECTORS rows)
 TILE = 8  # vectors in a tile (rows x vectors): 8 of the 16 AVX2 registers hold accumulators,
 # just enough independent sums to keep two FMA units of 4 cycles' latency busy (SIX_ROWS)
-PACK = True  # copy the panels the blocks of rows share (``pimbuild.panels``)
+PACK = True  # copy the panels the blocks of rows share (``pimbuild.codegen.panels``)
 # Where panels pack and the rows divide by 6: tiles of 6 rows x VECTORS vectors, 12
 # accumulators, 15 of the 16 registers with the panel's two vectors and a broadcast. With
 # 8 accumulators two FMA units of 4 cycles' latency have no slack; 16 (4 x 4) spilled.
@@ -61,7 +69,7 @@ FLOAT_OPS = {"arith.addf", "arith.subf", "arith.mulf", "arith.divf", "arith.maxi
 def tile(module: ir.Module) -> int:
     """Tile every nest of ``module``'s host functions that ``_plan`` accepts; returns how
     many it tiled."""
-    nests = codegen.host_nests(module)
+    nests = blocking.host_nests(module)
     with module.context:
         return sum(_tile(op) for op in nests)
 
@@ -161,13 +169,13 @@ def _lanes(trips: int) -> tuple[int | None, int]:
 
 
 def _tile(parallel: ir.Operation) -> bool:
-    loops = codegen.reduction_loops(parallel)
+    loops = blocking.reduction_loops(parallel)
     dim = _column(parallel, loops) if loops is not None else None
     if dim is None:
         return False
     (d, trips), body = dim, parallel.regions[0].blocks[0]
     col = body.arguments[d]
-    accs = codegen.find_accumulators(loops, col)
+    accs = blocking.find_accumulators(loops, col)
     slopes = _plan(loops, accs, col) if accs else None
     lanes, tail = _lanes(trips)
     if slopes is None or lanes is None:
@@ -177,7 +185,7 @@ def _tile(parallel: ir.Operation) -> bool:
     if transposed and (d != last or tail or lanes < LANES):
         return False  # vectors of 4 (1020 keys): q @ k.T ran 2.15x its time so
     if d != last:  # the columns innermost (a depthwise convolution's channels were)
-        codegen.swap(parallel, d, last)
+        blocking.swap(parallel, d, last)
         d, col = last, body.arguments[last]
     v = -(-trips // lanes) if tail else VECTORS if trips % (VECTORS * lanes) == 0 else 1
     rows = _row_dim(parallel, d, loops, accs, slopes)
@@ -190,29 +198,29 @@ def _tile(parallel: ir.Operation) -> bool:
         r, v = _twelve(parallel, loops, d, rows, trips, lanes) or (r, v)
     if transposed and not packs:
         return False  # its vectors exist only in a panel
-    row_bytes = codegen.row_operand_bytes(loops, accs, body.arguments[rows[0]]) \
+    row_bytes = blocking.row_operand_bytes(loops, accs, body.arguments[rows[0]]) \
         if rows is not None else 0
-    inner = rows is not None and (row_bytes <= codegen.ROW_OPERAND_BYTES or packs)
+    inner = rows is not None and (row_bytes <= blocking.ROW_OPERAND_BYTES or packs)
     here, loc = ir.InsertionPoint(loops[0]), loops[0].location
     cols = [col] + [add(col, k * lanes, here, loc) for k in range(1, v)]
-    lines = codegen.offsets(body.arguments[rows[0]], r, here, loc) if r > 1 else [None]
+    lines = blocking.offsets(body.arguments[rows[0]], r, here, loc) if r > 1 else [None]
     maps = [{col: c, **({body.arguments[rows[0]]: line} if line is not None else {})}
             for line in lines for c in cols]
     masks = [tail if tail and k % v == v - 1 else None for k in range(len(maps))]
     _Emitter(loops, accs, slopes, lanes, loc).emit(maps, masks, here)
     loops[0].erase()
-    codegen.set_step(parallel, d, min(v * lanes, trips))
+    blocking.set_step(parallel, d, min(v * lanes, trips))
     if r > 1:
-        codegen.set_step(parallel, rows[0], r)
+        blocking.set_step(parallel, rows[0], r)
     if inner:  # rows innermost: each block of vectors loaded serves every row
-        codegen.swap(parallel, d, rows[0])
+        blocking.swap(parallel, d, rows[0])
         if PACK and not tail:
             panels.pack(parallel, column=rows[0], row=d, width=v * lanes, row_bytes=row_bytes)
     if transposed and panels.standins(parallel):
         raise RuntimeError("vectile: W[j, k]'s vectors got no panel (panels.shares said "
                            "they would)")
     if r > 1 or inner:  # the rows each read of the shared operand serves
-        codegen.mark_rows(parallel, rows[1] // panels.row_blocks(parallel) if inner else r)
+        blocking.mark_rows(parallel, rows[1] // panels.row_blocks(parallel) if inner else r)
     return True
 
 
@@ -245,7 +253,7 @@ class _Emitter:
         its vectors use when fewer than all (masked loads and stores), else None."""
         inits = [self._load_vector(a.load, dict(m), here, 1, mask)
                  for a in self.accs for m, mask in zip(maps, masks, strict=True)]
-        nest = codegen.jam(self.loops, self.accs, maps, inits, here, self.loc,
+        nest = blocking.jam(self.loops, self.accs, maps, inits, here, self.loc,
                             lambda k, mapping, ip: self._body(mapping, ip, masks[k]))
         for a, acc in enumerate(self.accs):
             for k, m in enumerate(maps):
@@ -293,7 +301,7 @@ class _Emitter:
                 return list(ir.Operation.create(op.name, results=[self.vector],
                                                 operands=operands,
                                                 attributes=attributes).results)
-        return list(codegen.clone(op, dict(mapping), ip).results)
+        return list(blocking.clone(op, dict(mapping), ip).results)
 
     def _load_vector(self, load: ir.Operation, mapping: dict, ip: ir.InsertionPoint,
                      stride: int, mask: int | None) -> ir.Value:

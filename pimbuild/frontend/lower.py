@@ -19,10 +19,11 @@ from typing import Any
 
 from omegaconf import MISSING, DictConfig
 
-from pimbuild import check, recipes
-from pimbuild.errors import ConfigError
-from pimbuild.registry import Registry
-from pimbuild.stage import Inputs, ModelParams, plain
+from pimbuild import recipes
+from pimbuild.core import check
+from pimbuild.core.errors import ConfigError
+from pimbuild.core.registry import Registry
+from pimbuild.core.stage import Inputs, ModelParams, plain
 
 
 @dataclass
@@ -36,22 +37,22 @@ class ModelConfig:
     seed: int = 0
     # Other phases of the same model (a prefill beside a decode step), by phase name: each a
     # recipe and its size, dtype and seed defaulting to this model's. A stage that reads a
-    # phase (its PHASE_READS) gets that phase's stages built too (pimbuild/tasks/graph.py). None
+    # phase (its PHASE_READS) gets that phase's stages built too (pimbuild/build/graph.py). None
     # unless the model file names some.
     phases: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
 class LoweringConfig:
-    fusion: str = MISSING  # a fusion mode (pimbuild.transforms.FUSIONS)
+    fusion: str = MISSING  # a fusion mode (pimbuild.frontend.transforms.FUSIONS)
     fastmath: bool = MISSING
     weights: str = MISSING  # args | constants
     register_block: int | None = MISSING  # None: chosen per host by calibrate's search
     register_block_candidates: list[int] = MISSING  # what the search times
 
 
-# The model and lowering groups, as ``pimbuild.config`` composes them, and the ranges of
-# their numbers (``pimbuild.config.validate``).
+# The model and lowering groups, as ``pimbuild.build.config`` composes them, and the ranges of
+# their numbers (``pimbuild.build.config.validate``).
 SCHEMAS: dict[str, Any] = {"model": ModelConfig, "lowering": LoweringConfig}
 RANGES: dict[str, tuple[Any, ...]] = {
     "model.seed": (">=", 0),
@@ -84,9 +85,10 @@ DTYPES = ("float32",)
 WEIGHTS = ("args", "constants")
 # lowering.fusion: a function that fuses the linalg-on-tensors module in place.
 FUSIONS = Registry("fusion mode", "lowering.fusion", builtins={
-    "none": "pimbuild.transforms:no_fusion",  # every linalg op lowers to its own nest
-    "controlled": "pimbuild.transforms:controlled_fusion",  # never arithmetic into reductions
-    "full": "pimbuild.transforms:full_fusion",  # MLIR's elementwise fusion as is
+    "none": "pimbuild.frontend.transforms:no_fusion",  # every linalg op lowers to its own nest
+    # never arithmetic into reductions
+    "controlled": "pimbuild.frontend.transforms:controlled_fusion",
+    "full": "pimbuild.frontend.transforms:full_fusion",  # MLIR's elementwise fusion as is
 })
 
 
@@ -136,7 +138,8 @@ def run(inputs: Inputs, p: Params, out: Path) -> None:
 
 
 def lower(p: Params, out: Path, failure_dir: Path) -> None:
-    from pimbuild import frontend, mlir, transforms
+    from pimbuild import frontend
+    from pimbuild.frontend import mlir, transforms
 
     recipe = frontend.build_recipe(p.model)
     outputs = frontend.eager(p.model, recipe)

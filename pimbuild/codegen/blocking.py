@@ -51,9 +51,9 @@ from dataclasses import dataclass
 from torch_mlir import ir
 from torch_mlir.dialects import scf
 
-from pimbuild import mlir
-from pimbuild.bounds import constant_index, owner
-from pimbuild.loops import memref_bytes, view_root
+from pimbuild.codegen.bounds import constant_index, owner
+from pimbuild.codegen.loops import memref_bytes, view_root
+from pimbuild.frontend import mlir
 
 # Rows of a product jammed together at most (``_block``): each shares the weight row loaded.
 ROWS = 4

@@ -37,9 +37,9 @@ import math
 from torch_mlir import ir
 from torch_mlir.dialects import memref, scf, vector
 
-from pimbuild import mlir
-from pimbuild.bounds import owner, trip_counts
-from pimbuild.codegen import add, clone, constant, depends, index_constant, slope, swap
+from pimbuild.codegen.blocking import add, clone, constant, depends, index_constant, slope, swap
+from pimbuild.codegen.bounds import owner, trip_counts
+from pimbuild.frontend import mlir
 
 ROW_BLOCKS = 8  # blocks of rows that read each panel, at least (the copy is one more read)
 # and for a transposed panel (W[j, k], copied element by element), at least: below it the

@@ -18,7 +18,7 @@ import importlib.util
 import pkgutil
 from typing import Any
 
-from pimbuild.errors import ConfigError
+from pimbuild.core.errors import ConfigError
 
 
 class Registry:

@@ -1,4 +1,4 @@
-"""The ``pimbuild`` command: a Hydra app around ``pimbuild.build.build``."""
+"""The ``pimbuild`` command: a Hydra app around ``pimbuild.build.driver.build``."""
 
 from __future__ import annotations
 
@@ -23,13 +23,13 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 from rich.markup import escape
 
-from pimbuild import usage
-from pimbuild.build import build
-from pimbuild.config import register_configs, unknown_key
-from pimbuild.console import error
-from pimbuild.errors import PimbuildError
+from pimbuild.build.config import register_configs, unknown_key
+from pimbuild.build.driver import build
+from pimbuild.commands import usage
+from pimbuild.commands.sweep import FAILED
+from pimbuild.core.console import error
+from pimbuild.core.errors import PimbuildError
 from pimbuild.paper import experiments
-from pimbuild.sweep import FAILED
 
 CONFIG_MODULE = "pimbuild.conf"  # the config tree, a package (pimbuild/conf/ in the repo)
 register_configs()
