@@ -29,7 +29,7 @@ from pimbuild import frontend
 from pimbuild.codegen import jit
 from pimbuild.commands.cli import CONFIG_MODULE
 from pimbuild.frontend import lower, mlir
-from pimbuild.targets.pim.profile import reuse_freed_memory
+from pimbuild.targets.offload.profile import reuse_freed_memory
 
 
 def compiled(scf: Path, module, name: str, value: bool, block: int, tmp: Path):

@@ -35,9 +35,9 @@ from pimbuild.paper.fit import (
     quantity,
     summary,
 )
+from pimbuild.targets.offload.nests import Nest
+from pimbuild.targets.offload.profile import host_cpu
 from pimbuild.targets.pim import PimTarget
-from pimbuild.targets.pim.nests import Nest
-from pimbuild.targets.pim.profile import host_cpu
 
 OUT = Path("outputs/bench/fit_pim")
 CONFIG = Path("pimbuild/conf/pim/fitted_paper.yaml")
@@ -121,7 +121,7 @@ def main() -> None:
     from pimbuild.build.config import register_configs
     from pimbuild.commands.cli import CONFIG_MODULE
     from pimbuild.core.console import console
-    from pimbuild.targets.pim.decide import params
+    from pimbuild.targets.offload.decide import params
 
     register_configs()
     with initialize_config_module(config_module=CONFIG_MODULE, version_base="1.3"):

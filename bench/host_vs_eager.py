@@ -22,7 +22,7 @@ from rich.table import Table
 
 from pimbuild.core.console import console
 from pimbuild.core.errors import PimbuildError
-from pimbuild.targets.pim.profile import host_cpu
+from pimbuild.targets.offload.profile import host_cpu
 
 MODELS = ["relu", "ew_add", "scale", "mac", "copying", "zeroing", "gelu", "silu", "tanh",
           "softmax", "layernorm", "rmsnorm", "gemv", "matmul", "mlp", "depthwise_conv",

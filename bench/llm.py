@@ -74,9 +74,9 @@ def forward_ratio(model: str, calibrate_dir: Path | None, rounds: int = 10,
     from pimbuild.codegen import jit
     from pimbuild.commands.cli import CONFIG_MODULE
     from pimbuild.frontend import lower
-    from pimbuild.targets.pim import hostfacts
-    from pimbuild.targets.pim.eager import against_eager
-    from pimbuild.targets.pim.profile import reuse_freed_memory
+    from pimbuild.targets.offload import hostfacts
+    from pimbuild.targets.offload.eager import against_eager
+    from pimbuild.targets.offload.profile import reuse_freed_memory
 
     with initialize_config_module(config_module=CONFIG_MODULE, version_base="1.3"):
         cfg = compose("config", overrides=[f"model={model}", *overrides])
@@ -167,7 +167,7 @@ def calibrate_search() -> dict:
     from hydra import compose, initialize_config_module
 
     from pimbuild.commands.cli import CONFIG_MODULE
-    from pimbuild.targets.pim import calibrate
+    from pimbuild.targets.offload import calibrate
 
     with initialize_config_module(config_module=CONFIG_MODULE, version_base="1.3"):
         cfg = compose("config")
@@ -179,7 +179,7 @@ def calibrate_search() -> dict:
 def forward_only(args: argparse.Namespace) -> None:
     """Lowered / eager on one thread for both layers at each register-blocking factor, and
     the CPU it ran on."""
-    from pimbuild.targets.pim.profile import host_cpu
+    from pimbuild.targets.offload.profile import host_cpu
 
     cpu = host_cpu()
     rows = [forward_ratio(model, None, block=int(b))

@@ -32,9 +32,9 @@ from pimbuild.build.config import register_configs
 from pimbuild.commands.cli import CONFIG_MODULE
 from pimbuild.core.console import console
 from pimbuild.core.errors import PimbuildError
-from pimbuild.targets.pim import decide, policies, profile, program
-from pimbuild.targets.pim.counters import footprint
-from pimbuild.targets.pim.hostfacts import b_cpu
+from pimbuild.targets.offload import decide, policies, profile, program
+from pimbuild.targets.offload.counters import footprint
+from pimbuild.targets.offload.hostfacts import b_cpu
 
 BACKENDS = ("timer", "footprint", "valgrind", "papi")
 DEFAULT_MODELS = ["softmax", "gemv", "mlp", "attention", "llama7b", "gptj6b", "mamba"]

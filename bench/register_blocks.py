@@ -34,8 +34,8 @@ from pimbuild.codegen import jit
 from pimbuild.commands.cli import CONFIG_MODULE
 from pimbuild.core.console import console
 from pimbuild.frontend import lower
-from pimbuild.targets.pim import calibrate
-from pimbuild.targets.pim.profile import host_cpu, reuse_freed_memory
+from pimbuild.targets.offload import calibrate
+from pimbuild.targets.offload.profile import host_cpu, reuse_freed_memory
 
 
 def config(overrides: list[str]):

@@ -85,7 +85,7 @@ def main() -> None:
 
 
 def _cpu() -> str:
-    from pimbuild.targets.pim.profile import host_cpu
+    from pimbuild.targets.offload.profile import host_cpu
 
     return host_cpu()
 

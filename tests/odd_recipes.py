@@ -118,7 +118,7 @@ def triangular_det(n: int = 8) -> Recipe:
 
 def everything_offloaded(ctx):
     """A policy: every nest on the device (tests the partition of every kind of nest)."""
-    from pimbuild.targets.pim.policies import Decision, Placement
+    from pimbuild.targets.offload.policies import Decision, Placement
 
     return Placement({}, [Decision(n.id, ctx.target.device, "all", "every nest offloaded")
                           for n in ctx.nests])

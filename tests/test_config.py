@@ -68,8 +68,10 @@ def test_torchpim_c5_is_a_point_of_the_agreement_grid(tmp_path: Path) -> None:
 
 
 def test_summary_names_c5_when_the_rule_uses_it() -> None:
-    from pimbuild.targets.pim.summary import report_lines
+    from pimbuild.targets.offload.protocol import Sides
+    from pimbuild.targets.offload.summary import report_lines
 
+    pim = Sides("host", "pim", "cores")
     r = {"policy": "torchpim", "i_compute": 16.0, "speedup": 2.0, "cores": 128,
          "t_hybrid_s": 1e-3, "t_host_s": 5e-4, "t_pim_s": 4e-4, "t_copy_s": 1e-4,
          "t_switch_s": 0.0, "copy_model": "upper_bound", "n_region": 2, "offloaded": [0],
@@ -77,14 +79,14 @@ def test_summary_names_c5_when_the_rule_uses_it() -> None:
          "baselines": {"cpu": 1.0}, "sweep": [{"cores": 128, "torchpim": {"speedup": 2.0}}],
          "agreement": {"agree": 1, "total": 1, "false_positives": 0, "false_negatives": 0},
          "hybrid_check": {"max_rel_error": 0.0}}
-    assert "with policy torchpim + C5 (I_compute 16) on 128" in report_lines(r)[0]
-    assert "C5" not in report_lines({**r, "i_compute": None})[0]
+    assert "with policy torchpim + C5 (I_compute 16) on 128" in report_lines(r, pim)[0]
+    assert "C5" not in report_lines({**r, "i_compute": None}, pim)[0]
     oracle = {**r, "policy": "oracle", "sweep": [{"cores": 128, "oracle": {"speedup": 2.0}}]}
-    assert "C5" not in report_lines(oracle)[0]  # the oracle does not apply the rule
+    assert "C5" not in report_lines(oracle, pim)[0]  # the oracle does not apply the rule
 
 
 def test_summary_flags_a_host_program_slower_than_eager() -> None:
-    from pimbuild.targets.pim.summary import SLOW_HOST, slow_host_note
+    from pimbuild.targets.offload.summary import SLOW_HOST, slow_host_note
 
     over = {"speedup": 1.5, "cpu_only_over_eager": 0.9, "ratio_p25": 0.85,
             "ratio_p75": 0.95, "rounds": 10}

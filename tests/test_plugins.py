@@ -11,8 +11,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from pimbuild.targets.pim.counters import BACKENDS, CounterRun
-from pimbuild.targets.pim.policies import POLICIES, Decision, Placement, PolicyContext
+from pimbuild.targets.offload.counters import BACKENDS, CounterRun
+from pimbuild.targets.offload.policies import POLICIES, Decision, Placement, PolicyContext
 from tests.conftest import artifact_dir
 
 SOFTMAX = ["model=softmax", "model.size.rows=64", "model.size.cols=4096",
@@ -75,14 +75,15 @@ def test_a_counter_backend_defined_in_a_test_feeds_the_rule(run_build) -> None:
 
 def test_registries_list_names_without_importing() -> None:
     code = ("import sys\n"
-            "from pimbuild.targets.pim.counters import BACKENDS\n"
-            "from pimbuild.targets.pim.policies import POLICIES\n"
+            "from pimbuild.targets.offload.counters import BACKENDS\n"
+            "from pimbuild.targets.offload.policies import POLICIES\n"
             "from pimbuild.targets import TARGETS\n"
             "from pimbuild.frontend.lower import FUSIONS\n"
             "print(BACKENDS.names(), POLICIES.names(), TARGETS.names(), FUSIONS.names())\n"
             "heavy = ('torch', 'torch_mlir.ir', 'matplotlib',"
-            " 'pimbuild.targets.pim.counters.valgrind', 'pimbuild.targets.pim.policies.oracle',"
-            " 'pimbuild.targets.pim.simulate')\n"
+            " 'pimbuild.targets.offload.counters.valgrind',"
+            " 'pimbuild.targets.offload.policies.oracle',"
+            " 'pimbuild.targets.offload.simulate')\n"
             "print(sorted(m for m in heavy if m in sys.modules))\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout.splitlines()

@@ -17,7 +17,7 @@ from pimbuild.codegen import jit, loops
 from pimbuild.codegen.runtime import LIBRARY
 from pimbuild.core import check
 from pimbuild.frontend import lower
-from pimbuild.targets.pim import reinsert
+from pimbuild.targets.offload import reinsert
 from tests import odd_recipes
 from tests.conftest import make_cfg
 

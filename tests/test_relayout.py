@@ -10,7 +10,7 @@ import pytest
 
 from pimbuild.codegen import jit, relayout
 from pimbuild.frontend import mlir
-from pimbuild.targets.pim import instrument
+from pimbuild.targets.offload import instrument
 from tests.test_codegen import LINEAR, XW, parse
 
 # Attention's output a[h, i, d] read as the output projection's x[i, h * D + d]:

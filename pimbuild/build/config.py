@@ -2,10 +2,10 @@
 ``pimbuild/conf/`` against, the ranges every number is checked against, and ``validate``.
 Each group's
 schema and ranges live with the code that reads it (``pimbuild.frontend.lower``: ``model``,
-``lowering``; ``pimbuild.targets.pim.config``: ``platform``, ``profile``, ``pim``,
-``policy``, ``sim``; ``pimbuild.targets.gpus.config``: ``device``, ``link``, ``gpus``,
-``serve``); this module composes them, with the groups of its own (``system``,
-``experiment``) and the top-level keys.
+``lowering``; ``pimbuild.targets.offload.config``: ``platform``, ``profile``, ``policy``,
+``sim``; ``pimbuild.targets.pim.config``: ``pim``; ``pimbuild.targets.gpus.config``:
+``device``, ``link``, ``gpus``, ``serve``); this module composes them, with the groups of
+its own (``system``, ``experiment``) and the top-level keys.
 
 The schemas hold types, and the few defaults a user's own file may leave out (a model's
 ``size``, ``dtype`` and ``seed``, ``system.params``); every other default lives in the YAML
@@ -30,10 +30,10 @@ from typing import Any
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
-from pimbuild.frontend import lower
 from pimbuild.core.errors import ConfigError
-from pimbuild.frontend.lower import LoweringConfig, ModelConfig
 from pimbuild.core.schema import check
+from pimbuild.frontend import lower
+from pimbuild.frontend.lower import LoweringConfig, ModelConfig
 from pimbuild.targets.gpus import config as gpus_config
 from pimbuild.targets.gpus.config import (
     DeviceConfig,
@@ -42,14 +42,15 @@ from pimbuild.targets.gpus.config import (
     LinkConfig,
     ServeConfig,
 )
-from pimbuild.targets.pim import config as pim_config
-from pimbuild.targets.pim.config import (
-    PimConfig,
+from pimbuild.targets.offload import config as offload_config
+from pimbuild.targets.offload.config import (
     PlatformConfig,
     PolicyConfig,
     ProfileConfig,
     SimConfig,
 )
+from pimbuild.targets.pim import config as pim_config
+from pimbuild.targets.pim.config import PimConfig
 
 
 @dataclass
@@ -94,8 +95,8 @@ class Config:
     experiment: ExperimentConfig | None = None  # +experiment=<name>: build every point
 
 
-SCHEMAS: dict[str, Any] = {**lower.SCHEMAS, "system": SystemConfig, **pim_config.SCHEMAS,
-                           **gpus_config.SCHEMAS}
+SCHEMAS: dict[str, Any] = {**lower.SCHEMAS, "system": SystemConfig, **offload_config.SCHEMAS,
+                           **pim_config.SCHEMAS, **gpus_config.SCHEMAS}
 
 
 def register_configs() -> None:
@@ -110,10 +111,11 @@ def register_configs() -> None:
 # upper) where the value must also be <= upper; each group's are with its schema. Checked with
 # ``validate`` before any stage is planned; ``None`` is allowed where the schema says
 # ``| None``.
-RANGES: dict[str, tuple[Any, ...]] = {**lower.RANGES, **pim_config.RANGES,
+RANGES: dict[str, tuple[Any, ...]] = {**lower.RANGES, **offload_config.RANGES,
+                                      **pim_config.RANGES,
                                       **gpus_config.RANGES}
 # Lists that mean nothing empty: the stages to build, and each group's own.
-NONEMPTY = ("stages", *lower.NONEMPTY, *pim_config.NONEMPTY, *gpus_config.NONEMPTY)
+NONEMPTY = ("stages", *lower.NONEMPTY, *offload_config.NONEMPTY, *gpus_config.NONEMPTY)
 
 
 def validate(cfg: Any) -> None:

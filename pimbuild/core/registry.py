@@ -3,9 +3,8 @@
 A registry finds an implementation, in this order, by
 1. an explicit ``register(name)`` (a test, a plugin loaded by the user),
 2. its built-in table (``name -> "module:attribute"``, imported on first use),
-3. a module of its package named like the option (``pimbuild.targets.pim.policies.<name>``), so a
-new
-   policy, target or counter backend is one new file plus its YAML,
+3. a module of its package named like the option (``<package>.<name>``), so a
+   new policy, target or counter backend is one new file plus its YAML,
 4. an import path ``"package.module:attribute"`` given as the name itself (code outside
    pimbuild).
 Nothing is imported until an implementation is asked for.
@@ -23,12 +22,14 @@ from pimbuild.core.errors import ConfigError
 
 class Registry:
     def __init__(self, kind: str, option: str, *, package: str | None = None,
-                 attribute: str | None = None, builtins: dict[str, str] | None = None) -> None:
+                 attribute: str | None = None, builtins: dict[str, str] | None = None,
+                 exclude: tuple[str, ...] = ()) -> None:
         self.kind = kind  # "policy": what an entry is, for messages
         self.option = option  # "policy.name": the config option that names one
         self.package = package  # modules of this package are entries named like the module
         self.attribute = attribute  # the attribute of such a module (None: the module)
         self.builtins = dict(builtins or {})
+        self.exclude = exclude  # modules of the package that are not entries
         self._registered: dict[str, Any] = {}
 
     def register(self, name: str, impl: Any = None) -> Any:
@@ -50,7 +51,7 @@ class Registry:
         if self.package:
             spec = importlib.util.find_spec(self.package)
             for info in pkgutil.iter_modules(spec.submodule_search_locations or []):
-                if not info.name.startswith("_"):
+                if not info.name.startswith("_") and info.name not in self.exclude:
                     found.append(info.name)
         return sorted(set(found))
 

@@ -21,10 +21,11 @@ from typing import Any
 import numpy as np
 
 from pimbuild import paper
-from pimbuild.targets.pim import PimTarget, simulate
-from pimbuild.targets.pim.hostfacts import b_cpu
-from pimbuild.targets.pim.nests import Nest, load_nests, outputs
-from pimbuild.targets.pim.policies import PolicyContext, PolicyParams
+from pimbuild.targets.offload import simulate
+from pimbuild.targets.offload.hostfacts import b_cpu
+from pimbuild.targets.offload.nests import Nest, load_nests, outputs
+from pimbuild.targets.offload.policies import PolicyContext, PolicyParams
+from pimbuild.targets.pim import PimTarget
 
 # name -> (lower, upper, log scale?): the search box, wide around every plausible value.
 FREE = {"mlp": (1.0, 16.0, True),  # 1: in-order, blocking; 16: an aggressive MSHR file

@@ -12,9 +12,9 @@ The contract (``Target``) is what the shared code asks of a target:
   keys of the stages that receive it);
 - ``summarize(cfg, dirs, width)``: what a build prints after its stages.
 
-Everything else a target's own stages ask of it is that target's business: the PIM target's
-offload interface is ``pimbuild.targets.pim.offload.OffloadTarget``, which another memory-side
-or accelerator target can implement to reuse its stages.
+Everything else a target's own stages ask of it is that target's business: a host-plus-
+accelerator target implements ``pimbuild.targets.offload.protocol.OffloadTarget`` and reuses
+the offload core's stages (``pimbuild.targets.offload``), as ``pim`` does.
 """
 
 from __future__ import annotations
@@ -27,7 +27,9 @@ from pimbuild.core.registry import Registry
 if TYPE_CHECKING:
     from omegaconf import DictConfig
 
-TARGETS = Registry("target", "system.name", package="pimbuild.targets", attribute="TARGET")
+# ``offload`` is the host-plus-accelerator core that offload targets share, not a target
+TARGETS = Registry("target", "system.name", package="pimbuild.targets", attribute="TARGET",
+                   exclude=("offload",))
 
 
 class Target(Protocol):

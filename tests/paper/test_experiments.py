@@ -16,8 +16,8 @@ from pimbuild import paper, targets
 from pimbuild.commands.cli import CONFIG_MODULE
 from pimbuild.core.errors import ConfigError
 from pimbuild.paper import experiments, fit
-from pimbuild.targets.pim import policies
-from pimbuild.targets.pim.policies import Decision, Placement, PolicyParams
+from pimbuild.targets.offload import policies
+from pimbuild.targets.offload.policies import Decision, Placement, PolicyParams
 from tests.conftest import TEST_DEFAULTS, make_cfg, run_cli
 from tests.targets.pim.test_pim_model import nest
 
@@ -216,7 +216,7 @@ def test_agreement_experiment_matches_the_reports(tmp_path, store) -> None:
 
 def test_segment_level_splits_every_region_and_only_adds_copies_and_switches() -> None:
     from pimbuild.paper.experiments import table5
-    from pimbuild.targets.pim.simulate import evaluate
+    from pimbuild.targets.offload.simulate import evaluate
     from tests.targets.pim.test_pim_model import MODEL, context
 
     first = nest(0, reads={"arg0": 4096}, writes={"tmp": 4096})

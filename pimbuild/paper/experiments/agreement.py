@@ -32,8 +32,8 @@ import numpy as np
 from omegaconf import DictConfig
 
 from pimbuild.paper import fit
-from pimbuild.targets.pim import decide, hybrid, policies
-from pimbuild.targets.pim.policies import torchpim
+from pimbuild.targets.offload import decide, hybrid, policies
+from pimbuild.targets.offload.policies import torchpim
 
 THETA_RATIOS = tuple(float(x) for x in np.round(np.geomspace(0.001, 2.0, 24), 5))
 SIGMAS = (0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.6, 0.8, 1.01)  # 1.01: C4 never fires

@@ -16,7 +16,7 @@ from omegaconf import DictConfig
 
 from pimbuild import paper
 from pimbuild.paper import fit
-from pimbuild.targets.pim import decide
+from pimbuild.targets.offload import decide
 
 
 def half(model: str) -> str:

@@ -24,8 +24,8 @@ from omegaconf import DictConfig
 
 from pimbuild import paper
 from pimbuild.paper import fit
-from pimbuild.targets.pim import decide
-from pimbuild.targets.pim.simulate import evaluate, placement
+from pimbuild.targets.offload import decide
+from pimbuild.targets.offload.simulate import evaluate, placement
 
 TERMS = ("t_host_s", "t_pim_s", "t_copy_s", "t_switch_s")
 

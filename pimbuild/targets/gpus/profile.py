@@ -47,7 +47,7 @@ NAME = "profile"
 READS = ("extract",)
 WRITES = ("kernel_times.csv", "profile.json")
 # the kernel-time backends (profile.backend with system=gpus; the PIM target's counter
-# backends are a registry, pimbuild.targets.pim.counters.BACKENDS)
+# backends are a registry, pimbuild.targets.offload.counters.BACKENDS)
 KERNEL_TIME_BACKENDS = ("auto", "roofline", "fitted", "table", "cuda")
 
 

@@ -1,9 +1,8 @@
 """Target ``pim`` (``system=pim``, the default): host CPU + processing-in-memory cores
-(Torch-PIM). This package owns the target: its class (``target.PimTarget``: the PIM timing
-model and the stage modules of its pipeline), its stages (``calibrate``, ``instrument``,
-``profile``, ``eager``, ``decide``, ``reinsert``, ``simulate``), its policies
-(``policies/``), counter backends (``counters/``), eq. 9 (``hybrid``), the copy models and its
-report and console summary."""
+(Torch-PIM). The target is its timing model (``target.PimTarget``, which implements the
+host-plus-accelerator protocol, ``pimbuild.targets.offload.protocol.OffloadTarget``) and its
+config group (``config``: ``pim``); its stages, policies, counter backends, copy models,
+eq. 9, report and summary are the offload core's (``pimbuild.targets.offload``)."""
 
 from pimbuild.targets.pim.target import PimTarget
 

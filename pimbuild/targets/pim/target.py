@@ -24,17 +24,18 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from pimbuild.targets.pim import summary
-from pimbuild.targets.pim.offload import Boundary
+from pimbuild.targets.offload import summary
+from pimbuild.targets.offload.protocol import Boundary, DeviceCosts, Sides
 
 if TYPE_CHECKING:
     from omegaconf import DictConfig
 
-    from pimbuild.targets.pim.nests import Nest
-    from pimbuild.targets.pim.offload import PolicyParams
+    from pimbuild.targets.offload.nests import Nest
+    from pimbuild.targets.offload.protocol import PolicyParams
 
 
 @dataclass(frozen=True)
@@ -91,6 +92,14 @@ class PimTarget:
         return Boundary(begin="pim_offload_begin", end="pim_offload_end",
                         outline_prefix="pim_nest_", device=self.device)
 
+    @cached_property
+    def costs(self) -> DeviceCosts:
+        return DeviceCosts(cores=self.n_core, clock_ghz=self.f_pim_ghz, lanes=self.lanes,
+                           t_ctx_s=self.t_ctx_us * 1e-6, switch_s=self.switch_time(1),
+                           launch_s=self.launch_us * 1e-6,
+                           sync_s_per_core=self.sync_ns_per_core * 1e-9,
+                           sync_all=self.sync_all)
+
     @property
     def units(self) -> int:
         return self.n_core
@@ -117,7 +126,8 @@ class PimTarget:
 
     def invocation_time(self, nest: Nest, n_iter: float, n_total: float) -> float:
         """One invocation of ``nest`` with ``n_iter`` parallel and ``n_total`` iterations."""
-        cores = max(1, min(self.n_core, n_iter))
+        costs = self.costs
+        cores = costs.busy_cores(n_iter)
         per_core_iters = math.ceil(n_iter / cores)
         inner = n_total / max(n_iter, 1)  # innermost iterations per parallel one
         mix = nest.op_mix
@@ -127,20 +137,13 @@ class PimTarget:
         compute = per_core_iters * cycles / (self.f_pim_ghz * 1e9)
         memory = nest.moved_bytes / (self.b_pim_gbps(cores) * 1e9)
         busy = compute + memory - self.overlap * min(compute, memory)
-        synced = self.n_core if self.sync_all else cores
-        overhead = self.launch_us * 1e-6 + synced * self.sync_ns_per_core * 1e-9
-        return overhead + busy
+        return costs.overhead_s(n_iter) + busy
 
     def copy_time(self, fetch_bytes: int, flush_bytes: int) -> float:
         return (fetch_bytes + flush_bytes) / (self.b_mem_gbps * 1e9)
 
     def switch_time(self, n_region: int) -> float:
         return n_region * self.t_sw_us * 1e-6
-
-    def c1_bound_s(self, nest: Nest, i_min: float) -> float:
-        """C1's lower bound on PIM time: N_total * I_min / (N_core * f_pim), per forward."""
-        return (nest.n_total * max(nest.invocations, 1) * i_min
-                / (self.n_core * self.f_pim_ghz * 1e9))
 
     def describe(self) -> dict[str, Any]:
         """The timing model's parameters, as the report lists them (T_ctx is C1's and is in
@@ -150,8 +153,10 @@ class PimTarget:
         return model
 
     def report_columns(self, nest: Nest, policy: PolicyParams) -> dict[str, Any]:
-        return {"t_pim_s": self.unit_time(nest), "c1_bound_s": self.c1_bound_s(nest,
-                                                                             policy.i_min)}
+        """T_pim, and C1's lower bound as the rule computed it (``policy.c1``)."""
+        bound = self.costs.compute_bound_s(nest.n_total * max(nest.invocations, 1),
+                                           policy.i_min, vector=policy.c1 == "model")
+        return {"t_pim_s": self.unit_time(nest), "c1_bound_s": bound}
 
     @classmethod
     def summarize(cls, cfg: DictConfig, dirs: dict[str, Path], width: int) -> list[Any]:
@@ -159,10 +164,9 @@ class PimTarget:
         return summary.summarize(cfg, dirs, width)
 
     def render(self, report: dict[str, Any], out_dir: Path) -> None:
-        from pimbuild.targets.pim import report as render
+        from pimbuild.targets.offload import report as drawn  # matplotlib
 
-        (out_dir / "report.md").write_text(render.markdown(report))
-        render.plots(report, out_dir)
+        drawn.render(report, Sides.of(self), out_dir)
 
 
 TARGET = PimTarget

@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 
 from pimbuild import targets
-from pimbuild.targets.pim import copymodels, hybrid, policies
-from pimbuild.targets.pim.copymodels import upper_bound
-from pimbuild.targets.pim.nests import Nest
-from pimbuild.targets.pim.policies import PolicyContext, PolicyParams
-from pimbuild.targets.pim.policies.torchpim import c1_bound_s, rule_params
+from pimbuild.targets.offload import copymodels, hybrid, policies
+from pimbuild.targets.offload.copymodels import upper_bound
+from pimbuild.targets.offload.nests import Nest
+from pimbuild.targets.offload.policies import PolicyContext, PolicyParams
+from pimbuild.targets.offload.policies.torchpim import c1_bound_s, rule_params
 from tests.conftest import make_cfg
 
 MODEL = targets.from_config(make_cfg(Path("unused-store"), []))  # pimbuild/conf/pim/default.yaml
@@ -163,7 +163,7 @@ def test_oracle_beats_every_policy(copy_model: str) -> None:
 def test_c1_model_charges_the_fixed_costs_of_the_target(args: dict, cores: int, model) -> None:
     """With policy.c1=model, a nest passing C1 has T_cpu above every fixed cost the model
     charges it offloaded alone: two switches and, per invocation, launch and sync."""
-    from pimbuild.targets.pim.policies.torchpim import c1_threshold_s
+    from pimbuild.targets.offload.policies.torchpim import c1_threshold_s
 
     n = dataclasses.replace(nest(**args), invocations=3)
     m = dataclasses.replace(model, n_core=cores)
@@ -176,7 +176,7 @@ def test_c1_model_charges_the_fixed_costs_of_the_target(args: dict, cores: int, 
                                       rel=1e-12)
     paper = dataclasses.replace(r, c1="paper")
     assert c1_threshold_s(n.n_total, n.invocations, n.n_iter, paper) == pytest.approx(
-        r.t_ctx_s + c1_bound_s(n.n_total, n.invocations, paper), rel=1e-12)
+        r.costs.t_ctx_s + c1_bound_s(n.n_total, n.invocations, paper), rel=1e-12)
 
 
 def test_shared_limits_at_their_defaults_are_the_per_core_model() -> None:
