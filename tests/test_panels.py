@@ -129,12 +129,12 @@ def test_rows_run_innermost_past_the_row_operand_bound_where_panels_pack(
 
 
 def test_profile_reads_the_panels_columns(tmp_path: Path) -> None:
-    """blocking.json's panel_columns reach the footprint backend as column_block."""
+    """codegen.json's panel_columns reach the footprint backend as column_block."""
     import json
 
     from pimbuild.targets.pim import program
 
-    (tmp_path / "blocking.json").write_text(json.dumps(
+    (tmp_path / "codegen.json").write_text(json.dumps(
         {"rows": {"1": 64}, "panel_columns": {"1": 16}}))
     (tmp_path / "candidates.json").write_text(json.dumps(
         {"candidates": [{"id": 0}, {"id": 1}]}))

@@ -30,10 +30,10 @@ from typing import Any
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
-from pimbuild.frontend import lower
 from pimbuild.core.errors import ConfigError
-from pimbuild.frontend.lower import LoweringConfig, ModelConfig
 from pimbuild.core.schema import check
+from pimbuild.frontend import lower
+from pimbuild.frontend.lower import LoweringConfig, ModelConfig
 from pimbuild.targets.gpus import config as gpus_config
 from pimbuild.targets.gpus.config import (
     DeviceConfig,

@@ -11,11 +11,11 @@ from typing import Any
 from hydra.utils import to_absolute_path
 from omegaconf import DictConfig
 
+from pimbuild.build.graph import plan
+from pimbuild.build.runner import execute
 from pimbuild.core.artifacts import Store, write_manifest
 from pimbuild.core.console import cast_line, console, evaluated_line, summary_table
 from pimbuild.targets import TARGETS
-from pimbuild.build.graph import plan
-from pimbuild.build.runner import execute
 
 log = logging.getLogger(__name__)
 

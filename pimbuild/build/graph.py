@@ -12,8 +12,8 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from pimbuild.core.artifacts import Artifact, Store, artifact_key
 from pimbuild.build.config import validate
+from pimbuild.core.artifacts import Artifact, Store, artifact_key
 from pimbuild.core.errors import ConfigError
 from pimbuild.core.stage import Inputs
 from pimbuild.targets import TARGETS

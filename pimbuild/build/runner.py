@@ -23,9 +23,9 @@ from doit.exceptions import TaskFailed
 from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
+from pimbuild.build.graph import StageTask
 from pimbuild.core.artifacts import Store
 from pimbuild.core.errors import PimbuildError, StoreError
-from pimbuild.build.graph import StageTask
 
 
 @dataclass

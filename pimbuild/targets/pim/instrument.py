@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 
 NAME = "instrument"
 READS = ("lower", "extract", "runtime", "calibrate")
-WRITES = ("instrumented.mlir", "llvm.mlir", "forward.o", "blocking.json")
+WRITES = ("instrumented.mlir", "llvm.mlir", "forward.o", "codegen.json")
 ENTER, EXIT = "region_enter", "region_exit"
 # The whole function body is a region of its own: the forward time that coverage divides by.
 FORWARD_REGION = 8191  # PIM_MAX_REGIONS - 1 in markers.c
@@ -136,7 +136,7 @@ def instrument(scf_path: Path, candidates_path: Path, runtime_lib: Path, block: 
     insert_markers(module, candidates["function"], len(candidates["candidates"]))
     mlir.write_ir(module, out / "instrumented.mlir")
     done, rows, columns = generate(module, block, NAME, failure_dir)
-    (out / "blocking.json").write_text(json.dumps(
+    (out / "codegen.json").write_text(json.dumps(
         {"register_block": block, **done, "rows": {str(k): v for k, v in sorted(rows.items())},
          "panel_columns": {str(k): v for k, v in sorted(columns.items())}},
         indent=2) + "\n")
