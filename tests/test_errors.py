@@ -133,7 +133,7 @@ def test_a_pass_that_crashes_is_an_error_not_a_dead_process(run_build, store: Pa
     ("frontend.fold_splat_constants", "constant_comparisons", "torch-dialect passes",
      r"torch\.aten\.gt\.Scalar"),
     # bufferization on a value returned twice (the build died with a stack, no error line)
-    ("transforms.distinct_results", "outputs_computed_alike", "bufferization",
+    ("frontend.transforms.distinct_results", "outputs_computed_alike", "bufferization",
      r"return (%\d+), \1,"),
 ])
 def test_any_crash_of_torch_mlir_is_an_error_line(run_build, store: Path, monkeypatch,
@@ -144,7 +144,7 @@ def test_any_crash_of_torch_mlir_is_an_error_line(run_build, store: Path, monkey
     saved IR and a repro."""
     import importlib
 
-    module, name = switched_off.split(".")
+    module, name = switched_off.rsplit(".", 1)
     monkeypatch.setattr(importlib.import_module(f"pimbuild.{module}"), name, lambda graph: 0)
     with pytest.raises(StageError, match=rf"crashed \(SIG[A-Z]+\).*{pipeline}.*a bug in "
                                          rf"(MLIR or )?torch-mlir") as err:
@@ -159,7 +159,7 @@ def test_any_crash_of_torch_mlir_is_an_error_line(run_build, store: Path, monkey
 def test_a_native_crash_elsewhere_prints_its_signal_and_stack() -> None:
     # What the CLI enables first: a segfault outside the isolated passes ended the process
     # with status -11 and nothing on stderr.
-    code = ("import ctypes\nfrom pimbuild import cli\ncli.report_crashes()\n"
+    code = ("import ctypes\nfrom pimbuild.commands import cli\ncli.report_crashes()\n"
             "def stage():\n    ctypes.string_at(0)\nstage()\n")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert proc.returncode < 0
@@ -351,7 +351,7 @@ def _python(code: str, module: tuple[Path, str] | None = None) -> subprocess.Com
         folder, text = module
         (folder / "imported_module.py").write_text(text)
         code = (f"import sys\nsys.path.insert(0, {str(folder)!r})\n"
-                "from pimbuild import cli\ncli.defer_interrupts_in_imports()\n" + code)
+                "from pimbuild.commands import cli\ncli.defer_interrupts_in_imports()\n" + code)
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           cwd=REPO, timeout=120)
 
@@ -360,7 +360,7 @@ def test_ctrl_c_while_hydra_composes_is_one_line_and_exit_130() -> None:
     """Ctrl-C while Hydra composes the config (``cli.main``): one line, exit 130, no
     traceback. The interrupt is raised inside that phase, so the test does not depend on
     timing."""
-    proc = _python("from pimbuild import cli\n"
+    proc = _python("from pimbuild.commands import cli\n"
                    "def app():\n"
                    "    raise KeyboardInterrupt\n"
                    "cli.app = app\n"

@@ -71,7 +71,8 @@ def test_non_editable_install_runs_from_another_directory(tmp_path: Path) -> Non
     subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps",
                     "--target", str(site), str(src)], check=True, timeout=600)
     assert (site / "pimbuild" / "conf" / "model" / "softmax.yaml").is_file()
-    assert (site / "pimbuild" / "tasks" / "graph.py").is_file()
+    assert (site / "pimbuild" / "build" / "graph.py").is_file()
+    assert (site / "pimbuild" / "codegen" / "runtime" / "markers.c").is_file()
     for data in ("kernel_model.json", "measured_ops.csv.gz", "devices.csv",  # the GPU fit's
                  "engine_kernels.parquet"):
         assert (site / "pimbuild" / "targets" / "gpus" / "kerneltime" / "data" / data).is_file()

@@ -19,7 +19,7 @@ from typing import Any
 
 from omegaconf import MISSING, DictConfig
 
-from pimbuild import recipes
+from pimbuild import frontend, recipes
 from pimbuild.core import check
 from pimbuild.core.errors import ConfigError
 from pimbuild.core.registry import Registry
@@ -138,7 +138,6 @@ def run(inputs: Inputs, p: Params, out: Path) -> None:
 
 
 def lower(p: Params, out: Path, failure_dir: Path) -> None:
-    from pimbuild import frontend
     from pimbuild.frontend import mlir, transforms
 
     recipe = frontend.build_recipe(p.model)

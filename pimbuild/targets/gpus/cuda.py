@@ -25,6 +25,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from pimbuild import frontend
 from pimbuild.core.errors import StageError
 
 TORCH_DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
@@ -75,8 +76,6 @@ def node_times(model: Any, device: str, repetitions: int = 20, warmup: int = 3,
     ``precision`` where the graph runs in it; and how: the precision it ran in and, on a GPU,
     the event floor subtracted from every node."""
     import torch
-
-    from pimbuild import frontend
 
     recipe = frontend.build_recipe(model)
     prog = torch.export.export(recipe.module, tuple(recipe.inputs.values()), strict=False)

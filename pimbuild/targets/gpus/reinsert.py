@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 from omegaconf import DictConfig
 
+from pimbuild import frontend
 from pimbuild.codegen.runtime import compiler
 from pimbuild.core.check import judge, referee_note
 from pimbuild.core.errors import StageError
@@ -95,8 +96,6 @@ def layer_placements(place: list[int], n: int) -> dict[tuple[int, ...], list[int
 
 
 def run(inputs: Inputs, p: Params, out: Path) -> None:
-    from pimbuild import frontend
-
     lower, extract = inputs["lower"], inputs["extract"]
     signature = json.loads((lower / "signature.json").read_text())
     data = json.loads((extract / "kernels.json").read_text())

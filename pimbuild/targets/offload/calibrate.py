@@ -41,6 +41,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
+from pimbuild import frontend
 from pimbuild.codegen.runtime import LIBRARY, Markers
 from pimbuild.core.errors import StageError
 from pimbuild.core.stage import Inputs, ModelParams
@@ -96,7 +97,6 @@ def search_register_block(candidates: tuple[int, ...], buffer_mib: int, work: Pa
 
     import numpy as np
 
-    from pimbuild import frontend
     from pimbuild.codegen import jit
 
     size = {"hidden": SEARCH_HIDDEN,
@@ -124,7 +124,6 @@ def search_register_block(candidates: tuple[int, ...], buffer_mib: int, work: Pa
 
 def measure(p: Params, block: int, runtime_dir: Path, work: Path) -> dict:
     """Lower, instrument and time the streaming kernel; B_cpu from its reduction nest."""
-    from pimbuild import frontend
     from pimbuild.codegen import loops
 
     lp = _kernel(p)

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from omegaconf import DictConfig
 
+from pimbuild import frontend
 from pimbuild.codegen.runtime import LIBRARY, Markers
 from pimbuild.core.errors import ConfigError
 from pimbuild.core.stage import Inputs, ModelParams
@@ -91,7 +92,6 @@ def against_eager(engine, model: ModelParams, signature: dict[str, Any], rounds:
                   min_time_s: float = 0.0) -> dict[str, Any]:
     """``eager_comparison`` of the compiled forward ``engine`` with the model's eager forward,
     on the tensors ``materialize`` made its arguments from."""
-    from pimbuild import frontend
     from pimbuild.codegen import jit
 
     args, _ = frontend.materialize(model, signature)
@@ -114,8 +114,6 @@ def eager_comparison(call: Callable[[], Any], module: torch.nn.Module, inputs: l
     after each forward, outside the timed region."""
     import torch  # here: a build with nothing to do imports no torch (tests/test_install.py)
 
-    from pimbuild.frontend import kept_buffers
-
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     lowered, eager = [], []
@@ -126,7 +124,7 @@ def eager_comparison(call: Callable[[], Any], module: torch.nn.Module, inputs: l
                 t = time.perf_counter()
                 call()
                 lowered.append(time.perf_counter() - t)
-                with kept_buffers(module):
+                with frontend.kept_buffers(module):
                     t = time.perf_counter()
                     module(*inputs)
                     eager.append(time.perf_counter() - t)

@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 from omegaconf import DictConfig
 
+from pimbuild import frontend
 from pimbuild.codegen.runtime import LIBRARY, MALLOPT, Markers
 from pimbuild.core.errors import ConfigError
 from pimbuild.core.stage import Inputs, plain
@@ -276,8 +277,6 @@ def run(inputs: Inputs, p: Params, out: Path) -> None:
 
 def profile(program: Program, p: Params, b_cpu_gbps: float, out: Path) -> None:
     """Write ``timing.csv``, ``counters.csv`` and ``profile.json``."""
-    from pimbuild import frontend
-
     seconds, clock = {}, time.perf_counter()
 
     def lap(name: str) -> None:

@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 from omegaconf import DictConfig
 
-from pimbuild import targets
+from pimbuild import frontend, targets
 from pimbuild.codegen.runtime import LIBRARY, Markers
 from pimbuild.core.artifacts import run_cache
 from pimbuild.core.check import judge, referee_note
@@ -74,7 +74,6 @@ def unpartitioned(lower_dir: Path, signature: dict, block: int, markers,
 
 def build(lower_dir: Path, offloaded: set[int], runtime_lib: Path, p: Params, block: int,
           out: Path, failure_dir: Path) -> None:
-    from pimbuild import frontend
     from pimbuild.codegen import jit
     from pimbuild.frontend import mlir
     from pimbuild.targets.offload import outline
