@@ -30,6 +30,12 @@ if TYPE_CHECKING:
     from pimbuild.targets.offload.nests import Nest
 
 
+# The offload core's stages, in pipeline order: what a target built on it lists after the
+# shared lower, extract and runtime (``pimbuild.targets.offload.<stage>``).
+OFFLOAD_STAGES = ("calibrate", "instrument", "profile", "eager", "decide", "reinsert",
+                  "simulate")
+
+
 @dataclass(frozen=True)
 class PolicyParams:
     """The ``policy`` config group (here, below the policies and the targets that both read

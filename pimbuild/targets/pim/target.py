@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from pimbuild.targets.offload import summary
-from pimbuild.targets.offload.protocol import Boundary, DeviceCosts, Sides
+from pimbuild.targets.offload.protocol import OFFLOAD_STAGES, Boundary, DeviceCosts, Sides
 
 if TYPE_CHECKING:
     from omegaconf import DictConfig
@@ -65,13 +65,12 @@ class PimTarget:
     device: ClassVar[str] = "pim"
     units_name: ClassVar[str] = "cores"
     baselines: ClassVar[tuple[str, ...]] = ("cpu", "operator", "oracle")
-    # The stages: the shared lower, extract (loop nests) and marker runtime, then this
-    # package's (pimbuild/build/graph.py follows it).
+    # The stages: the shared lower, extract (loop nests) and marker runtime, then the offload
+    # core's (pimbuild/build/graph.py follows it).
     pipeline: ClassVar[dict[str, str]] = {
         "lower": "pimbuild.frontend.lower", "extract": "pimbuild.codegen.extract",
         "runtime": "pimbuild.codegen.runtime",
-        **{s: f"pimbuild.targets.pim.{s}" for s in ("calibrate", "instrument", "profile",
-                                                     "eager", "decide", "reinsert", "simulate")}}
+        **{s: f"pimbuild.targets.offload.{s}" for s in OFFLOAD_STAGES}}
 
     @classmethod
     def from_config(cls, cfg: DictConfig) -> PimTarget:

@@ -14,9 +14,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from pimbuild.targets.offload import summary
-from pimbuild.targets.offload.protocol import Boundary, DeviceCosts, Sides
-
-STAGES = ("calibrate", "instrument", "profile", "eager", "decide", "reinsert", "simulate")
+from pimbuild.targets.offload.protocol import OFFLOAD_STAGES, Boundary, DeviceCosts, Sides
 
 
 @dataclass(frozen=True)
@@ -37,7 +35,7 @@ class NpuTarget:
     pipeline: ClassVar[dict[str, str]] = {
         "lower": "pimbuild.frontend.lower", "extract": "pimbuild.codegen.extract",
         "runtime": "pimbuild.codegen.runtime",
-        **{s: f"pimbuild.targets.offload.{s}" for s in STAGES}}
+        **{s: f"pimbuild.targets.offload.{s}" for s in OFFLOAD_STAGES}}
 
     @classmethod
     def from_config(cls, cfg: Any) -> NpuTarget:
