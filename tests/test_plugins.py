@@ -78,7 +78,7 @@ def test_registries_list_names_without_importing() -> None:
             "from pimbuild.targets.offload.counters import BACKENDS\n"
             "from pimbuild.targets.offload.policies import POLICIES\n"
             "from pimbuild.targets import TARGETS\n"
-            "from pimbuild.frontend.lower import FUSIONS\n"
+            "from pimbuild.frontend.fusions import FUSIONS\n"
             "print(BACKENDS.names(), POLICIES.names(), TARGETS.names(), FUSIONS.names())\n"
             "heavy = ('torch', 'torch_mlir.ir', 'matplotlib',"
             " 'pimbuild.targets.offload.counters.valgrind',"

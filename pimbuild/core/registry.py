@@ -8,28 +8,40 @@ A registry finds an implementation, in this order, by
 4. an import path ``"package.module:attribute"`` given as the name itself (code outside
    pimbuild).
 Nothing is imported until an implementation is asked for.
+
+An entry may declare options of its own: a dataclass ``Options`` (on the entry, else in its
+module), each field's range in its metadata (``field(default=1.0, metadata={"range": (">",
+0)})``, ranges as the config writes them). The registry's ``options`` key (``gpus.planner_
+options``) holds their values; ``options(name, values)`` checks them as the config checks a
+group (exact types, ranges, unknown names refused with the nearest known one; one error line)
+and returns the ``Options`` the entry reads.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import importlib.util
 import pkgutil
+from collections.abc import Mapping
+from types import ModuleType
 from typing import Any
 
 from pimbuild.core.errors import ConfigError
+from pimbuild.core.schema import check, model_of
 
 
 class Registry:
     def __init__(self, kind: str, option: str, *, package: str | None = None,
                  attribute: str | None = None, builtins: dict[str, str] | None = None,
-                 exclude: tuple[str, ...] = ()) -> None:
+                 exclude: tuple[str, ...] = (), options: str | None = None) -> None:
         self.kind = kind  # "policy": what an entry is, for messages
         self.option = option  # "policy.name": the config option that names one
         self.package = package  # modules of this package are entries named like the module
         self.attribute = attribute  # the attribute of such a module (None: the module)
         self.builtins = dict(builtins or {})
         self.exclude = exclude  # modules of the package that are not entries
+        self.options_key = options  # the config key of an entry's own options, if any
         self._registered: dict[str, Any] = {}
 
     def register(self, name: str, impl: Any = None) -> Any:
@@ -78,6 +90,31 @@ class Registry:
                 self.package and name in self.names()):
             return
         self.get(name)
+
+
+    def options(self, name: str, values: Mapping[str, Any] | None) -> Any:
+        """Entry ``name``'s ``Options`` made from ``values`` and checked (None when it
+        declares none; then any value is refused)."""
+        schema = options_of(self.get(name))
+        where = f"{self.options_key or 'options'} of {self.kind} '{name}'"
+        values = dict(values or {})
+        if schema is None:
+            if values:
+                raise ConfigError(f"{where}: it takes no options (got {', '.join(values)})")
+            return None
+        ranges = {f.name: f.metadata["range"] for f in dataclasses.fields(schema)
+                  if "range" in f.metadata}
+        checked = check(model_of(schema, ranges, f"{name} options"), values, where)
+        return schema(**{f.name: getattr(checked, f.name) for f in dataclasses.fields(schema)})
+
+
+def options_of(entry: Any) -> type | None:
+    """An entry's ``Options`` dataclass: on the entry, else in the module defining it."""
+    schema = getattr(entry, "Options", None)
+    if schema is None and not isinstance(entry, ModuleType):
+        module = importlib.import_module(getattr(entry, "__module__", "builtins"))
+        schema = getattr(module, "Options", None)
+    return schema if dataclasses.is_dataclass(schema) else None
 
 
 def _load(path: str) -> Any:

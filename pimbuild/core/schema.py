@@ -48,14 +48,19 @@ def number(r: Range | None = None, integer: bool = False) -> Any:
 
 def model_of(schema: type, ranges: dict[str, Range], name: str) -> type[BaseModel]:
     """The pydantic model of a config dataclass ``schema``: its fields, required where the
-    dataclass says ``MISSING``, numbers in ``ranges`` (field -> range)."""
+    dataclass says ``MISSING`` (or gives no default), numbers in ``ranges`` (field ->
+    range)."""
     hints = typing.get_type_hints(schema)
     fields: dict[str, Any] = {}
     for f in dataclasses.fields(schema):
         kind = hints[f.name]
         if kind in (int, float):
             kind = number(ranges.get(f.name), integer=kind is int)
-        fields[f.name] = (kind, ... if f.default is MISSING else f.default)
+        if f.default_factory is not dataclasses.MISSING:
+            default: Any = Field(default_factory=f.default_factory)
+        else:
+            default = ... if f.default in (MISSING, dataclasses.MISSING) else f.default
+        fields[f.name] = (kind, default)
     return create_model(name, __base__=Strict, **fields)
 
 

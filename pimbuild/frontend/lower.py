@@ -22,8 +22,8 @@ from omegaconf import MISSING, DictConfig
 from pimbuild import frontend, recipes
 from pimbuild.core import check
 from pimbuild.core.errors import ConfigError
-from pimbuild.core.registry import Registry
 from pimbuild.core.stage import Inputs, ModelParams, plain
+from pimbuild.frontend.fusions import FUSIONS
 
 
 @dataclass
@@ -44,7 +44,7 @@ class ModelConfig:
 
 @dataclass
 class LoweringConfig:
-    fusion: str = MISSING  # a fusion mode (pimbuild.frontend.transforms.FUSIONS)
+    fusion: str = MISSING  # a fusion mode (pimbuild.frontend.fusions.FUSIONS)
     fastmath: bool = MISSING
     weights: str = MISSING  # args | constants
     register_block: int | None = MISSING  # None: chosen per host by calibrate's search
@@ -83,13 +83,6 @@ READS: tuple[str, ...] = ()
 WRITES = ("torch.mlir", "linalg.mlir", "scf.mlir", "signature.json")
 DTYPES = ("float32",)
 WEIGHTS = ("args", "constants")
-# lowering.fusion: a function that fuses the linalg-on-tensors module in place.
-FUSIONS = Registry("fusion mode", "lowering.fusion", builtins={
-    "none": "pimbuild.frontend.transforms:no_fusion",  # every linalg op lowers to its own nest
-    # never arithmetic into reductions
-    "controlled": "pimbuild.frontend.transforms:controlled_fusion",
-    "full": "pimbuild.frontend.transforms:full_fusion",  # MLIR's elementwise fusion as is
-})
 
 
 @dataclass(frozen=True)

@@ -44,6 +44,7 @@ class LinkConfig:
 @dataclass
 class GpusConfig:
     planner: str = MISSING  # throughput | latency | a planner module (planners/)
+    planner_options: dict[str, Any] = MISSING  # the planner's own (its Options dataclass)
     precision: str = MISSING  # bf16 | fp16 | fp32: the served model's element type
     tensor_efficiency: float = MISSING
     cuda_efficiency: float = MISSING

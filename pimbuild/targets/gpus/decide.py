@@ -17,7 +17,7 @@ from typing import Any
 from omegaconf import DictConfig
 
 from pimbuild.core.errors import ConfigError, StageError
-from pimbuild.core.stage import Inputs
+from pimbuild.core.stage import Inputs, plain
 from pimbuild.targets.gpus import pipeline, planners, profile
 from pimbuild.targets.gpus.planners import PLANNERS, PlanContext
 
@@ -30,6 +30,7 @@ ON_TIME_LIMIT = ("error", "best")
 @dataclass(frozen=True)
 class Params:
     planner: str
+    planner_options: Any  # the planner's Options (None: it declares none)
     time_limit_s: float
     mip_gap: float
     on_time_limit: str  # error | best
@@ -42,7 +43,9 @@ def params(cfg: DictConfig) -> Params:
     if cfg.gpus.on_time_limit not in ON_TIME_LIMIT:
         raise ConfigError(f"gpus.on_time_limit={cfg.gpus.on_time_limit}: choose one of "
                           f"{', '.join(ON_TIME_LIMIT)}")
-    return Params(planner=cfg.gpus.planner, time_limit_s=cfg.gpus.time_limit_s,
+    options = PLANNERS.options(cfg.gpus.planner, plain(cfg.gpus.planner_options))
+    return Params(planner=cfg.gpus.planner, planner_options=options,
+                  time_limit_s=cfg.gpus.time_limit_s,
                   mip_gap=cfg.gpus.mip_gap, on_time_limit=cfg.gpus.on_time_limit,
                   period=cfg.gpus.period, profile=profile.params(cfg))
 
@@ -57,7 +60,8 @@ def layer_context(inputs: Inputs, p: Params) -> Any:
     graph, t = profile.times(inputs, p.profile)
     target = p.profile.target
     return PlanContext(graph, t, target.link, len(target.devices), target.comm_on_device,
-                       p.time_limit_s, p.mip_gap, p.on_time_limit == "best")
+                       p.time_limit_s, p.mip_gap, p.on_time_limit == "best",
+                       options=p.planner_options)
 
 
 def context(inputs: Inputs, p: Params, one: Any = None) -> Any:

@@ -39,7 +39,7 @@ def alternative(planner: str, ctx: Any, planned: list[int]) -> list[int]:
     latency MILP over a whole model's layers does not finish (Llama-3-8B's 32: past 60 s)."""
     one = planners.one_layer(ctx)
     n = len(one.graph.kernels)
-    plan = planners.place(planner, replace(one, start=tuple(planned[:n])))
+    plan = planners.place(planner, replace(one, start=tuple(planned[:n]), options=None))
     return plan.place * (len(planned) // n)
 
 

@@ -65,8 +65,9 @@ class GpuTarget:
             raise ConfigError(f"devices {unknown} not in the device catalogue "
                               f"(choices: {', '.join(catalogue)})")
         g = {k: v for k, v in plain(cfg.gpus).items()
-             if k not in ("planner", "time_limit_s", "mip_gap", "on_time_limit",  # decide's
-                          "period", "kernel_model", "tables", "robust_samples", "kernels")}
+             if k not in ("planner", "planner_options", "time_limit_s", "mip_gap",  # decide's
+                          "on_time_limit", "period", "kernel_model", "tables",
+                          "robust_samples", "kernels")}
         if g["precision"] not in PRECISION_BYTES:
             raise ConfigError(f"gpus.precision '{g['precision']}' is not one of "
                               f"{', '.join(PRECISION_BYTES)}")

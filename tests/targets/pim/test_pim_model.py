@@ -10,7 +10,7 @@ import pytest
 
 from pimbuild import targets
 from pimbuild.targets.offload import copymodels, hybrid, policies
-from pimbuild.targets.offload.copymodels import upper_bound
+from pimbuild.targets.offload.copymodels import COPY_MODELS
 from pimbuild.targets.offload.nests import Nest
 from pimbuild.targets.offload.policies import PolicyContext, PolicyParams
 from pimbuild.targets.offload.policies.torchpim import c1_bound_s, rule_params
@@ -91,17 +91,17 @@ def test_resident_never_moves_more_than_upper_bound() -> None:
     nests = chain()
     for k in range(len(nests) + 1):
         for pim in itertools.combinations(range(len(nests)), k):
-            ub = sum(upper_bound(nests, set(pim), {"out"}))
-            res = sum(copymodels.resident(nests, set(pim), {"out"}))
+            ub = sum(COPY_MODELS.get("upper_bound")(nests, set(pim), {"out"}))
+            res = sum(COPY_MODELS.get("resident")(nests, set(pim), {"out"}))
             assert res <= ub, pim
 
 
 def test_upper_bound_counts_each_buffer_once_per_direction_and_segment() -> None:
     nests = chain()
-    fetch, flush = upper_bound(nests, {0, 1, 2}, set())  # one segment
+    fetch, flush = COPY_MODELS.get("upper_bound")(nests, {0, 1, 2}, set())  # one segment
     assert fetch == 4096  # x only: a is produced inside the segment
     assert flush == 2 * 4096  # a and t
-    fetch, flush = upper_bound(nests, {0, 2}, set())  # two segments
+    fetch, flush = COPY_MODELS.get("upper_bound")(nests, {0, 2}, set())  # two segments
     assert fetch == 4096 + 2 * 4096
     assert copymodels.segments(nests, {0, 2}) == [[nests[0]], [nests[2]]]
 

@@ -1,9 +1,10 @@
 """Planners of the heterogeneous-GPU target (``gpus.planner`` with ``system=gpus``).
 
 A planner is a module ``pimbuild/targets/gpus/planners/<name>.py`` (or ``package.module:place``)
-with ``place(ctx: PlanContext) -> Plan``. ``throughput`` and ``latency`` are FluidGPU's two
-policies, solved exactly as MILPs with HiGHS, in the cost model of
-``pimbuild.targets.gpus.cost``.
+with ``place(ctx: PlanContext) -> Plan``, and, if it has options of its own, a dataclass
+``Options`` (``ctx.options``; ``gpus.planner_options``, checked by the registry).
+``throughput`` and ``latency`` are FluidGPU's two policies, solved exactly as MILPs with
+HiGHS, in the cost model of ``pimbuild.targets.gpus.cost``.
 
 Memory (``PlanContext.resident``, ``capacity``): where given, what the kernels placed on a
 device keep there (their weights, the KV cache of an attention kernel) must fit its capacity,
@@ -22,7 +23,7 @@ from pimbuild.targets.gpus.cost import Link
 from pimbuild.targets.gpus.ddg import Graph
 
 PLANNERS = Registry("planner", "gpus.planner", package="pimbuild.targets.gpus.planners",
-                    attribute="place")
+                    attribute="place", options="gpus.planner_options")
 
 
 @dataclass(frozen=True)
@@ -46,6 +47,8 @@ class PlanContext:
     # bytes each kernel keeps on the device it runs on, and each device's room for them
     resident: tuple[float, ...] | None = None
     capacity: tuple[float, ...] | None = None
+    # the planner's own options (its module's ``Options``, from gpus.planner_options)
+    options: Any = None
 
     def fits(self, place: list[int] | tuple[int, ...]) -> bool:
         """Whether a placement keeps every device within its ``capacity``."""

@@ -1,0 +1,85 @@
+"""A plug-in's own options: a planner of one's own declares a dataclass ``Options`` with a
+ranged field, and the config checks its values like any group's (exact types, ranges,
+unknown names with the nearest known one), in one error line before anything runs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from pimbuild.build.graph import plan
+from pimbuild.core.artifacts import Store
+from pimbuild.core.errors import ConfigError
+from pimbuild.core.registry import Registry
+from tests.conftest import artifact_dir, make_cfg
+
+PLANNERS = Path(__file__).parent / "planners"
+PINNED = ["system=gpus", "model=mlp", "devices=[a100,l40s]",
+          "gpus.planner=tests.planners.pinned:place"]
+
+
+def _keys(tmp_path: Path, *overrides: str) -> dict[str, str]:
+    cfg = make_cfg(tmp_path / "store", [*PINNED, *overrides])
+    return {t.stage: t.artifact.key for t in plan(cfg, Store(tmp_path / "s"), tmp_path / "f")}
+
+
+def test_the_planner_is_one_file() -> None:
+    assert sorted(p.name for p in PLANNERS.glob("*.py")) == ["__init__.py", "pinned.py"]
+    assert (PLANNERS / "__init__.py").read_text() == ""
+
+
+def test_its_option_enters_the_decide_key(tmp_path: Path) -> None:
+    zero, one = _keys(tmp_path), _keys(tmp_path, "+gpus.planner_options.device=1")
+    assert zero["profile"] == one["profile"] and zero["decide"] != one["decide"]
+    assert _keys(tmp_path, "+gpus.planner_options.device=0")["decide"] == zero["decide"]
+
+
+@pytest.mark.parametrize(("override", "message"), [
+    ("+gpus.planner_options.device=-1", r"gpus.planner_options of planner "
+                                        r"'tests.planners.pinned:place': 'device' must be >= 0 "
+                                        r"\(got -1\)$"),
+    ("+gpus.planner_options.devcie=1", r"'devcie' is not a field of this format; did you "
+                                       r"mean 'device'\?$"),
+    ("+gpus.planner_options.device=1.5", r"'device' must be a whole number \(got 1.5\)$"),
+    ("+gpus.planner_options.device=true", r"'device' must be a whole number \(got True\)$"),
+])
+def test_a_bad_option_is_one_line_before_anything_runs(tmp_path: Path, override: str,
+                                                       message: str) -> None:
+    with pytest.raises(ConfigError, match=message) as err:
+        _keys(tmp_path, override)
+    assert "\n" not in str(err.value) and not (tmp_path / "s").exists()
+
+
+def test_a_planner_without_options_refuses_them(tmp_path: Path) -> None:
+    cfg = make_cfg(tmp_path, ["system=gpus", "model=mlp", "devices=[a100,l40s]",
+                              "+gpus.planner_options.device=1"])
+    with pytest.raises(ConfigError, match=r"planner 'throughput': it takes no options "
+                                          r"\(got device\)"):
+        plan(cfg, Store(tmp_path / "s"), tmp_path / "f")
+
+
+def test_options_with_no_default_are_asked_for() -> None:
+    from dataclasses import dataclass
+
+    @dataclass(frozen=True)
+    class Options:
+        width: int
+
+    def entry() -> None: ...
+
+    entry.Options = Options  # type: ignore[attr-defined]
+    r = Registry("thing", "thing.name", options="thing.options")
+    r.register("x", entry)
+    with pytest.raises(ConfigError, match=r"thing.options of thing 'x': 'width' is missing"):
+        r.options("x", {})
+    assert r.options("x", {"width": 3}) == Options(3)
+
+
+@pytest.mark.slow
+def test_the_planner_places_by_its_option(run_build) -> None:
+    result = run_build([*PINNED, "+gpus.planner_options.device=1"])
+    placement = json.loads((artifact_dir(result, "decide") / "placement.json").read_text())
+    assert placement["planner"] == "tests.planners.pinned:place"
+    assert {k["device"] for k in placement["kernels"]} == {"l40s"}
