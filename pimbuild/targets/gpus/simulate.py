@@ -32,6 +32,7 @@ from pimbuild.targets.gpus.arrivals import ARRIVALS
 from pimbuild.targets.gpus.baselines import Unit, baselines, evaluate
 from pimbuild.targets.gpus.cost import Link
 from pimbuild.targets.gpus.report import markdown, serving_columns, summary
+from pimbuild.targets.gpus.target import GpuTarget
 
 NAME = "simulate"
 READS = ("extract", "profile", "decide", "reinsert")
@@ -60,14 +61,16 @@ class Serve:
 
 @dataclass(frozen=True)
 class Params:
-    decide: decide.Params
+    decide: decide.Params  # to rebuild the planner contexts of the placements it reads
+    target: GpuTarget  # the devices, their link and the target's factors
     serve: Serve
     tp_link: Link  # joins the twins of AF's tensor-parallel attention group
     robust_samples: int = 0  # draws of the kernel-time model's error (pimbuild.targets.gpus.robust)
 
 
 def params(cfg: DictConfig) -> Params:
-    return Params(decide=decide.params(cfg), serve=serve_params(cfg),
+    decided = decide.params(cfg)
+    return Params(decide=decided, target=decided.profile.target, serve=serve_params(cfg),
                   tp_link=Link(cfg.tp_link.gbps, cfg.tp_link.latency_us),
                   robust_samples=cfg.gpus.robust_samples)
 
@@ -99,7 +102,7 @@ def run(inputs: Inputs, p: Params, out: Path) -> None:
     data = json.loads((inputs["extract"] / "kernels.json").read_text())
     placement = json.loads((inputs["decide"] / "placement.json").read_text())
     profile = json.loads((inputs["profile"] / "profile.json").read_text())
-    target = p.decide.profile.target
+    target = p.target
     devices = list(target.devices)
     unit = Unit(data.get("layers", 1), data.get("tokens", 1), data.get("unit", "tokens"),
                 data.get("forwards_per_request", 1))
@@ -157,7 +160,7 @@ def serving(inputs: Inputs, p: Params, ctx: Any, placement: dict[str, Any],
     dec_data = per_period(json.loads((inputs["extract"] / "kernels.json").read_text()),
                           p.decide.period)
     pre_place = json.loads((pre_inputs["decide"] / "placement.json").read_text())["place"]
-    devices = list(p.decide.profile.target.devices)
+    devices = list(p.target.devices)
     w = closedform.Workload(output_len=p.serve.output_len, batch=unit.tokens)
     pre_tp, dec_tp = tp.ways(pre_ctx, devices, p.tp_link), tp.ways(ctx, devices, p.tp_link)
     pre = closedform.phase(pre_ctx, pre_place, pre_data.get("layers", 1),
