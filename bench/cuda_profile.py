@@ -118,7 +118,7 @@ def compare(model: str, args: argparse.Namespace, device: str, precision: str) -
     import torch
 
     from pimbuild import frontend
-    from pimbuild.targets.gpus import cuda
+    from pimbuild.targets.gpus.program import cuda
 
     result, seconds = quiet_build(overrides(model, args.devices, args.store, "cuda",
                                             precision=precision), args.store / "runs" / model)

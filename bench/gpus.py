@@ -31,8 +31,9 @@ from common import quiet_build  # noqa: E402
 from pimbuild.build.config import register_configs  # noqa: E402
 from pimbuild.commands.cli import CONFIG_MODULE  # noqa: E402
 from pimbuild.core.console import console  # noqa: E402
-from pimbuild.targets.gpus import baselines, closedform, cost, ddg  # noqa: E402
+from pimbuild.targets.gpus.costmodel import cost, ddg  # noqa: E402
 from pimbuild.targets.gpus.planners import PlanContext, place, throughput, unrolled  # noqa: E402
+from pimbuild.targets.gpus.systems import baselines, closedform
 from pimbuild.targets.gpus.target import GpuTarget  # noqa: E402
 
 MODELS = ["llama3_8b", "llama3_8b_prefill", "llama7b", "gptj6b", "mamba", "mmdit"]
@@ -284,7 +285,7 @@ def pipelining(store: Path, tmp: Path, requests: int = 60) -> list[dict]:
     """FluidGPU's Fig. 10(a) in the serving simulator: Llama-3-8B decode steps on the first
     pair, without pipelining, pipelined, pipelined with priorities, against the cycle-time
     bound with transfers overlapped (the simulator overlaps them)."""
-    from pimbuild.targets.gpus.engine import Server
+    from pimbuild.targets.gpus.systems.engine import Server
 
     target, data, ctx, placement, _ = loaded("llama3_8b", PAIRS[0], store, tmp / "pipe",
                                              "decide")

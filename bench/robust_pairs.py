@@ -1,7 +1,7 @@
 """Which planned speedups survive the kernel-time model's own error (not a test): for
 ``bench/gpus.py``'s three pairs and its models, the throughput planner's placement on fitted
 times, its speedup over each baseline, and the share of draws of the fit's held-out error
-(``pimbuild.targets.gpus.robust``) in which the placement still beats that baseline.
+(``pimbuild.targets.gpus.costmodel.robust``) in which the placement still beats that baseline.
 
     .venv/bin/python bench/robust_pairs.py [--samples 32] [--out outputs/bench]
 
@@ -21,8 +21,9 @@ from common import write_json  # noqa: E402
 from gpus import MODELS, PAIRS, loaded, period_evaluate, unit_of  # noqa: E402
 
 from pimbuild.build.config import register_configs  # noqa: E402
-from pimbuild.targets.gpus import baselines, robust  # noqa: E402
+from pimbuild.targets.gpus.costmodel import robust  # noqa: E402
 from pimbuild.targets.gpus.kerneltime import model as kernelmodel  # noqa: E402
+from pimbuild.targets.gpus.systems import baselines
 
 BASELINES = ("request distribution", "AF disaggregation", "layer pipeline")
 

@@ -9,7 +9,7 @@ the simulator's speed on 1,000 requests of the 32-layer Llama-3-8B.
     .venv/bin/python bench/serving.py --devices a100,a100,l40s --sections fig7  # a cluster
 
 Everything is pimbuild's cost model (roofline kernel times, docs/design.md §10) played out
-in the simulation of ``pimbuild.targets.gpus.serving``; no GPU is used. Writes
+in the simulation of ``pimbuild.targets.gpus.systems.serving``; no GPU is used. Writes
 outputs/bench/serving.{json,md} and serving_latency.png.
 """
 
@@ -27,8 +27,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 from gpus import loaded  # noqa: E402
 
 from pimbuild.core.console import console  # noqa: E402
-from pimbuild.targets.gpus import serving, serving_systems  # noqa: E402
-from pimbuild.targets.gpus.arrivals import Request, offline, poisson  # noqa: E402
+from pimbuild.targets.gpus.systems import serving, serving_systems  # noqa: E402
+from pimbuild.targets.gpus.systems.arrivals import Request, offline, poisson  # noqa: E402
 
 DEVICES = ["a100", "l40s"]  # --devices
 OUTPUT_LEN, SLO = 129, 0.05

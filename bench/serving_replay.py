@@ -27,11 +27,11 @@ sys.path.insert(0, str(Path(__file__).parent))
 from common import write_json  # noqa: E402
 
 from pimbuild.core.errors import ConfigError  # noqa: E402
-from pimbuild.targets.gpus import arrivals  # noqa: E402
 from pimbuild.targets.gpus.enginesim import cli, scheduler, shape  # noqa: E402
 from pimbuild.targets.gpus.enginesim.steps import Steps  # noqa: E402
 from pimbuild.targets.gpus.kerneltime import clock  # noqa: E402
 from pimbuild.targets.gpus.kerneltime.sources import Repo  # noqa: E402
+from pimbuild.targets.gpus.systems import arrivals  # noqa: E402
 
 DEVICES = {"RTX4090": "rtx4090", "RTXPRO6000": "rtxpro6000"}
 EXAMPLES = "bench/examples"

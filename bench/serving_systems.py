@@ -35,9 +35,9 @@ sys.path.insert(0, str(Path(__file__).parent))
 from common import write_json  # noqa: E402
 
 from pimbuild.core.errors import ConfigError  # noqa: E402
-from pimbuild.targets.gpus import arrivals  # noqa: E402
 from pimbuild.targets.gpus.enginesim import cli, replicas, shape  # noqa: E402
 from pimbuild.targets.gpus.kerneltime.sources import Repo  # noqa: E402
+from pimbuild.targets.gpus.systems import arrivals  # noqa: E402
 
 TRACE = "workloads/sharegpt-llama-3.1-8b-300-sps10.jsonl"
 MODEL = "configs/model/meta-llama/Llama-3.1-8B.json"

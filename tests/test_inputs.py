@@ -27,9 +27,9 @@ from pimbuild.build.graph import plan
 from pimbuild.commands import cli
 from pimbuild.core.artifacts import Store
 from pimbuild.core.errors import ConfigError
-from pimbuild.targets.gpus import arrivals
 from pimbuild.targets.gpus.kerneltime import cli as kcli
 from pimbuild.targets.gpus.kerneltime import model, ops, tables
+from pimbuild.targets.gpus.systems import arrivals
 from tests.conftest import REPO, make_cfg
 
 # Values a field may be given by mistake or at an edge: every JSON/YAML type, numbers at and

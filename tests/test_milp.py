@@ -72,7 +72,7 @@ def test_stopped_before_completing_its_start_it_says_so_and_the_planner_keeps_th
     returns it, scored by the cost model."""
     import random
 
-    from pimbuild.targets.gpus import cost
+    from pimbuild.targets.gpus.costmodel import cost
     from pimbuild.targets.gpus.planners import PlanContext, place
     from tests.targets.gpus.test_gpus import LINK, random_graph
 

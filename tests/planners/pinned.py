@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from pimbuild.targets.gpus.cost import cycle_time
+from pimbuild.targets.gpus.costmodel.cost import cycle_time
 from pimbuild.targets.gpus.planners import Plan, PlanContext
 
 

@@ -18,8 +18,9 @@ from omegaconf import DictConfig
 
 from pimbuild.core.errors import ConfigError, StageError
 from pimbuild.core.stage import Inputs, plain
-from pimbuild.targets.gpus import pipeline, planners, profile
+from pimbuild.targets.gpus import planners, profile
 from pimbuild.targets.gpus.planners import PLANNERS, PlanContext
+from pimbuild.targets.gpus.systems import pipeline
 
 NAME = "decide"
 READS = ("extract", "profile")

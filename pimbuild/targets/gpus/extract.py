@@ -1,11 +1,11 @@
 """Stage ``extract`` of the GPU target: the kernels of ``linalg.mlir``
-(``pimbuild.targets.gpus.kernels``: one per linalg op after fusion, with FLOPs, bytes by buffer
-and class) and the model's structure (``layers``, ``tokens``) from lower's signature.
+(``pimbuild.targets.gpus.program.kernels``: one per linalg op after fusion, with FLOPs, bytes
+by buffer and class) and the model's structure (``layers``, ``tokens``) from lower's signature.
 ``gpus.kernels=engine`` (the default) groups them into the kernels a serving engine launches
-(``pimbuild.targets.gpus.fusion``: fused attention, merged QKV and gate+up GEMMs, fused norms,
-RoPE, activation-and-mul), keeping the lowered ones under ``lowered``; ``lowered`` keeps one
-kernel per linalg op. Writes ``kernels.json``; the data dependency graph is derived from it
-(``pimbuild.targets.gpus.ddg.build``).
+(``pimbuild.targets.gpus.program.fusion``: fused attention, merged QKV and gate+up GEMMs,
+fused norms, RoPE, activation-and-mul), keeping the lowered ones under ``lowered``;
+``lowered`` keeps one kernel per linalg op. Writes ``kernels.json``; the data dependency graph
+is derived from it (``pimbuild.targets.gpus.costmodel.ddg.build``).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Any
 
 from pimbuild.core.errors import ConfigError, StageError
 from pimbuild.core.stage import Inputs
-from pimbuild.targets.gpus import fusion
+from pimbuild.targets.gpus.program import fusion
 
 NAME = "extract"
 READS = ("lower",)
@@ -39,7 +39,7 @@ def params(cfg: Any) -> Params:
 
 
 def run(inputs: Inputs, p: Params, out: Path) -> None:
-    from pimbuild.targets.gpus import kernels
+    from pimbuild.targets.gpus.program import kernels
 
     lower = inputs["lower"]
     signature = json.loads((lower / "signature.json").read_text())

@@ -21,8 +21,8 @@ from omegaconf import DictConfig
 from pimbuild.core import schema
 from pimbuild.core.errors import ConfigError
 from pimbuild.core.stage import Inputs, ModelParams
-from pimbuild.targets.gpus import ddg, roofline
 from pimbuild.targets.gpus.backends import BACKENDS
+from pimbuild.targets.gpus.costmodel import ddg, roofline
 from pimbuild.targets.gpus.target import GpuTarget
 
 NAME = "profile"

@@ -1,8 +1,8 @@
 """Stage ``reinsert`` of the GPU target: the partitioned program, run for real and checked.
 
-Every kernel becomes a function (``pimbuild.targets.gpus.partition``: ``partition.mlir``, lowered to
-``partition_llvm.mlir`` and compiled once to ``partition.o``, which every worker links and
-loads); ``pimbuild.targets.gpus.workers`` runs one process per device, each
+Every kernel becomes a function (``pimbuild.targets.gpus.program.partition``: ``partition.mlir``,
+lowered to ``partition_llvm.mlir`` and compiled once to ``partition.o``, which every worker
+links and loads); ``pimbuild.targets.gpus.program.workers`` runs one process per device, each
 executing the kernels decide placed on it and exchanging exactly the transfers of the
 dependency graph (one forward: inputs enter at home, results return there). The stage fails
 unless the results match PyTorch eager (``pimbuild.core.check.judge``: within its tolerance, or
@@ -31,7 +31,8 @@ from pimbuild.core.check import judge, referee_note
 from pimbuild.core.errors import StageError
 from pimbuild.core.stage import Inputs, ModelParams
 from pimbuild.frontend.lower import model_params
-from pimbuild.targets.gpus import ddg, fusion, workers
+from pimbuild.targets.gpus.costmodel import ddg
+from pimbuild.targets.gpus.program import fusion, workers
 
 NAME = "reinsert"
 READS = ("lower", "extract", "decide")
@@ -51,7 +52,7 @@ def params(cfg: DictConfig) -> Params:
 def compile_partition(lower: Path, out: Path, failure_dir: Path) -> list[dict]:
     from pimbuild.codegen import jit
     from pimbuild.frontend import mlir
-    from pimbuild.targets.gpus import partition
+    from pimbuild.targets.gpus.program import partition
 
     signature = json.loads((lower / "signature.json").read_text())
     module, specs = partition.build(lower / "linalg.mlir", signature)

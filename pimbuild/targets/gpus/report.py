@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from pimbuild.core.check import outcome
-from pimbuild.targets.gpus import robust
+from pimbuild.targets.gpus.costmodel import robust
 
 
 def serving_columns(served: dict[str, Any]) -> dict[str, str]:

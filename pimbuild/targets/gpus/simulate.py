@@ -1,5 +1,5 @@
 """Stage ``simulate`` of the GPU target: what the placement buys, in the cost model
-(``pimbuild.targets.gpus.cost``), against the baselines FluidGPU compares with.
+(``pimbuild.targets.gpus.costmodel.cost``), against the baselines FluidGPU compares with.
 
 For the planned placement and every baseline: the cycle time of pipelined requests (the
 throughput the MILP optimises), one forward's critical path, the throughput (output tokens/s =
@@ -10,9 +10,10 @@ per USD-hour of the devices it rents. Baselines: each device alone; request dist
 one device, the rest on the other, the better way round) where the model has attention and
 other kernels. A model with a prefill phase (``model.phases.prefill``; the stage's
 ``PHASE_READS``) is also served: prefill + ``serve.output_len`` decode steps per request, in
-the closed forms of ``pimbuild.targets.gpus.closedform`` (PD disaggregation among the baselines)
-and in the discrete-event simulation of ``pimbuild.targets.gpus.serving`` (every baseline, the
-online monitor, the highest rate within the SLO). Writes ``report.json`` and ``report.md``.
+the closed forms of ``pimbuild.targets.gpus.systems.closedform`` (PD disaggregation among the
+baselines) and in the discrete-event simulation of ``pimbuild.targets.gpus.systems.serving``
+(every baseline, the online monitor, the highest rate within the SLO). Writes ``report.json``
+and ``report.md``.
 """
 
 from __future__ import annotations
@@ -26,12 +27,14 @@ from omegaconf import DictConfig
 
 from pimbuild.core.errors import ConfigError, StageError
 from pimbuild.core.stage import Inputs
-from pimbuild.targets.gpus import closedform, decide, robust, serving_systems, tp
-from pimbuild.targets.gpus import serving as des  # the discrete-event simulation
-from pimbuild.targets.gpus.arrivals import ARRIVALS
-from pimbuild.targets.gpus.baselines import Unit, baselines, evaluate
-from pimbuild.targets.gpus.cost import Link
+from pimbuild.targets.gpus import decide
+from pimbuild.targets.gpus.costmodel import robust
+from pimbuild.targets.gpus.costmodel.cost import Link
 from pimbuild.targets.gpus.report import markdown, serving_columns, summary
+from pimbuild.targets.gpus.systems import closedform, serving_systems, tp
+from pimbuild.targets.gpus.systems import serving as des  # the discrete-event simulation
+from pimbuild.targets.gpus.systems.arrivals import ARRIVALS
+from pimbuild.targets.gpus.systems.baselines import Unit, baselines, evaluate
 from pimbuild.targets.gpus.target import GpuTarget
 
 NAME = "simulate"
@@ -65,7 +68,8 @@ class Params:
     target: GpuTarget  # the devices, their link and the target's factors
     serve: Serve
     tp_link: Link  # joins the twins of AF's tensor-parallel attention group
-    robust_samples: int = 0  # draws of the kernel-time model's error (pimbuild.targets.gpus.robust)
+    # draws of the kernel-time model's error (pimbuild.targets.gpus.costmodel.robust)
+    robust_samples: int = 0
 
 
 def params(cfg: DictConfig) -> Params:
@@ -150,9 +154,9 @@ def serving(inputs: Inputs, p: Params, ctx: Any, placement: dict[str, Any],
             unit: Unit) -> dict[str, Any]:
     """Prefill + ``output_len`` decode steps per request: the planned placements of both
     phases against each device alone, request distribution, PD and AF disaggregation (and
-    AF with TP attention on twins, ``pimbuild.targets.gpus.tp``), in the cost model's closed forms
-    (``pimbuild.targets.gpus.closedform``) and in the discrete-event serving simulation
-    (``pimbuild.targets.gpus.serving``)."""
+    AF with TP attention on twins, ``pimbuild.targets.gpus.systems.tp``), in the cost model's
+    closed forms (``pimbuild.targets.gpus.systems.closedform``) and in the discrete-event
+    serving simulation (``pimbuild.targets.gpus.systems.serving``)."""
     pre_inputs = inputs.phase("prefill")
     pre_ctx = decide.context(pre_inputs, p.decide)
     pre_data = per_period(json.loads((pre_inputs["extract"] / "kernels.json").read_text()),

@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 
 from pimbuild.core.errors import ConfigError
 from pimbuild.core.stage import plain
-from pimbuild.targets.gpus.cost import Link
+from pimbuild.targets.gpus.costmodel.cost import Link
 
 PRECISION_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
 

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from pimbuild.core.errors import ConfigError
-from pimbuild.targets.gpus import fusion
 from pimbuild.targets.gpus.kerneltime import cli, grid, ops, sources
+from pimbuild.targets.gpus.program import fusion
 from tests.conftest import artifact_dir
 from tests.targets.gpus.test_kernel_sources import write_lss
 

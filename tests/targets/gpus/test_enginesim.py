@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 
 from pimbuild.core.errors import ConfigError
-from pimbuild.targets.gpus import arrivals
-from pimbuild.targets.gpus.arrivals import Request
 from pimbuild.targets.gpus.enginesim import cli, scheduler, shape
 from pimbuild.targets.gpus.enginesim.steps import Steps
 from pimbuild.targets.gpus.kerneltime import ops
+from pimbuild.targets.gpus.systems import arrivals
+from pimbuild.targets.gpus.systems.arrivals import Request
 
 LLAMA31_8B = {"hidden_size": 4096, "num_attention_heads": 32, "num_key_value_heads": 8,
               "num_hidden_layers": 32, "intermediate_size": 14336, "vocab_size": 128256,
@@ -264,7 +264,7 @@ def test_routers_send_work_where_it_is_served() -> None:
 
 
 def test_pd_hands_each_cache_over_the_link() -> None:
-    from pimbuild.targets.gpus.cost import Link
+    from pimbuild.targets.gpus.costmodel.cost import Link
     from pimbuild.targets.gpus.enginesim import disagg
 
     link = Link(gbps=8.0, latency_us=0.0)  # a byte a nanosecond
@@ -309,7 +309,7 @@ def test_a_split_model_holds_each_stage_s_share(tmp_path: Path) -> None:
         flops, moved = o.work()
         return 2e-6 + max(flops / 3e14, moved / 2e12)
 
-    from pimbuild.targets.gpus.cost import Link
+    from pimbuild.targets.gpus.costmodel.cost import Link
     big, small = shape.Memory(80 * 2**30), shape.Memory(48 * 2**30)
     first, pipe, blocks = pipeline.split(m, [clock, clock], [big, small], Link(200, 5), 16,
                                          2048, 256)

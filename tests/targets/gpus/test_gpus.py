@@ -13,11 +13,11 @@ import pytest
 
 from pimbuild.codegen.runtime import compiler
 from pimbuild.core.errors import ConfigError, StageError
-from pimbuild.targets.gpus import cost, ddg, roofline
-from pimbuild.targets.gpus.cost import Link
-from pimbuild.targets.gpus.ddg import Graph, Kernel
-from pimbuild.targets.gpus.devicesets import two_sets
+from pimbuild.targets.gpus.costmodel import cost, ddg, roofline
+from pimbuild.targets.gpus.costmodel.cost import Link
+from pimbuild.targets.gpus.costmodel.ddg import Graph, Kernel
 from pimbuild.targets.gpus.planners import PlanContext, place
+from pimbuild.targets.gpus.systems.devicesets import two_sets
 from pimbuild.targets.gpus.target import GpuTarget
 from tests.conftest import REPO, artifact_dir, make_cfg
 
@@ -136,7 +136,7 @@ def test_every_device_file_is_catalogued_and_the_cuda_backend_tells_them_apart(t
     file under
     pimbuild/conf/device composes into a target, and a GPU's name picks exactly the device it is (an
     H200 is not an H100, a 40 GB A100 not the 80 GB one, an RTX 3090 no catalogued device)."""
-    from pimbuild.targets.gpus import cuda
+    from pimbuild.targets.gpus.program import cuda
 
     names = sorted(p.stem for p in (REPO / "pimbuild" / "conf" / "device").glob("*.yaml"))
     devices = {d.key: d for d in _target(tmp_path, f"devices=[{','.join(names)}]").devices}
@@ -204,7 +204,8 @@ def _partitioned(run_build, tmp_path, model: str):
     """A model's lowered program, its kernels and the compiled kernel functions."""
     from pimbuild import frontend
     from pimbuild.frontend.lower import model_params
-    from pimbuild.targets.gpus import reinsert, workers
+    from pimbuild.targets.gpus import reinsert
+    from pimbuild.targets.gpus.program import workers
 
     # the workers run the lowered kernels (an engine kernel's members go where it goes)
     result = run_build([*GPUS, f"model={model}", "gpus.kernels=lowered", "stages=[extract]"])
@@ -323,7 +324,7 @@ def test_a_forward_without_kernels_is_refused(run_build) -> None:
 def test_serving_formulas_by_hand() -> None:
     from dataclasses import replace
 
-    from pimbuild.targets.gpus import closedform
+    from pimbuild.targets.gpus.systems import closedform
 
     w = closedform.Workload(input_len=100, output_len=10, batch=4)
     # 4 prefills of 1 s and 10 decode steps of 0.5 s give 40 tokens in 9 s.
@@ -564,8 +565,8 @@ def test_counted_layers_out_of_time_keep_the_start_or_fail(streams: int) -> None
 def test_the_monitors_other_placement_over_a_period_is_one_layers_repeated() -> None:
     """The online monitor's latency placement for a throughput period: the latency planner
     on one layer (``one_layer`` undoes ``unrolled``), repeated over the period."""
-    from pimbuild.targets.gpus import serving_systems
     from pimbuild.targets.gpus.planners import one_layer, unrolled
+    from pimbuild.targets.gpus.systems import serving_systems
 
     rng = random.Random(11)
     one = PlanContext(layer_graph(rng, 6), layer_times(rng, 6, True), LINK, 2, 1.0)
@@ -587,7 +588,7 @@ def test_a_period_of_layers_contains_the_layer_pipeline() -> None:
     are placements of the unrolled graph. With the second device 2.5x slower on every kernel
     one layer's placement has only load balance to trade against transfers; whole layers
     balance it cheaply, and the period finds that."""
-    from pimbuild.targets.gpus import baselines
+    from pimbuild.targets.gpus.systems import baselines
 
     rng = random.Random(3)
     g = random_graph(rng, 5, carried=True)
@@ -628,7 +629,7 @@ def test_layer_pipeline_splits_whole_layers() -> None:
     of whole layers (the best split, computed by hand here); with a real one each boundary's
     carried buffer costs both devices; it never beats request distribution; one layer has
     none; on three devices it may use all three."""
-    from pimbuild.targets.gpus import baselines
+    from pimbuild.targets.gpus.systems import baselines
 
     rng = random.Random(3)
     g = random_graph(rng, 5, carried=True)
@@ -664,8 +665,8 @@ def test_a_splits_loads_summed_per_segment_equal_the_unrolled_graphs(seed: int) 
     instead of costing the unrolled graph: the sum equals the unrolled graph's cycle time on
     every split (two to four devices, carried or not, with a state every layer keeps and an
     input every layer reads from home), and its best is the least of them."""
-    from pimbuild.targets.gpus import pipeline
     from pimbuild.targets.gpus.planners import unrolled
+    from pimbuild.targets.gpus.systems import pipeline
 
     rng = random.Random(seed)
     g = random_graph(rng, rng.randint(3, 6), carried=seed % 2 == 0)
@@ -699,7 +700,7 @@ def test_node_times_and_their_split_over_kernels(tmp_path) -> None:
     """The cuda backend's pieces that do not need a GPU: timing the exported graph's nodes
     (here on the CPU) and charging them to kernels."""
     from pimbuild.frontend.lower import model_params
-    from pimbuild.targets.gpus import cuda
+    from pimbuild.targets.gpus.program import cuda
 
     nodes, how = cuda.node_times(model_params(make_cfg(tmp_path, ["model=mlp"])), "cpu",
                                  repetitions=3, warmup=1, precision="bf16")
@@ -721,7 +722,7 @@ def test_the_served_precision_falls_back_to_fp32_where_the_graph_refuses_it() ->
     its parameters in bf16: the cuda backend times it in fp32 and says so."""
     import torch
 
-    from pimbuild.targets.gpus import cuda
+    from pimbuild.targets.gpus.program import cuda
 
     class Upcast(torch.nn.Module):
         def __init__(self) -> None:
@@ -746,7 +747,7 @@ def test_the_served_precision_falls_back_to_fp32_where_the_graph_refuses_it() ->
 
 def test_a_failing_worker_is_one_stage_error(run_build, tmp_path) -> None:
     data, run = _partitioned(run_build, tmp_path, "mlp")
-    from pimbuild.targets.gpus import workers
+    from pimbuild.targets.gpus.program import workers
 
     def broken(*args, **kwargs):
         raise RuntimeError("kernel_0 is not in this engine")
@@ -968,7 +969,7 @@ def test_af_on_three_devices_takes_requests_in_turn() -> None:
     9 on the L40S, the rest 5 and 3; attention on both A100s and the rest on the L40S
     gives a cycle of max(4 / 2, 4 / 2, 3) = 3 us, the best of the six splits. On two devices
     the baseline is the better of attention on either, as a single placement."""
-    from pimbuild.targets.gpus import baselines, closedform
+    from pimbuild.targets.gpus.systems import baselines, closedform
 
     k = (Kernel(0, "attn", "contraction", 0, {"in": 4096}, {"a": 4096}, "self_attn"),
          Kernel(1, "ffn", "contraction", 0, {"a": 4096}, {"out": 4096}, "mlp"))
@@ -1001,13 +1002,13 @@ def test_af_on_three_devices_takes_requests_in_turn() -> None:
 
 def test_af_with_tp_attention_runs_the_group_as_one_device() -> None:
     """The paper's cluster AF baseline: attention with TP=2 on the two A100s, the rest on the
-    L40S (``pimbuild.targets.gpus.tp``). By hand: attention takes 4 us on an A100 with a 2 us
-    launch, so 2 + 2 / 2 = 3 us on the group, plus the all-reduce of "a" (2 steps of half of it) and
-    the broadcast of "in" (one step of all of it) over the TP link; with a free cluster link
-    the group is the busiest."""
+    L40S (``pimbuild.targets.gpus.systems.tp``). By hand: attention takes 4 us on an A100 with a
+    2 us launch, so 2 + 2 / 2 = 3 us on the group, plus the all-reduce of "a" (2 steps of half
+    of it) and the broadcast of "in" (one step of all of it) over the TP link; with a free
+    cluster link the group is the busiest."""
     from dataclasses import replace
 
-    from pimbuild.targets.gpus import baselines, tp
+    from pimbuild.targets.gpus.systems import baselines, tp
     from pimbuild.targets.gpus.target import Device
 
     k = (Kernel(0, "attn", "contraction", 0, {"in": 4096}, {"a": 4096}, "self_attn"),
@@ -1032,7 +1033,7 @@ def test_af_with_tp_attention_runs_the_group_as_one_device() -> None:
     assert base["AF disaggregation (TP)"]["attention_on"] == way.name
     assert "AF disaggregation (TP)" not in baselines.baselines(free, devices, unit)
     # serving's closed form: the same grouped cycle for both phases, 4 layers
-    from pimbuild.targets.gpus import closedform
+    from pimbuild.targets.gpus.systems import closedform
 
     w = closedform.Workload(output_len=10, batch=4)
     ph = closedform.phase(free, [0, 0], 4, closedform.af_ways(free, devices), [way])
@@ -1068,7 +1069,7 @@ def test_an_isolated_forward_takes_its_state_from_home(run_build) -> None:
     """One forward (layers = 0, as reinsert runs it): the state a module buffer holds (the
     KV cache written in place) enters from home like an input, so a placement that puts its
     writer on another device sends it there from home, which the home worker does."""
-    from pimbuild.targets.gpus import workers
+    from pimbuild.targets.gpus.program import workers
 
     result = run_build([*GPUS, "model=relu", "model.recipe=tests.odd_recipes:cached_step",
                         "model.size={n:16}", "stages=[extract]"])

@@ -298,12 +298,12 @@ def cpu_table(tmp_path: Path, kernels_json: Path, device: str, torch_version: st
     """A table made by the cuda backend's timing path on the CPU (node times split over the
     kernels), for the catalogue device ``device``; the last ``drop`` kernels left out."""
     from pimbuild.frontend.lower import model_params
-    from pimbuild.targets.gpus import cuda
+    from pimbuild.targets.gpus.program import cuda
 
     data = json.loads(kernels_json.read_text())
     nodes, _ = cuda.node_times(model_params(make_cfg(tmp_path, ["model=mlp"])), "cpu",
                                repetitions=2, warmup=1)
-    from pimbuild.targets.gpus import ddg
+    from pimbuild.targets.gpus.costmodel import ddg
 
     graph = ddg.build(data, 1, 0.5)
     seconds = cuda.split(list(graph.kernels), nodes, [1e-6] * len(graph.kernels))
@@ -392,7 +392,7 @@ def test_measured_data_file_reads_back(tmp_path: Path) -> None:
 def test_robust_draws_and_their_note() -> None:
     """A band of zero error draws factors of exactly 1; the note names a speedup that holds
     in too few draws and a baseline ahead only within the error."""
-    from pimbuild.targets.gpus import robust
+    from pimbuild.targets.gpus.costmodel import robust
 
     zero = {f: {"log_bias": [0.0], "log_residual": [0.0]}
             for f in ("gemm", "elementwise", "reduction")}

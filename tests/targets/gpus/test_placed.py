@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from pimbuild.core.errors import ConfigError
-from pimbuild.targets.gpus import cost, ddg
-from pimbuild.targets.gpus.cost import Link
+from pimbuild.targets.gpus.costmodel import cost, ddg
+from pimbuild.targets.gpus.costmodel.cost import Link
 from pimbuild.targets.gpus.enginesim import cli, placed, shape
 from pimbuild.targets.gpus.kerneltime import ops
 from tests.targets.gpus.test_enginesim import BIG, LLAMA31_8B, TINY, config

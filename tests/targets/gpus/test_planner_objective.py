@@ -3,8 +3,9 @@ a planner of one's own whose module defines ``objective(ctx)`` (``decide.objecti
 
 from __future__ import annotations
 
-from pimbuild.targets.gpus import cost, decide
-from pimbuild.targets.gpus.ddg import Graph, Kernel
+from pimbuild.targets.gpus import decide
+from pimbuild.targets.gpus.costmodel import cost
+from pimbuild.targets.gpus.costmodel.ddg import Graph, Kernel
 from pimbuild.targets.gpus.planners import PLANNERS, PlanContext
 
 

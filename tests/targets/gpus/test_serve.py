@@ -6,10 +6,10 @@ import random
 
 import pytest
 
-from pimbuild.targets.gpus import cost
-from pimbuild.targets.gpus.cost import Link
-from pimbuild.targets.gpus.ddg import Graph, Kernel
-from pimbuild.targets.gpus.engine import Server
+from pimbuild.targets.gpus.costmodel import cost
+from pimbuild.targets.gpus.costmodel.cost import Link
+from pimbuild.targets.gpus.costmodel.ddg import Graph, Kernel
+from pimbuild.targets.gpus.systems.engine import Server
 from tests.targets.gpus.test_gpus import random_graph
 
 LINK = Link(200, 5.0)
@@ -76,7 +76,7 @@ def test_every_request_is_served_once_and_the_run_repeats() -> None:
 
 def test_arrivals(tmp_path) -> None:
     from pimbuild.core.errors import ConfigError
-    from pimbuild.targets.gpus import arrivals
+    from pimbuild.targets.gpus.systems import arrivals
 
     a = arrivals.poisson(100.0, 20000, 1020, 129, seed=3)
     gaps = [y.arrival_s - x.arrival_s for x, y in zip(a, a[1:], strict=False)]
@@ -95,7 +95,7 @@ def test_arrivals(tmp_path) -> None:
 
 
 def test_summary_percentiles_by_hand() -> None:
-    from pimbuild.targets.gpus.engine import percentile
+    from pimbuild.targets.gpus.systems.engine import percentile
 
     values = [float(v) for v in range(1, 101)]
     assert percentile(values, 50) == 50.0 and percentile(values, 99) == 99.0
@@ -105,11 +105,11 @@ def test_summary_percentiles_by_hand() -> None:
     assert s["p50_latency_s"] <= s["p99_latency_s"] and 0 < s["busy_share_0"] <= 1
 
 
-# -- serving: prefill + decode with continuous batching (pimbuild.targets.gpus.serving) ---------
+# -- serving: prefill + decode with continuous batching (targets/gpus/systems/serving.py) --
 
-from pimbuild.targets.gpus import serving, serving_systems  # noqa: E402
-from pimbuild.targets.gpus.arrivals import Request, offline, poisson  # noqa: E402
-from pimbuild.targets.gpus.engine import segments  # noqa: E402
+from pimbuild.targets.gpus.systems import serving, serving_systems  # noqa: E402
+from pimbuild.targets.gpus.systems.arrivals import Request, offline, poisson  # noqa: E402
+from pimbuild.targets.gpus.systems.engine import segments  # noqa: E402
 
 
 @pytest.mark.parametrize("seed", range(8))
@@ -260,7 +260,7 @@ def test_instances_taking_requests_in_turn_add_their_rates() -> None:
     prefill devices feeding one decode device share its batches (split batches would halve
     it). Offline, decode-bound, it matches the closed form (``closedform.pd``) but for the
     first token, which prefill gives: output_len - 1 decode steps per request."""
-    from pimbuild.targets.gpus import closedform
+    from pimbuild.targets.gpus.systems import closedform
 
     pre_g, pre_t, _ = _case(1)
     dec_g, dec_t, _ = _case(101, carried=True)
@@ -321,8 +321,8 @@ def test_a_request_keeps_its_turn_from_prefill_to_decode() -> None:
 def test_twin_devices_are_simulated_once() -> None:
     """Twins (equal but for their label) serve alike, except home, the first device, where
     requests enter and results leave: it has no twin, but alone a device is its own home."""
-    from pimbuild.targets.gpus import devicesets
-    from pimbuild.targets.gpus.devicesets import two_sets
+    from pimbuild.targets.gpus.systems import devicesets
+    from pimbuild.targets.gpus.systems.devicesets import two_sets
     from pimbuild.targets.gpus.target import Device
 
     def device(key: str, price: float) -> Device:

@@ -1,5 +1,5 @@
-"""Backend ``cuda``: kernels timed on this machine's GPU (``pimbuild.targets.gpus.cuda``), the
-roofline's estimate for what it does not measure; refused with a clear error where
+"""Backend ``cuda``: kernels timed on this machine's GPU (``pimbuild.targets.gpus.program.cuda``),
+the roofline's estimate for what it does not measure; refused with a clear error where
 ``torch.cuda.is_available()`` is false."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from typing import Any
 
 from pimbuild.core.errors import ConfigError
 from pimbuild.frontend.lower import model_params
-from pimbuild.targets.gpus import cuda
 from pimbuild.targets.gpus.backends.roofline import roofline_times
+from pimbuild.targets.gpus.program import cuda
 
 
 def settings(cfg: Any, target: Any) -> dict[str, Any]:

@@ -1,11 +1,11 @@
-"""Backend ``roofline``: the spec sheet's roofline (``pimbuild.targets.gpus.roofline``), the
-baseline the fit replaces."""
+"""Backend ``roofline``: the spec sheet's roofline (``pimbuild.targets.gpus.costmodel.roofline``),
+the baseline the fit replaces."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from pimbuild.targets.gpus import roofline
+from pimbuild.targets.gpus.costmodel import roofline
 
 
 def settings(cfg: Any, target: Any) -> dict[str, Any]:

@@ -40,13 +40,13 @@ from typing import Any
 
 from pimbuild.core.artifacts import Store
 from pimbuild.core.errors import ConfigError
-from pimbuild.targets.gpus import arrivals
-from pimbuild.targets.gpus.cost import Link
-from pimbuild.targets.gpus.engine import percentile
+from pimbuild.targets.gpus.costmodel.cost import Link
 from pimbuild.targets.gpus.enginesim import disagg, pipeline, placed, replicas, scheduler, shape
 from pimbuild.targets.gpus.enginesim.routing import Routing
 from pimbuild.targets.gpus.enginesim.steps import Steps
 from pimbuild.targets.gpus.kerneltime import clock
+from pimbuild.targets.gpus.systems import arrivals
+from pimbuild.targets.gpus.systems.engine import percentile
 
 METRICS = ("ttft", "tpot", "latency")
 TWO = ("pd", "pp", "placed", "af")  # the systems of two devices in one

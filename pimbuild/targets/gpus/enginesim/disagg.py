@@ -11,9 +11,9 @@ import heapq
 import math
 
 from pimbuild.core.errors import ConfigError
-from pimbuild.targets.gpus.arrivals import Request
-from pimbuild.targets.gpus.cost import Link
+from pimbuild.targets.gpus.costmodel.cost import Link
 from pimbuild.targets.gpus.enginesim.scheduler import Engine, Seq, seqs_of
+from pimbuild.targets.gpus.systems.arrivals import Request
 
 
 def serve(requests: list[Request], prefill: Engine, decode: Engine, link: Link,

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from pimbuild.core.errors import ConfigError
-from pimbuild.targets.gpus.cost import Link
+from pimbuild.targets.gpus.costmodel.cost import Link
 from pimbuild.targets.gpus.enginesim.routing import Routing
 from pimbuild.targets.gpus.enginesim.shape import LlmShape, Memory
 from pimbuild.targets.gpus.enginesim.steps import Steps

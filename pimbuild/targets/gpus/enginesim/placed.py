@@ -56,8 +56,8 @@ from dataclasses import dataclass, replace
 from pimbuild.core.artifacts import Store, artifact_key
 from pimbuild.core.errors import ConfigError
 from pimbuild.targets.gpus import planners
-from pimbuild.targets.gpus.cost import Link
-from pimbuild.targets.gpus.ddg import Graph, Kernel
+from pimbuild.targets.gpus.costmodel.cost import Link
+from pimbuild.targets.gpus.costmodel.ddg import Graph, Kernel
 from pimbuild.targets.gpus.enginesim.routing import Routing
 from pimbuild.targets.gpus.enginesim.shape import LlmShape, Memory
 from pimbuild.targets.gpus.enginesim.steps import Steps, mean_kv

@@ -8,8 +8,8 @@ import math
 from collections.abc import Callable
 
 from pimbuild.core.errors import ConfigError
-from pimbuild.targets.gpus.arrivals import Request
 from pimbuild.targets.gpus.enginesim.scheduler import Engine, Run, Seq, seqs_of
+from pimbuild.targets.gpus.systems.arrivals import Request
 
 
 def _load(e: Engine) -> int:

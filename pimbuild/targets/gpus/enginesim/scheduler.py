@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from pimbuild.core.errors import ConfigError
-from pimbuild.targets.gpus.arrivals import Request
+from pimbuild.targets.gpus.systems.arrivals import Request
 
 ROLES = ("both", "prefill", "decode")
 

@@ -4,7 +4,8 @@ left out of the fit.
 
 Three predictors, each a function of an ``ops.Op`` and an ``ops.Gpu``:
 
-- ``roofline``: the spec roofline the GPU target used before (``pimbuild.targets.gpus.roofline``):
+- ``roofline``: the spec roofline the GPU target used before
+(``pimbuild.targets.gpus.costmodel.roofline``):
   ``launch + max(flops / (peak * eff_engine), bytes / (bw * eff_mem))`` at the config's
   efficiencies (0.7 tensor, 0.5 CUDA cores, 0.8 memory, 2 us launch);
 - ``physics``: the same shape with fitted terms: a sustained efficiency per engine (tensor

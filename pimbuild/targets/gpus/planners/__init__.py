@@ -4,7 +4,7 @@ A planner is a module ``pimbuild/targets/gpus/planners/<name>.py`` (or ``package
 with ``place(ctx: PlanContext) -> Plan``, and, if it has options of its own, a dataclass
 ``Options`` (``ctx.options``; ``gpus.planner_options``, checked by the registry).
 ``throughput`` and ``latency`` are FluidGPU's two policies, solved exactly as MILPs with
-HiGHS, in the cost model of ``pimbuild.targets.gpus.cost``.
+HiGHS, in the cost model of ``pimbuild.targets.gpus.costmodel.cost``.
 
 Memory (``PlanContext.resident``, ``capacity``): where given, what the kernels placed on a
 device keep there (their weights, the KV cache of an attention kernel) must fit its capacity,
@@ -18,9 +18,9 @@ from typing import Any
 
 from pimbuild.core.milp import US
 from pimbuild.core.registry import Registry
-from pimbuild.targets.gpus import ddg
-from pimbuild.targets.gpus.cost import Link
-from pimbuild.targets.gpus.ddg import Graph
+from pimbuild.targets.gpus.costmodel import ddg
+from pimbuild.targets.gpus.costmodel.cost import Link
+from pimbuild.targets.gpus.costmodel.ddg import Graph
 
 PLANNERS = Registry("planner", "gpus.planner", package="pimbuild.targets.gpus.planners",
                     attribute="place", options="gpus.planner_options")

@@ -51,8 +51,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from pimbuild.core.milp import INF, US, Model
-from pimbuild.targets.gpus.cost import cycle_time
-from pimbuild.targets.gpus.ddg import Graph
+from pimbuild.targets.gpus.costmodel.cost import cycle_time
+from pimbuild.targets.gpus.costmodel.ddg import Graph
 from pimbuild.targets.gpus.planners import GB, Plan, PlanContext
 
 ENTRY = -1  # a buffer's source: the exit kernel of the layer before

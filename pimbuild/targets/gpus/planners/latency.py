@@ -1,5 +1,5 @@
 """Planner ``latency``: the placement with the shortest critical path of one forward
-(``pimbuild.targets.gpus.cost.critical_path``), as a MILP (docs/design.md §10).
+(``pimbuild.targets.gpus.costmodel.cost.critical_path``), as a MILP (docs/design.md §10).
 
 Variables: ``x[k][d]`` binary, start ``S_k``, ``F_k = S_k + sum_d t[k][d] x[k][d]``, a cut
 indicator ``y`` per (source, reader) pair, and ``D[k][d]``, the time device ``d`` is free after
@@ -27,8 +27,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from pimbuild.core.milp import US, Model
-from pimbuild.targets.gpus.cost import critical_path
-from pimbuild.targets.gpus.ddg import HOME
+from pimbuild.targets.gpus.costmodel.cost import critical_path
+from pimbuild.targets.gpus.costmodel.ddg import HOME
 from pimbuild.targets.gpus.planners import Plan, PlanContext, memory_rows, solved, start_values
 from pimbuild.targets.gpus.planners.throughput import assignment, placement
 

@@ -1,9 +1,9 @@
 """Planner ``throughput``: FluidGPU's MILP for pipelined requests (docs/design.md §10).
 
-Minimise the cycle time ``C`` (``pimbuild.targets.gpus.cost.cycle_time``) over binary ``x[k][d]``
-(kernel ``k`` on device ``d``). For every buffer ``b`` a placement may move, ``r[b][d]`` is 1
-when ``b`` must be received on ``d`` (a reader or, for a result, home is there and its source is
-not), and ``w[b][e][d]`` when it is sent from ``e`` to ``d``:
+Minimise the cycle time ``C`` (``pimbuild.targets.gpus.costmodel.cost.cycle_time``) over binary
+``x[k][d]`` (kernel ``k`` on device ``d``). For every buffer ``b`` a placement may move,
+``r[b][d]`` is 1 when ``b`` must be received on ``d`` (a reader or, for a result, home is
+there and its source is not), and ``w[b][e][d]`` when it is sent from ``e`` to ``d``:
 
     sum_d x[k][d] = 1
     r[b][d] >= x[v][d] - x[s][d]            for every reader v of b (s: b's source)
@@ -27,8 +27,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from pimbuild.core.milp import US, Model
-from pimbuild.targets.gpus.cost import cycle_time
-from pimbuild.targets.gpus.ddg import HOME
+from pimbuild.targets.gpus.costmodel.cost import cycle_time
+from pimbuild.targets.gpus.costmodel.ddg import HOME
 from pimbuild.targets.gpus.planners import (
     Plan,
     PlanContext,

@@ -16,7 +16,7 @@ from typing import Any
 from torch_mlir import ir
 
 from pimbuild.frontend import mlir
-from pimbuild.targets.gpus import kernels
+from pimbuild.targets.gpus.program import kernels
 
 # MLIR element types -> the numpy dtype names of ``pimbuild.frontend.mlir.NP_DTYPES``.
 DTYPES = {"f32": "float32", "f64": "float64", "i64": "int64", "i32": "int32", "i16": "int16",

@@ -1,4 +1,4 @@
-"""The systems the serving simulation compares (``pimbuild.targets.gpus.serving``): the
+"""The systems the serving simulation compares (``pimbuild.targets.gpus.systems.serving``): the
 planned placements of both phases (and the other planner's, for the online monitor), each
 device alone, request distribution, PD disaggregation over the splits of the devices in two,
 AF disaggregation, and AF with tensor-parallel attention on twins; several devices serving a
@@ -11,10 +11,10 @@ from math import lcm
 from typing import Any
 
 from pimbuild.targets.gpus import planners
-from pimbuild.targets.gpus.closedform import af_ways
-from pimbuild.targets.gpus.cost import Link
-from pimbuild.targets.gpus.devicesets import first_of_kind, two_sets
-from pimbuild.targets.gpus.serving import (
+from pimbuild.targets.gpus.costmodel.cost import Link
+from pimbuild.targets.gpus.systems.closedform import af_ways
+from pimbuild.targets.gpus.systems.devicesets import first_of_kind, two_sets
+from pimbuild.targets.gpus.systems.serving import (
     Phase,
     Plan,
     System,

@@ -1,5 +1,5 @@
-"""Engine kernels: the lowered kernels (``pimbuild.targets.gpus.kernels``, one per linalg op)
-grouped into the kernels a serving engine launches (``gpus.kernels=engine``; docs/gpus.md).
+"""Engine kernels: the lowered kernels (``pimbuild.targets.gpus.program.kernels``, one per linalg
+op) grouped into the kernels a serving engine launches (``gpus.kernels=engine``; docs/gpus.md).
 
 vLLM runs a Llama decoder layer as about ten kernels: a fused (add +) RMSNorm, one QKV GEMM,
 RoPE, one attention kernel over the KV cache, the O projection, a fused add + RMSNorm, one

@@ -14,7 +14,7 @@ State inputs (``Recipe.state``: a KV cache) are resident on every device that re
 ``segments`` and ``forward_segments`` run a forward as runs of kernels between transfers,
 one event each (exactly as kernel by kernel for an isolated forward). Serving prefill and
 decode with continuous batching, KV-cache deltas and the online monitor is built on this
-engine in ``pimbuild.targets.gpus.serving``.
+engine in ``pimbuild.targets.gpus.systems.serving``.
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ from typing import Any
 
 import simpy
 
-from pimbuild.targets.gpus.cost import Link
-from pimbuild.targets.gpus.ddg import HOME, Graph, transfers
+from pimbuild.targets.gpus.costmodel.cost import Link
+from pimbuild.targets.gpus.costmodel.ddg import HOME, Graph, transfers
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""The GPU target's placements in the cost model (``pimbuild.targets.gpus.cost``): one
+"""The GPU target's placements in the cost model (``pimbuild.targets.gpus.costmodel.cost``): one
 placement's throughput, latency, Perf/$ and bytes moved (``evaluate``, ``evaluate_turns``), and
 the baselines FluidGPU compares with (``baselines``): each device alone, request distribution,
 AF disaggregation (and AF with tensor-parallel attention on twins), a layer pipeline."""
@@ -9,8 +9,10 @@ from dataclasses import dataclass
 from statistics import fmean
 from typing import Any
 
-from pimbuild.targets.gpus import closedform, cost, ddg, pipeline, planners, tp
-from pimbuild.targets.gpus.cost import Link
+from pimbuild.targets.gpus import planners
+from pimbuild.targets.gpus.costmodel import cost, ddg
+from pimbuild.targets.gpus.costmodel.cost import Link
+from pimbuild.targets.gpus.systems import closedform, pipeline, tp
 
 
 @dataclass(frozen=True)
@@ -89,7 +91,7 @@ def layer_pipeline(ctx: Any, devices: list[Any], unit: Unit, price: float
 def baselines(ctx: Any, devices: list[Any], unit: Unit, tp_link: Link | None = None
               ) -> dict[str, Any]:
     """Each device alone, request distribution, AF disaggregation, AF with tensor-parallel
-    attention on twin devices joined by ``tp_link`` (``pimbuild.targets.gpus.tp``; None: not
+    attention on twin devices joined by ``tp_link`` (``pimbuild.targets.gpus.systems.tp``; None: not
     evaluated) and the layer pipeline, in the cost model."""
     n = len(ctx.graph.kernels)
     out: dict[str, Any] = {}

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from pimbuild.targets.gpus.ddg import HOME
+from pimbuild.targets.gpus.costmodel.ddg import HOME
 
 
 def two_sets(n: int) -> list[tuple[list[int], list[int]]]:

@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from math import lcm
 from typing import Any
 
-from pimbuild.targets.gpus.cost import Link, turns_cycle_time
-from pimbuild.targets.gpus.devicesets import two_sets
+from pimbuild.targets.gpus.costmodel.cost import Link, turns_cycle_time
+from pimbuild.targets.gpus.systems.devicesets import two_sets
 
 # a kernel whose source module's name holds one of these is attention's (AF's split)
 ATTENTION = ("attn", "attention")

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pimbuild.targets.gpus.ddg import HOME, Graph, transfers
+from pimbuild.targets.gpus.costmodel.ddg import HOME, Graph, transfers
 
 
 @dataclass(frozen=True)

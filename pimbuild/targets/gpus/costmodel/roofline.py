@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pimbuild.targets.gpus.ddg import Kernel
+from pimbuild.targets.gpus.costmodel.ddg import Kernel
 
 TENSOR_PRECISIONS = ("bf16", "fp16")
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from itertools import combinations, pairwise, permutations
 from typing import Any
 
-from pimbuild.targets.gpus.cost import load_vector
+from pimbuild.targets.gpus.costmodel.cost import load_vector
 from pimbuild.targets.gpus.planners import unrolled
 
 SEGMENTS = 3  # devices a split uses at most: every split of 2 or 3 devices; past 3 devices

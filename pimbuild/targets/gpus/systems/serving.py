@@ -1,6 +1,6 @@
 """Serving requests on placed prefill and decode graphs: a discrete-event simulation on
-``pimbuild.targets.gpus.engine``'s engine (simpy), with continuous batching and FluidGPU's online
-monitor (§III-C, §III-D, §V-B; issue 12; docs/design.md §10).
+``pimbuild.targets.gpus.systems.engine``'s engine (simpy), with continuous batching and FluidGPU's
+online monitor (§III-C, §III-D, §V-B; issue 12; docs/design.md §10).
 
 A request arrives, waits for a prefill forward (one request's prompt), which yields its first
 token and its KV cache; the cache moves to the devices that read it in the decode placement.
@@ -40,11 +40,12 @@ from typing import Any
 import simpy
 
 from pimbuild.core.errors import RecipeError
-from pimbuild.targets.gpus import arrivals, cost
-from pimbuild.targets.gpus.arrivals import Request, offline, poisson
-from pimbuild.targets.gpus.cost import Link
-from pimbuild.targets.gpus.ddg import Graph, rename
-from pimbuild.targets.gpus.engine import Forward, Server, percentile, segments
+from pimbuild.targets.gpus.costmodel import cost
+from pimbuild.targets.gpus.costmodel.cost import Link
+from pimbuild.targets.gpus.costmodel.ddg import Graph, rename
+from pimbuild.targets.gpus.systems import arrivals
+from pimbuild.targets.gpus.systems.arrivals import Request, offline, poisson
+from pimbuild.targets.gpus.systems.engine import Forward, Server, percentile, segments
 
 
 @dataclass(frozen=True)

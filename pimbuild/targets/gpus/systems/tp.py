@@ -1,6 +1,6 @@
 """AF disaggregation with tensor-parallel attention: the paper's cluster baseline (§V-E: "AF
 disaggregation runs attention on 2 A100 with TP=2 and FFN on L40s", the A100s joined by
-NVLink) in the cost model of ``pimbuild.targets.gpus.cost`` (docs/design.md §10).
+NVLink) in the cost model of ``pimbuild.targets.gpus.costmodel.cost`` (docs/design.md §10).
 
 A TP group of ``t`` twin devices (equal but for their label) runs every attention kernel
 together, each device on ``1/t`` of the heads, so the cost model treats the group as one
@@ -27,10 +27,10 @@ from dataclasses import dataclass, replace
 from math import ceil, log2
 from typing import Any, NamedTuple
 
-from pimbuild.targets.gpus.closedform import af_split
-from pimbuild.targets.gpus.cost import Link
-from pimbuild.targets.gpus.ddg import HOME
-from pimbuild.targets.gpus.devicesets import first_of_kind, twins, two_sets
+from pimbuild.targets.gpus.costmodel.cost import Link
+from pimbuild.targets.gpus.costmodel.ddg import HOME
+from pimbuild.targets.gpus.systems.closedform import af_split
+from pimbuild.targets.gpus.systems.devicesets import first_of_kind, twins, two_sets
 
 
 @dataclass(frozen=True)
