@@ -1,6 +1,7 @@
-"""A plug-in's own options: a planner of one's own declares a dataclass ``Options`` with a
-ranged field, and the config checks its values like any group's (exact types, ranges,
-unknown names with the nearest known one), in one error line before anything runs."""
+"""A plug-in's own options: a planner (and a policy) of one's own declares a dataclass
+``Options`` with a ranged field, and the config checks its values like any group's (exact
+types, ranges, unknown names with the nearest known one), in one error line before anything
+runs."""
 
 from __future__ import annotations
 
@@ -25,9 +26,10 @@ def _keys(tmp_path: Path, *overrides: str) -> dict[str, str]:
     return {t.stage: t.artifact.key for t in plan(cfg, Store(tmp_path / "s"), tmp_path / "f")}
 
 
-def test_the_planner_is_one_file() -> None:
-    assert sorted(p.name for p in PLANNERS.glob("*.py")) == ["__init__.py", "pinned.py"]
-    assert (PLANNERS / "__init__.py").read_text() == ""
+def test_the_planner_and_the_policy_are_one_file_each() -> None:
+    for folder, plug_in in ((PLANNERS, "pinned.py"), (PLANNERS.parent / "policies", "top_k.py")):
+        assert sorted(p.name for p in folder.glob("*.py")) == ["__init__.py", plug_in]
+        assert (folder / "__init__.py").read_text() == ""
 
 
 def test_its_option_enters_the_decide_key(tmp_path: Path) -> None:
@@ -83,3 +85,26 @@ def test_the_planner_places_by_its_option(run_build) -> None:
     placement = json.loads((artifact_dir(result, "decide") / "placement.json").read_text())
     assert placement["planner"] == "tests.planners.pinned:place"
     assert {k["device"] for k in placement["kernels"]} == {"l40s"}
+
+
+def test_a_policy_reads_its_typed_option(tmp_path: Path) -> None:
+    from pimbuild.targets.offload.decide import policy_params
+
+    cfg = make_cfg(tmp_path, ["policy.name=tests.policies.top_k:place",
+                              "+policy.options.k=3"])
+    assert policy_params(cfg).options.k == 3
+    bad = make_cfg(tmp_path, ["policy.name=tests.policies.top_k:place", "+policy.options.k=0"])
+    with pytest.raises(ConfigError, match=r"^policy.options of policy 'tests.policies.top_k:"
+                                          r"place': 'k' must be >= 1 \(got 0\)$"):
+        policy_params(bad)
+    builtin = make_cfg(tmp_path, ["+policy.options.k=3"])
+    with pytest.raises(ConfigError, match=r"policy 'torchpim': it takes no options"):
+        policy_params(builtin)
+
+
+@pytest.mark.slow
+def test_the_policy_offloads_by_its_option(run_build) -> None:
+    result = run_build(["model=mlp", "policy.name=tests.policies.top_k:place",
+                        "+policy.options.k=2"])
+    decisions = json.loads((artifact_dir(result, "decide") / "decisions.json").read_text())
+    assert decisions["params"] == {"k": 2} and len(decisions["offloaded"]) == 2

@@ -6,7 +6,7 @@ their schemas, the ranges of their numbers and the lists that mean nothing empty
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from omegaconf import MISSING
@@ -57,6 +57,8 @@ class PolicyConfig:
     c1: str = MISSING  # paper: T_ctx + the compute bound; model: the target's fixed costs too
     c4: str = MISSING  # paper | read_later: C4 only when a later nest reads what it writes
     i_compute: float | None = MISSING  # C5: compute-bound nests; null: off (the paper's rule)
+    # the policy's own options (its module's dataclass Options); none for the built-in ones
+    options: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass

@@ -44,7 +44,9 @@ def policy_params(cfg: DictConfig) -> PolicyParams:
         raise ConfigError(f"policy.c1={cfg.policy.c1}: choose one of {', '.join(C1_MODES)}")
     if cfg.policy.c4 not in C4_MODES:
         raise ConfigError(f"policy.c4={cfg.policy.c4}: choose one of {', '.join(C4_MODES)}")
-    return PolicyParams(**plain(cfg.policy))
+    values = plain(cfg.policy)
+    values["options"] = POLICIES.options(cfg.policy.name, values.get("options"))
+    return PolicyParams(**values)
 
 
 def params(cfg: DictConfig) -> Params:

@@ -49,6 +49,7 @@ class PolicyParams:
     c1: str = "model"  # paper | model: C1's fixed costs (policies.torchpim)
     c4: str = "read_later"  # paper | read_later: C4's condition (policies.torchpim)
     i_compute: float | None = None  # C5's instructions per element; None: no C5 (the paper)
+    options: Any = None  # the policy's own Options (policy.options), where it declares them
 
     def theta(self, b_cpu_gbps: float) -> float:
         """theta, the read-bandwidth threshold of C3 (the one place it is derived)."""

@@ -6,7 +6,9 @@ from ``POLICIES``: a module ``pimbuild/targets/offload/policies/<name>.py`` whos
 rule), ``operator`` (the rule per torch operator), ``cpu`` (nothing offloaded), ``joint`` (the
 exact minimum of the simulated hybrid time), ``oracle`` (``joint``'s optimum, or a local
 search for a copy model of one's own). A policy may read any field of ``ctx``; everything in it is
-part of the decide stage's key.
+part of the decide stage's key. A policy with options of its own declares a dataclass ``Options``
+in its module; ``policy.options`` holds their values, checked like a config group, and the policy
+reads them as ``ctx.policy.options``.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ if TYPE_CHECKING:
     from pimbuild.targets.offload.protocol import OffloadTarget
 
 POLICIES = Registry("policy", "policy.name", package="pimbuild.targets.offload.policies",
-                    attribute="place")
+                    attribute="place", options="policy.options")
 
 
 @dataclass(frozen=True)
