@@ -26,8 +26,9 @@ def _keys(tmp_path: Path, *overrides: str) -> dict[str, str]:
     return {t.stage: t.artifact.key for t in plan(cfg, Store(tmp_path / "s"), tmp_path / "f")}
 
 
-def test_the_planner_and_the_policy_are_one_file_each() -> None:
-    for folder, plug_in in ((PLANNERS, "pinned.py"), (PLANNERS.parent / "policies", "top_k.py")):
+def test_the_planner_policy_and_timing_model_are_one_file_each() -> None:
+    for folder, plug_in in ((PLANNERS, "pinned.py"), (PLANNERS.parent / "policies", "top_k.py"),
+                            (PLANNERS.parent / "timing", "flat.py")):
         assert sorted(p.name for p in folder.glob("*.py")) == ["__init__.py", plug_in]
         assert (folder / "__init__.py").read_text() == ""
 
@@ -108,3 +109,20 @@ def test_the_policy_offloads_by_its_option(run_build) -> None:
                         "+policy.options.k=2"])
     decisions = json.loads((artifact_dir(result, "decide") / "decisions.json").read_text())
     assert decisions["params"] == {"k": 2} and len(decisions["offloaded"]) == 2
+
+
+def test_the_pim_timing_model_is_swapped_with_its_option(tmp_path: Path) -> None:
+    from pimbuild import targets
+    from tests.targets.pim.test_pim_model import nest
+
+    flat = ["pim.model=tests.timing.flat:invocation_time", "+pim.model_options.ns_per_element=2"]
+    t = targets.from_config(make_cfg(tmp_path, flat))
+    n = nest(n_iter=1024, inner=1024)
+    assert t.unit_time(n) == pytest.approx(t.costs.overhead_s(1024) + (1 << 20) * 2e-9 / 128)
+    assert targets.from_config(make_cfg(tmp_path, [])).unit_time(n) != t.unit_time(n)
+    with pytest.raises(ConfigError, match=r"^pim.model_options of PIM timing model "
+                                          r"'tests.timing.flat:invocation_time': "
+                                          r"'ns_per_element' must be > 0.0 \(got 0\)$"):
+        targets.from_config(make_cfg(tmp_path, [flat[0], "+pim.model_options.ns_per_element=0"]))
+    with pytest.raises(ConfigError, match=r"unknown PIM timing model 'nonesuch' \(pim.model\)"):
+        targets.from_config(make_cfg(tmp_path, ["pim.model=nonesuch"]))

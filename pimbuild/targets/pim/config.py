@@ -5,7 +5,7 @@ core's (``pimbuild.targets.offload.config``)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from omegaconf import MISSING
@@ -31,6 +31,8 @@ class PimConfig:
     c_arith: float = MISSING
     c_math: float = MISSING
     c_loop: float = MISSING
+    model: str = "pimprof"  # the timing model (pimbuild.targets.pim.timing.TIMING_MODELS)
+    model_options: dict[str, Any] = field(default_factory=dict)  # its own, if it has any
 
 
 SCHEMAS: dict[str, Any] = {"pim": PimConfig}

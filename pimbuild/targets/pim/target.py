@@ -1,6 +1,7 @@
 """The PIM target: host CPU + general-purpose in-order PIM cores (Torch-PIM).
 
-PIM time of a nest (paper Table 2; PIMProf's PIM side): its parallel iterations are spread
+PIM time of a nest comes from the timing model ``pim.model`` (``pimbuild.targets.pim.timing``);
+the default, ``pimprof`` (paper Table 2; PIMProf's PIM side): its parallel iterations are spread
 over ``min(N_core, N_iter)`` cores; one parallel iteration costs its op mix in cycles (single
 issue: one cycle per load, store, arithmetic op and loop step, ``c_math`` per transcendental
 call done in software) at ``f_pim``; the bytes it touches move at ``B_bank`` per core (by
@@ -23,13 +24,16 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from pimbuild.core.stage import plain
 from pimbuild.targets.offload import summary
 from pimbuild.targets.offload.protocol import OFFLOAD_STAGES, Boundary, DeviceCosts, Sides
+from pimbuild.targets.pim.timing import TIMING_MODELS
 
 if TYPE_CHECKING:
     from omegaconf import DictConfig
@@ -60,6 +64,8 @@ class PimTarget:
     t_sw_us: float
     b_mem_gbps: float  # host memory system, for host<->PIM copies (B_rd = B_wb)
     t_ctx_us: float  # T_ctx of the rule's C1
+    model: str = "pimprof"  # the timing model (pim.model, pimbuild.targets.pim.timing)
+    model_options: Any = None  # its own Options (pim.model_options), if it declares them
 
     host: ClassVar[str] = "host"
     device: ClassVar[str] = "pim"
@@ -84,7 +90,8 @@ class PimTarget:
                    sync_ns_per_core=pim.sync_ns_per_core, c_load=pim.c_load,
                    c_store=pim.c_store, c_arith=pim.c_arith, c_math=pim.c_math,
                    c_loop=pim.c_loop, t_sw_us=pim.t_sw_us, b_mem_gbps=cfg.platform.b_mem_gbps,
-                   t_ctx_us=pim.t_ctx_us)
+                   t_ctx_us=pim.t_ctx_us, model=pim.model,
+                   model_options=TIMING_MODELS.options(pim.model, plain(pim.model_options)))
 
     @property
     def boundary(self) -> Boundary:
@@ -124,19 +131,14 @@ class PimTarget:
         return max(nest.invocations, 1) * self.invocation_time(nest, nest.n_iter, nest.n_total)
 
     def invocation_time(self, nest: Nest, n_iter: float, n_total: float) -> float:
-        """One invocation of ``nest`` with ``n_iter`` parallel and ``n_total`` iterations."""
-        costs = self.costs
-        cores = costs.busy_cores(n_iter)
-        per_core_iters = math.ceil(n_iter / cores)
-        inner = n_total / max(n_iter, 1)  # innermost iterations per parallel one
-        mix = nest.op_mix
-        cycles = ((mix["loads"] * self.c_load + mix["stores"] * self.c_store
-                   + mix["arith"] * self.c_arith + inner * self.c_loop) / self.lanes
-                  + mix["math"] * self.c_math)
-        compute = per_core_iters * cycles / (self.f_pim_ghz * 1e9)
-        memory = nest.moved_bytes / (self.b_pim_gbps(cores) * 1e9)
-        busy = compute + memory - self.overlap * min(compute, memory)
-        return costs.overhead_s(n_iter) + busy
+        """One invocation of ``nest`` with ``n_iter`` parallel and ``n_total`` iterations, by
+        the timing model ``pim.model`` (``pimbuild.targets.pim.timing``)."""
+        return self.timing(self, nest, n_iter, n_total)
+
+    @cached_property
+    def timing(self) -> Callable[..., float]:
+        """The timing model's ``invocation_time`` (found once per target)."""
+        return TIMING_MODELS.get(self.model)
 
     def copy_time(self, fetch_bytes: int, flush_bytes: int) -> float:
         return (fetch_bytes + flush_bytes) / (self.b_mem_gbps * 1e9)
