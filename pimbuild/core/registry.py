@@ -2,10 +2,10 @@
 
 A registry finds an implementation, in this order, by
 1. an explicit ``register(name)`` (a test, a plugin loaded by the user),
-2. its built-in table (``name -> "module:attribute"``, imported on first use),
-3. a module of its package named like the option (``<package>.<name>``), so a
-   new policy, target or counter backend is one new file plus its YAML,
-4. an import path ``"package.module:attribute"`` given as the name itself (code outside
+2. a module of its package named like the option (``<package>.<name>``), so a
+   new policy, target or counter backend is one new file (plus its YAML), and the built-ins
+   are listed by no one,
+3. an import path ``"package.module:attribute"`` given as the name itself (code outside
    pimbuild).
 Nothing is imported until an implementation is asked for.
 
@@ -33,13 +33,12 @@ from pimbuild.core.schema import check, model_of
 
 class Registry:
     def __init__(self, kind: str, option: str, *, package: str | None = None,
-                 attribute: str | None = None, builtins: dict[str, str] | None = None,
+                 attribute: str | None = None,
                  exclude: tuple[str, ...] = (), options: str | None = None) -> None:
         self.kind = kind  # "policy": what an entry is, for messages
         self.option = option  # "policy.name": the config option that names one
         self.package = package  # modules of this package are entries named like the module
         self.attribute = attribute  # the attribute of such a module (None: the module)
-        self.builtins = dict(builtins or {})
         self.exclude = exclude  # modules of the package that are not entries
         self.options_key = options  # the config key of an entry's own options, if any
         self._registered: dict[str, Any] = {}
@@ -59,7 +58,7 @@ class Registry:
 
     def names(self) -> list[str]:
         """Every name this registry knows without importing anything."""
-        found = [*self._registered, *self.builtins]
+        found = list(self._registered)
         if self.package:
             spec = importlib.util.find_spec(self.package)
             for info in pkgutil.iter_modules(spec.submodule_search_locations or []):
@@ -70,8 +69,6 @@ class Registry:
     def get(self, name: str) -> Any:
         if name in self._registered:
             return self._registered[name]
-        if name in self.builtins:
-            return _load(self.builtins[name])
         if self.package and name in self.names():
             module = importlib.import_module(f"{self.package}.{name}")
             return getattr(module, self.attribute) if self.attribute else module
@@ -86,7 +83,7 @@ class Registry:
     def check(self, name: str) -> None:
         """Raise a ConfigError unless ``name`` names an entry (imports nothing for built-ins
         and modules of the package)."""
-        if name in self._registered or name in self.builtins or (
+        if name in self._registered or (
                 self.package and name in self.names()):
             return
         self.get(name)
