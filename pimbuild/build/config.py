@@ -92,6 +92,7 @@ class Config:
     store: str = MISSING  # the artifact store, relative to the launch directory
     show_candidates: bool = MISSING  # print the candidates table at the end of a run
     verify: bool = MISSING  # hash every file of an artifact before reusing it
+    timeline: bool = MISSING  # the simulate stage also writes timeline.json (Trace Event)
     experiment: ExperimentConfig | None = None  # +experiment=<name>: build every point
 
 

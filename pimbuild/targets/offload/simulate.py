@@ -8,7 +8,9 @@ models (the configured one enters ``T_hybrid``), ``N_region`` and the speedup ov
 the target's baseline policies under the same model; per nest the ground truth (does
 offloading it alone beat keeping it?) and the policy's agreement with it; and the speedups
 of the policy and the baselines over ``sim.cores_sweep`` (re-deciding at each size, since the
-rule depends on it). Writes ``report.json``; the target renders ``report.md`` and its plots.
+rule depends on it). Writes ``report.json``; the target renders ``report.md`` and its plots;
+with ``timeline=true``, ``timeline.json`` holds the decided placement's forward as a
+timeline (``pimbuild.targets.offload.timeline``).
 """
 
 from __future__ import annotations
@@ -23,9 +25,11 @@ from typing import Any
 from omegaconf import DictConfig
 
 from pimbuild.core.stage import Inputs
+from pimbuild.core.trace import OPEN_WITH
 from pimbuild.targets.offload import decide, hybrid, policies, summary
 from pimbuild.targets.offload.nests import display_name
 from pimbuild.targets.offload.policies import PolicyContext
+from pimbuild.targets.offload.timeline import timeline
 
 NAME = "simulate"
 READS = ("extract", "profile", "eager", "calibrate", "decide", "reinsert")
@@ -36,6 +40,7 @@ WRITES = ("report.json", "report.md")
 class Params:
     decide: decide.Params  # the policy, the target and the copy model, as decide has them
     cores_sweep: tuple[int, ...]  # target sizes of the report's sweep
+    timeline: bool = False  # also write timeline.json: one forward's schedule (timeline=true)
 
 
 def _counted(names: Iterable[str]) -> list[str]:
@@ -45,7 +50,8 @@ def _counted(names: Iterable[str]) -> list[str]:
 
 
 def params(cfg: DictConfig) -> Params:
-    return Params(decide=decide.params(cfg), cores_sweep=tuple(cfg.sim.cores_sweep))
+    return Params(decide=decide.params(cfg), cores_sweep=tuple(cfg.sim.cores_sweep),
+                  timeline=cfg.timeline)
 
 
 def evaluate(ctx: PolicyContext, offloaded: set[int]) -> dict[str, Any]:
@@ -171,5 +177,11 @@ def run(inputs: Inputs, p: Params, out: Path) -> None:
                       json.loads((inputs["eager"] / "eager.json").read_text())["comparison"])
     report |= {"sweep_columns": summary.sweep_columns(report),
                "headline": summary.headline(report)}  # what a sweep's summary shows
+    if p.timeline:
+        drawn = timeline(ctx.nests, set(report["offloaded"]), ctx.forward_s, ctx.target,
+                         ctx.copy_model, ctx.outputs)
+        report["timeline"] = {"file": "timeline.json", "open_with": OPEN_WITH,
+                              "events": drawn.write(out / "timeline.json",
+                                                    policy=report["policy"])}
     (out / "report.json").write_text(json.dumps(report, indent=2) + "\n")
     p.decide.target.render(report, out)

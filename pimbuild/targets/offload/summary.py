@@ -186,9 +186,18 @@ def summarize(cfg: Any, dirs: dict[str, Path], width: int = WIDE) -> list[Any]:
         out.append(f"B_cpu {cal['b_cpu_gbps']:.3g} GB/s ({cal['source']}); "
                    f"theta {theta:.3g} GB/s")
     if "simulate" in dirs:
-        out += report_lines(_json(dirs["simulate"], "report.json"),
-                            Sides.of(targets.from_config(cfg)))
+        report = _json(dirs["simulate"], "report.json")
+        out += report_lines(report, Sides.of(targets.from_config(cfg)))
+        if report.get("timeline"):
+            out.append(timeline_line(dirs["simulate"], report["timeline"]))
     return out
+
+
+def timeline_line(folder: Path, timeline: dict[str, Any]) -> str:
+    """Where the timeline is, what it holds and how to open it."""
+    events = timeline["events"]
+    return (f"timeline: {folder / timeline['file']} ({events.get('spans', 0)} spans on "
+            f"{events.get('tracks', 0)} tracks); {timeline['open_with']}")
 
 
 def sweep_columns(report: dict[str, Any]) -> dict[str, str]:
