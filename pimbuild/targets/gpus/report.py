@@ -90,6 +90,12 @@ def summary(r: dict[str, Any]) -> list[str]:
                      f"({f2['share_by_count']:.0%} by count, {f2['share_by_time']:.0%} by time) "
                      f"run faster on {r['devices'][f2.get('second', 1)]} than on "
                      f"{r['devices'][0]}")
+    if r.get("timeline"):
+        e = r["timeline"]["events"]
+        lines.append(f"timeline: {r['timeline']['file']} in the simulate folder "
+                     f"({e.get('kernel', 0)} kernel or segment spans, {e.get('transfer', 0)} "
+                     f"transfers, {e.get('request', 0)} request spans); "
+                     f"{r['timeline']['open_with']}")
     return lines + kernel_times_lines(r.get("kernel_times") or {})
 
 

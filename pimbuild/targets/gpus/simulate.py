@@ -27,11 +27,12 @@ from omegaconf import DictConfig
 
 from pimbuild.core.errors import ConfigError, StageError
 from pimbuild.core.stage import Inputs
+from pimbuild.core.trace import OPEN_WITH, Trace
 from pimbuild.targets.gpus import decide
 from pimbuild.targets.gpus.costmodel import robust
 from pimbuild.targets.gpus.costmodel.cost import Link
 from pimbuild.targets.gpus.report import markdown, serving_columns, summary
-from pimbuild.targets.gpus.systems import closedform, serving_systems, tp
+from pimbuild.targets.gpus.systems import closedform, serving_systems, timeline, tp
 from pimbuild.targets.gpus.systems import serving as des  # the discrete-event simulation
 from pimbuild.targets.gpus.systems.arrivals import ARRIVALS
 from pimbuild.targets.gpus.systems.baselines import Unit, baselines, evaluate
@@ -70,13 +71,14 @@ class Params:
     tp_link: Link  # joins the twins of AF's tensor-parallel attention group
     # draws of the kernel-time model's error (pimbuild.targets.gpus.costmodel.robust)
     robust_samples: int = 0
+    timeline: bool = False  # also write timeline.json (timeline=true)
 
 
 def params(cfg: DictConfig) -> Params:
     decided = decide.params(cfg)
     return Params(decide=decided, target=decided.profile.target, serve=serve_params(cfg),
                   tp_link=Link(cfg.tp_link.gbps, cfg.tp_link.latency_us),
-                  robust_samples=cfg.gpus.robust_samples)
+                  robust_samples=cfg.gpus.robust_samples, timeline=cfg.timeline)
 
 
 def serve_params(cfg: DictConfig) -> Serve:
@@ -134,8 +136,16 @@ def run(inputs: Inputs, p: Params, out: Path) -> None:
         report["robust"] = {"samples": p.robust_samples, "holds": robust.survival(
             one, ctx, placement["place"], devices, replace(unit, period=p.decide.period), band,
             p.robust_samples, evaluate, lambda c, d, u: baselines(c, d, u, p.tp_link))}
+    drawn = None
     if "prefill.decide" in inputs:
-        report["serving"] = serving(inputs, p, ctx, placement, unit)
+        report["serving"], drawn = serving(inputs, p, ctx, placement, unit)
+    elif p.timeline:
+        drawn = timeline.forwards(ctx.graph, placement["place"], ctx.times, ctx.link,
+                                  [d.key for d in devices], ctx.period, p.serve.depth)
+    if drawn is not None:
+        report["timeline"] = {"file": "timeline.json", "open_with": OPEN_WITH,
+                              "events": drawn.write(out / "timeline.json",
+                                                    planner=placement["planner"])}
     report["summary"] = summary(report)
     report["sweep_columns"] = {
         unit.label: f"{planned['throughput']:.4g}",
@@ -151,7 +161,7 @@ def run(inputs: Inputs, p: Params, out: Path) -> None:
 
 
 def serving(inputs: Inputs, p: Params, ctx: Any, placement: dict[str, Any],
-            unit: Unit) -> dict[str, Any]:
+            unit: Unit) -> tuple[dict[str, Any], Trace | None]:
     """Prefill + ``output_len`` decode steps per request: the planned placements of both
     phases against each device alone, request distribution, PD and AF disaggregation (and
     AF with TP attention on twins, ``pimbuild.targets.gpus.systems.tp``), in the cost model's
@@ -178,10 +188,10 @@ def serving(inputs: Inputs, p: Params, ctx: Any, placement: dict[str, Any],
            "prefill_s": pre.planned, "decode_step_s": dec.planned,
            "speedup_over": {k: planned / v["tokens_per_s"] for k, v in rows.items()
                             if k != "planned"}}
-    return out | {"simulated": simulated(p, (pre_ctx, pre_place, pre_data),
-                                         (ctx, placement["place"], dec_data), devices,
-                                         closedform.ranked(w, pre, dec, ctx.link),
-                                         list(zip(pre_tp, dec_tp, strict=True)))}
+    sim, drawn = simulated(p, (pre_ctx, pre_place, pre_data), (ctx, placement["place"], dec_data),
+                           devices, closedform.ranked(w, pre, dec, ctx.link),
+                           list(zip(pre_tp, dec_tp, strict=True)))
+    return out | {"simulated": sim}, drawn
 
 
 def per_period(data: dict[str, Any], period: int) -> dict[str, Any]:
@@ -192,7 +202,7 @@ def per_period(data: dict[str, Any], period: int) -> dict[str, Any]:
 
 def simulated(p: Params, pre: tuple, dec: tuple, devices: list[Any],
               order: tuple[list[int], list[int]], tp_ways: list[tuple[Any, Any]] = ()
-              ) -> dict[str, Any]:
+              ) -> tuple[dict[str, Any], Trace | None]:
     """Every system serving the same requests in the discrete-event simulation: PD's and
     AF's best ``serve.splits`` splits by the closed forms (``order``), and AF with TP
     attention on each group of twins (``tp_ways``: ``tp.ways``' prefill and decode ways)."""
@@ -231,6 +241,8 @@ def simulated(p: Params, pre: tuple, dec: tuple, devices: list[Any],
         dec[2].get("tokens", 1), s.depth, monitor, n=min(s.requests, 50), steps=6,
         seed=s.seed)}
         for kind, name in best.items()}
+    drawn = timeline.served(systems["planned"], requests, kv, link, dec[2].get("tokens", 1),
+                            s.depth, monitor, [d.key for d in devices]) if p.timeline else None
     return {"arrivals": s.arrivals, "rate": s.rate, "requests": len(requests),
             "depth": s.depth, "monitor": s.monitor, "systems": out,
-            "slo_s_per_token": s.slo_s_per_token, "max_rate": slo}
+            "slo_s_per_token": s.slo_s_per_token, "max_rate": slo}, drawn

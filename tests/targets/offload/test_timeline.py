@@ -19,8 +19,9 @@ def _spans(path: Path) -> list[dict]:
     return [e for e in json.loads(path.read_text())["traceEvents"] if e["ph"] == "X"]
 
 
-def _lanes(path: Path) -> dict[int, str]:
-    return {e["tid"]: e["args"]["name"] for e in json.loads(path.read_text())["traceEvents"]
+def _lanes(path: Path) -> dict[tuple[int, int], str]:
+    return {(e["pid"], e["tid"]): e["args"]["name"]
+            for e in json.loads(path.read_text())["traceEvents"]
             if e["ph"] == "M" and e["name"] == "thread_name"}
 
 
@@ -36,7 +37,8 @@ def test_the_spans_add_up_to_eq9(tmp_path: Path, copy_model: str, offloaded: set
     assert sum(s["dur"] for s in spans) * 1e-6 == pytest.approx(b.t_hybrid_s, rel=1e-12)
     end = max(s["ts"] + s["dur"] for s in spans) * 1e-6
     assert end == pytest.approx(b.t_hybrid_s, rel=1e-12)  # serial: no gap, no overlap
-    on = {lane: [s for s in spans if lanes[s["tid"]] == lane] for lane in set(lanes.values())}
+    on = {lane: [s for s in spans if lanes[s["pid"], s["tid"]] == lane]
+          for lane in set(lanes.values())}
     assert {s["args"]["nest"] for s in on.get("pim", [])} == offloaded
     assert len(on.get("switch", [])) == 2 * len(hybrid.segments(nests, offloaded))
     assert counts["spans"] == len(spans) == check(tmp_path / "t.json")["spans"]
@@ -60,3 +62,4 @@ def test_a_build_with_timeline_names_the_file(run_build) -> None:
     assert report["timeline"]["file"] == "timeline.json"
     counts = check(out / "timeline.json")
     assert counts == report["timeline"]["events"] and counts["spans"] >= len(report["nests"])
+

@@ -95,6 +95,7 @@ class Server:
         self.pool = simpy.Resource(self.env, capacity=depth)
         self.busy = [0.0] * n_dev
         self.intervals: list[tuple[str, int, int, float, float]] | None = None
+        self.labels: list[str] = []  # what each interval is (a kernel's name, a transfer's size)
 
     def _transfer(self, nbytes: int, src: int, dst: int, after: simpy.Event,
                   arrived: simpy.Event, scale: float = 1.0, priority: int = 0):
@@ -103,17 +104,19 @@ class Server:
         if (src, dst) in self.links:
             with self.links[src, dst].request(priority=priority) as slot:
                 yield slot
-                self.record("link", src, dst, seconds)
+                self.record("link", src, dst, seconds, f"{nbytes / 1e6:.3g} MB")
                 yield self.env.timeout(seconds)
         else:
             yield self.env.timeout(seconds)
         arrived.succeed()
 
-    def record(self, kind: str, a: int, b: int, seconds: float) -> None:
+    def record(self, kind: str, a: int, b: int, seconds: float, label: str = "") -> None:
         """A compute (kind "gpu", device a) or transfer (a -> b) interval starting now; kept
-        only when ``self.intervals`` is a list (the serving simulation's time breakdown)."""
+        only when ``self.intervals`` is a list (the serving simulation's time breakdown, a
+        timeline)."""
         if self.intervals is not None:
             self.intervals.append((kind, a, b, self.env.now, self.env.now + seconds))
+            self.labels.append(label or kind)
 
     def _ready(self, f: Forward, buffer: str, src: int | None, device: int,
                done: dict[int, simpy.Event], carried: dict[str, simpy.Event],
@@ -142,7 +145,7 @@ class Server:
         with self.devices[d].request(priority=f.priority if self.priorities else 0) as gpu:
             yield gpu
             seconds = f.scale * f.times[k][d]
-            self.record("gpu", d, d, seconds)
+            self.record("gpu", d, d, seconds, f.graph.kernels[k].name)
             yield self.env.timeout(seconds)
             self.busy[d] += seconds
         f.kernels += 1
@@ -173,7 +176,7 @@ class Server:
         yield simpy.AllOf(self.env, [*last, *tail])
 
     def forward_segments(self, segs: list[Segment], home: list[tuple[int, int, int]],
-                         priority: int = 0, scale: float = 1.0):
+                         priority: int = 0, scale: float = 1.0, label: str = "segment"):
         """One forward as ``segments``: a device held once per segment, a transfer per
         receive; the same as ``forward`` for an isolated forward, coarser under contention
         (another forward's kernels cannot slip in between a segment's)."""
@@ -186,7 +189,7 @@ class Server:
                     nbytes, src, dst, done[j] if j >= 0 else self.env.event().succeed(),
                     arrived, scale, priority))
                 waits.append(arrived)
-            self.env.process(self._segment(seg, waits, done[i], priority, scale))
+            self.env.process(self._segment(seg, waits, done[i], priority, scale, label))
         tail = []
         for j, src, nbytes in home:
             arrived = self.env.event()
@@ -196,13 +199,13 @@ class Server:
         yield simpy.AllOf(self.env, [*done, *tail])
 
     def _segment(self, seg: Segment, waits: list[simpy.Event], done: simpy.Event,
-                 priority: int, scale: float):
+                 priority: int, scale: float, label: str = "segment"):
         yield simpy.AllOf(self.env, waits)
         with self.devices[seg.device].request(
                 priority=priority if self.priorities else 0) as gpu:
             yield gpu
             seconds = scale * seg.seconds
-            self.record("gpu", seg.device, seg.device, seconds)
+            self.record("gpu", seg.device, seg.device, seconds, label)
             yield self.env.timeout(seconds)
             self.busy[seg.device] += seconds
         done.succeed()

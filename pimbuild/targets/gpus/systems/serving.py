@@ -171,6 +171,7 @@ class Serving(Server):
         self.monitor, self.current, self.collapse = monitor, start, collapse_layers
         self.intervals = []
         self.switches = 0
+        self.marks: list[tuple[float, str]] = []  # the monitor's switches: (time, new mode)
         self.in_flight: Counter = Counter()  # forwards in flight, by (phase, placed Phase)
         self.forwards = {"prefill": 0, "decode": 0}
         self.wake = self.env.event()
@@ -190,13 +191,13 @@ class Serving(Server):
             self.moves[id(plan)] = (plan.kv_moves(self.kv), plan.deltas())
         return self.moves[id(plan)]
 
-    def _run(self, phase: Phase, priority: int, stretch: float = 1.0):
+    def _run(self, phase: Phase, priority: int, stretch: float = 1.0, label: str = "forward"):
         """One forward of ``phase``: its identical layers once, as segments (or, with
         ``collapse_layers=False``, layer by layer and kernel by kernel)."""
         if not self.collapse:
             return self.forward(phase.forward(priority, stretch))
         segs, home, _ = self._prepared(phase)
-        return self.forward_segments(segs, home, priority, phase.layers * stretch)
+        return self.forward_segments(segs, home, priority, phase.layers * stretch, label)
 
     # -- the scheduler -------------------------------------------------------------------
     def _poke(self) -> None:
@@ -271,7 +272,8 @@ class Serving(Server):
         plan = self._plan(t)
         prompt, given = plan.prefill.tokens, t.request.input_tokens
         stretch = given / prompt if prompt and given else 1.0  # 0: the recipe's own prompt
-        yield self.env.process(self._run(plan.prefill, t.order, stretch))
+        yield self.env.process(self._run(plan.prefill, t.order, stretch,
+                                         f"prefill of request {t.order}"))
         t.execution_s += stretch * self._prepared(plan.prefill)[2]
         moves = [self._move(src, dst, size, t.order) for src, dst, size in self._moves(plan)[0]]
         yield simpy.AllOf(self.env, moves)
@@ -283,7 +285,7 @@ class Serving(Server):
         order = min(t.order for t in group)
         # the previous step's KV deltas of these requests must have reached every replica
         yield simpy.AllOf(self.env, [t.kv_synced for t in group if t.kv_synced is not None])
-        yield self.env.process(self._run(plan.decode, order))
+        yield self.env.process(self._run(plan.decode, order, label=f"decode of {len(group)}"))
         step = self._prepared(plan.decode)[2]
         deltas = [self._move(src, dst, size * len(group) // max(1, self.batch),
                              order + BACKGROUND) for src, dst, size in self._moves(plan)[1]]
@@ -321,6 +323,7 @@ class Serving(Server):
             if want != self.current:
                 self.current = want
                 self.switches += 1
+                self.marks.append((self.env.now, want))
                 for d in range(self.n_dev):
                     self.env.process(self._stall(d, m.stall_s))
 
