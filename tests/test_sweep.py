@@ -32,6 +32,14 @@ def test_sweep_then_same_sweep_executes_nothing(tmp_path: Path) -> None:
                for job in jobs.values())
     manifests = sorted((tmp_path / "sweep2").glob("*/manifest.json"))
     assert len(manifests) == 2
+    # one page for the sweep, linking each job's own
+    from tests.test_page import parse
+
+    sweep_page = parse((tmp_path / "sweep2" / "report.html").read_text())
+    assert {"jobs", "plot", "job-pages"} <= set(sweep_page.sections)
+    assert {"0_relu", "1_softmax"} <= set(sweep_page.cells)
+    assert all((tmp_path / "sweep2" / j / "report.html").is_file() for j in ("0_relu",
+                                                                            "1_softmax"))
 
 
 @pytest.mark.slow
@@ -96,3 +104,7 @@ def test_a_failing_job_does_not_stop_the_sweep(tmp_path: Path) -> None:
     md = (sweep / "sweep_summary.md").read_text()
     assert "## Failed jobs" in md and "- 0_relu: " in md
     assert "1 of the sweep's jobs failed" in done.stdout
+    from tests.test_page import parse
+
+    failed = parse((sweep / "report.html").read_text())
+    assert "failed-jobs" in failed.sections and "0_relu" in failed.cells

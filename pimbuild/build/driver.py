@@ -1,4 +1,5 @@
-"""One build: plan the stage tasks for a config, run them, write the run's manifest."""
+"""One build: plan the stage tasks for a config, run them, write the run's manifest and its
+page (``report.html``, ``pimbuild.build.page``)."""
 
 from __future__ import annotations
 
@@ -9,9 +10,10 @@ from pathlib import Path
 from typing import Any
 
 from hydra.utils import to_absolute_path
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from pimbuild.build.graph import plan
+from pimbuild.build.page import run_page
 from pimbuild.build.runner import execute
 from pimbuild.core.artifacts import Store, write_manifest
 from pimbuild.core.console import cast_line, console, evaluated_line, summary_table
@@ -67,12 +69,16 @@ def _summarize(cfg: DictConfig, stage_tasks: list, result: BuildResult, run_dir:
         if sig.get("evaluated"):
             console.print(evaluated_line(cfg.model.name, sig["evaluated"]),
                           soft_wrap=True, markup=False)
-    for line in TARGETS.get(cfg.system.name).summarize(cfg, dirs, console.width):
+    lines = TARGETS.get(cfg.system.name).summarize(cfg, dirs, console.width)
+    for line in lines:
         console.print(line, soft_wrap=True)
     if "simulate" in dirs:
         console.print(f"report: {dirs['simulate'] / 'report.md'}")
+    (run_dir / "report.html").write_text(run_page(
+        f"pimbuild: model={cfg.model.name}, system={cfg.system.name}", lines, result.manifest,
+        OmegaConf.to_yaml(cfg), dirs))
     console.print(summary_table(rows, f"pimbuild: model={cfg.model.name}, "
                                       f"{len(result.executed)} stage(s) built, "
                                       f"{len(result.cached)} up to date"))
-    console.print(f"manifest: {run_dir / 'manifest.json'}")
+    console.print(f"manifest: {run_dir / 'manifest.json'}; page: {run_dir / 'report.html'}")
     log.info("built %s, up to date %s", result.executed, result.cached)

@@ -6,6 +6,7 @@ A job that fails writes its error to ``error.txt`` in its directory and the swee
 
 from __future__ import annotations
 
+import html
 import json
 import sys
 from pathlib import Path
@@ -16,6 +17,7 @@ from omegaconf import DictConfig, OmegaConf
 from rich.markup import escape
 from rich.table import Table
 
+from pimbuild.build.page import image, page, table
 from pimbuild.core.console import console
 
 SUMMARY = "sweep_summary"
@@ -69,6 +71,28 @@ def write(rows: list[dict[str, Any]], sweep_dir: Path) -> Table:
     return table
 
 
+def sweep_page(sweep_dir: Path, rows: list[dict[str, Any]],
+               failed: list[tuple[str, str]]) -> str:
+    """The sweep's ``report.html``: its table, its plot inline, each job's own page linked
+    (relative, so the sweep folder can move), the failed jobs."""
+    names = list(dict.fromkeys(c for r in rows for c in r["columns"]))
+    body = table(["job", "overrides", *names, "stages run"],
+                 [[r["job"], " ".join(r["overrides"]), *(r["columns"].get(c, "") for c in names),
+                   ",".join(r["executed"]) or "none"] for r in rows])
+    sections = [("Jobs", body)]
+    plot = sweep_dir / f"{SUMMARY}.png"
+    if rows and plot.is_file():
+        sections.append(("Plot", image(plot)))
+    pages = [p.parent.name for p in job_files(sweep_dir, "report.html")]
+    sections.append(("Job pages", "<ul>" + "".join(
+        f'<li><a href="{html.escape(j)}/report.html">{html.escape(j)}</a></li>'
+        for j in pages) + "</ul>"))
+    if failed:
+        sections.append(("Failed jobs", table(["job", "error"], [list(f) for f in failed])))
+    return page(f"pimbuild sweep {sweep_dir.name}: {len(rows)} job(s), {len(failed)} failed",
+                sections)
+
+
 def _plot(rows: list[dict[str, Any]], path: Path) -> None:
     from pimbuild.core.plots import plt, save_figure
 
@@ -92,10 +116,12 @@ class SweepSummary(Callback):
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         sweep_dir = Path(config.hydra.sweep.dir)
         rows = collect(sweep_dir)
+        failed = failures(sweep_dir)
         if rows:
             console.print(write(rows, sweep_dir))
             console.print(f"sweep summary: {sweep_dir / (SUMMARY + '.md')}")
-        failed = failures(sweep_dir)
+        (sweep_dir / "report.html").write_text(sweep_page(sweep_dir, rows, failed))
+        console.print(f"sweep page: {sweep_dir / 'report.html'}")
         if not failed:
             return
         for job, line in failed:
