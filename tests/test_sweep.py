@@ -108,3 +108,41 @@ def test_a_failing_job_does_not_stop_the_sweep(tmp_path: Path) -> None:
 
     failed = parse((sweep / "report.html").read_text())
     assert "failed-jobs" in failed.sections and "0_relu" in failed.cells
+
+
+@pytest.mark.slow
+def test_an_optuna_search_returns_each_builds_objective(tmp_path: Path) -> None:
+    """Optuna's sweeper (hydra/sweeper=optuna) gets each build's objective (its report's
+    headline) and names the best trial's; the sweep's page and table are written as for a
+    grid."""
+    import yaml
+
+    sweep = tmp_path / "sweep"
+    done = run_cli(["-m", "hydra/sweeper=optuna", "hydra.sweeper.n_trials=3",
+                    "hydra.sweeper.direction=maximize", "hydra.sweeper.sampler.seed=0",
+                    "policy.theta_ratio=interval(0.01,1.0)", "model=relu",
+                    "model.size={n:65536}", "show_candidates=false",
+                    f"hydra.sweep.dir={sweep}"], cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    best = yaml.safe_load((sweep / "optimization_results.yaml").read_text())
+    rows = json.loads((sweep / "sweep_summary.json").read_text())
+    assert len(rows) == 3
+    assert best["best_value"] == pytest.approx(max(r["headline"]["value"] for r in rows))
+    assert 0.01 <= best["best_params"]["policy.theta_ratio"] <= 1.0
+    assert (sweep / "report.html").is_file()
+
+
+def test_an_objective_the_report_lacks_is_one_line(tmp_path: Path) -> None:
+    from pimbuild.commands.cli import objective
+    from pimbuild.core.errors import PimbuildError
+
+    folder = tmp_path / "simulate"
+    folder.mkdir()
+    (folder / "report.json").write_text(json.dumps({"headline": {"value": 2.5},
+                                                    "sweep_columns": {"Perf/$": "12.5"}}))
+    manifest = {"stages": {"simulate": {"dir": str(folder)}}}
+    assert objective(manifest, "headline") == 2.5 and objective(manifest, "Perf/$") == 12.5
+    with pytest.raises(PimbuildError, match=r"objective=speed: the report has no such column "
+                                             r"\(it has headline, Perf/\$\)"):
+        objective(manifest, "speed")
+    assert objective({"stages": {}}, "headline") is None

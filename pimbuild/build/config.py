@@ -93,6 +93,7 @@ class Config:
     show_candidates: bool = MISSING  # print the candidates table at the end of a run
     verify: bool = MISSING  # hash every file of an artifact before reusing it
     timeline: bool = MISSING  # the simulate stage also writes timeline.json (Trace Event)
+    objective: str = MISSING  # what a build returns to a searching sweeper: headline | a column
     experiment: ExperimentConfig | None = None  # +experiment=<name>: build every point
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import _thread
 import faulthandler
+import json
 import logging
 import os
 import re
@@ -55,24 +56,42 @@ OmegaConf.register_new_resolver("pimbuild_unique", unique_dir, use_cache=True)
 
 
 @hydra.main(version_base="1.3", config_path=f"pkg://{CONFIG_MODULE}", config_name="config")
-def app(cfg: DictConfig) -> None:
+def app(cfg: DictConfig) -> float | None:
+    """One build; returns its ``objective`` (what a searching sweeper, Optuna's, compares)."""
     out_dir = Path(HydraConfig.get().runtime.output_dir)
     try:
         if cfg.get("experiment") is not None:
             experiments.run(cfg, list(HydraConfig.get().overrides.task), out_dir)
-        else:
-            build(cfg, out_dir)
+            return None
+        return objective(build(cfg, out_dir).manifest, cfg.objective)
     except PimbuildError as e:
         error(escape(str(e)))
         if HydraConfig.get().mode == RunMode.MULTIRUN:
-            # The sweep goes on; its summary lists this job, and the command exits 1.
+            # The sweep goes on; its summary lists this job, and the command exits 1 (a
+            # searching sweeper records the trial as failed: its value is NaN).
             (out_dir / FAILED).write_text(str(e) + "\n")
-            return
+            return float("nan")
         sys.exit(1)
     except KeyboardInterrupt:  # raised outside any import (see defer_interrupts_in_imports)
         error("interrupted: the artifacts published so far are kept; what was half-written "
               "is removed")
         leave(130)
+
+
+def objective(manifest: dict, name: str) -> float | None:
+    """The number a build stands for: its report's ``headline`` (the speedup over CPU-only
+    on the PIM target, the planned throughput on the GPU target) or, by name, one of its
+    ``sweep_columns`` (``Perf/$``); None without a simulate stage."""
+    if "simulate" not in manifest["stages"]:
+        return None
+    report = json.loads((Path(manifest["stages"]["simulate"]["dir"]) / "report.json")
+                        .read_text())
+    if name == "headline":
+        return float(report["headline"]["value"])
+    if name not in report["sweep_columns"]:
+        raise PimbuildError(f"objective={name}: the report has no such column (it has "
+                            f"headline, {', '.join(report['sweep_columns'])})")
+    return float(report["sweep_columns"][name])
 
 
 INTERRUPTED_EARLY = "interrupted before the build started: nothing was written to the store"
