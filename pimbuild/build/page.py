@@ -16,7 +16,7 @@ from typing import Any
 STYLE = """body{font-family:system-ui,sans-serif;max-width:72rem;margin:2rem auto;padding:0 1rem;
 color:#222}h1{font-size:1.5rem}h2{font-size:1.2rem;margin-top:2rem;border-bottom:1px solid #ccc}
 table{border-collapse:collapse;margin:.5rem 0}td,th{border:1px solid #ccc;padding:.2rem .5rem;
-text-align:left;font-size:.9rem}pre{background:#f6f6f6;padding:.5rem;overflow:auto;
+text-align:left;font-size:.9rem}pre{background:#f6f6f6;padding:.5rem;overflow:auto;white-space:pre-wrap;
 font-size:.85rem}img{max-width:100%;margin:.5rem 0}code{font-size:.9rem}"""
 
 
