@@ -23,7 +23,7 @@ dependencies lazily: planning a build imports none of them.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
@@ -43,6 +43,8 @@ class ModelParams:
     size: dict[str, int]
     dtype: str
     seed: int
+    # the builder's ``hf`` argument (model=hf: the architecture, config and output field)
+    hf: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -40,6 +40,8 @@ class ModelConfig:
     # phase (its PHASE_READS) gets that phase's stages built too (pimbuild/build/graph.py). None
     # unless the model file names some.
     phases: dict[str, Any] = field(default_factory=dict)
+    # model=hf: the transformers architecture, its config and output (pimbuild/recipes/hf.py)
+    hf: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -97,7 +99,7 @@ class Params:
 def model_params(cfg: DictConfig) -> ModelParams:
     m = plain(cfg.model)
     return ModelParams(name=m["name"], recipe=m["recipe"], size=dict(m["size"]),
-                       dtype=m["dtype"], seed=m["seed"])
+                       dtype=m["dtype"], seed=m["seed"], hf=dict(m.get("hf") or {}))
 
 
 def params(cfg: DictConfig) -> Params:

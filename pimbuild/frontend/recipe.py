@@ -40,7 +40,7 @@ def build_recipe(p: ModelParams) -> recipes.Recipe:
                           f"{first_line(e)}") from None
     _check_size(p, builder)
     try:
-        recipe = builder(**p.size)
+        recipe = builder(**p.size, **({"hf": p.hf} if p.hf else {}))
     except Exception as e:  # the user's builder may raise anything
         raise RecipeError(f"model '{p.name}': the recipe builder raised "
                           f"{first_line(e)}") from None
@@ -114,7 +114,7 @@ def _check_size(p: ModelParams, builder) -> None:
     except (TypeError, ValueError):  # no signature to read (a C function): the call says
         return
     try:
-        signature.bind(**p.size)
+        signature.bind(**p.size, **({"hf": p.hf} if p.hf else {}))
     except TypeError as e:
         raise ConfigError(f"model '{p.name}': bad size parameters {dict(p.size)}: {e} "
                           f"(the builder {p.recipe} takes {signature})") from None
