@@ -63,10 +63,28 @@ def config(cls: Any, hf: dict[str, Any]) -> Any:
     else:
         probe = cls.config_class()
         base = {k: v for k, v in TINY.items() if hasattr(probe, k)
-                and isinstance(getattr(probe, k), list) == isinstance(v, list)}
-        base |= {k: v for k, v in LIST_TINY.items()
-                 if isinstance(getattr(probe, k, None), list)}
+                and _listed(getattr(probe, k)) == _listed(v)}
+        base |= {k: v for k, v in LIST_TINY.items() if _listed(getattr(probe, k, None))}
+        base |= _token_ids(probe, base.get("vocab_size"))
     return cls.config_class(**{**base, **overrides})
+
+
+def _listed(value: Any) -> bool:
+    return isinstance(value, (list, tuple))
+
+
+def _token_ids(probe: Any, vocab: int | None) -> dict[str, Any]:
+    """The config's special token ids moved inside a shrunk vocabulary (``id % vocab``), so
+    that its embeddings hold them; lists of them kept where they fit."""
+    if not vocab:
+        return {}
+    out: dict[str, Any] = {}
+    for k, v in probe.to_dict().items():
+        if k.endswith("_token_id") and isinstance(v, int) and v >= vocab:
+            out[k] = v % vocab
+        elif k.endswith("_tokens") and _listed(v) and all(isinstance(i, int) for i in v):
+            out[k] = [i for i in v if i < vocab]
+    return out
 
 
 def inputs(model: Any, cfg: Any, seq: int, target: int) -> dict[str, torch.Tensor]:
