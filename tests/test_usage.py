@@ -116,7 +116,8 @@ def test_every_option_the_help_lists_plans_or_refuses_in_one_line(tmp_path: Path
         for target in usage.choices("system"):
             values = {"stages": [f"[{s}]" for s in usage.stages(target)],  # as the help lists
                       "store": ["elsewhere"], "show_candidates": ["true", "false"],
-                      "verify": ["true"], "devices": ["[l40s,a100,h100]"]}[key]
+                      "verify": ["true"], "devices": ["[l40s,a100,h100]"],
+                      "timeline": ["true"], "objective": ["Perf/$"]}[key]
             for value in values:
                 walked += 1
                 line = plan_or_refuse([f"system={target}", f"{key}={value}"], tmp_path)

@@ -43,6 +43,8 @@ KEYS: dict[str, str] = {
     "store": "the content-addressed artifact store (default outputs/artifacts)",
     "show_candidates": "print the table of candidate units at the end (default true)",
     "verify": "hash every stored file before it is reused (default false)",
+    "timeline": "simulate also writes timeline.json, for Perfetto (default false)",
+    "objective": "what a build returns to a searching sweeper: headline or a column",
 }
 # The distributions ``--version`` names: pimbuild's and its key dependencies'.
 WIDTH = 94  # the help page's lines

@@ -10,15 +10,16 @@ core with ``sync_all``)."""
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from pimbuild.targets.offload.nests import Nest
-    from pimbuild.targets.pim.target import PimTarget
 
 
-def invocation_time(t: PimTarget, nest: Nest, n_iter: float, n_total: float) -> float:
-    """One invocation of ``nest`` with ``n_iter`` parallel and ``n_total`` iterations."""
+def invocation_time(t: Any, nest: Nest, n_iter: float, n_total: float) -> float:
+    """One invocation of ``nest`` with ``n_iter`` parallel and ``n_total`` iterations on the
+    ``PimTarget`` ``t`` (its parameters; typed loosely, as the target imports this package's
+    registry)."""
     costs = t.costs
     cores = costs.busy_cores(n_iter)
     per_core_iters = math.ceil(n_iter / cores)
