@@ -38,7 +38,12 @@ def _overrides(command: str) -> list[str] | None:
         if word == "-m" or word.startswith("hydra") or word.startswith("store="):
             continue
         key, _, value = word.partition("=")
-        if "-m" in words and "," in value and not value.startswith("["):
+        if value.startswith("interval("):  # a searching sweeper's range: its low end
+            value = value.removeprefix("interval(").split(",")[0]
+        elif value.startswith("choice("):  # its choices: the first
+            inner = value.removeprefix("choice(").removesuffix(")")
+            value = inner.split("],")[0] + "]" if inner.startswith("[") else inner.split(",")[0]
+        elif "-m" in words and "," in value and not value.startswith("["):
             value = value.split(",")[0]
         elif "-m" in words and value.startswith("[") and "],[" in value:
             value = value.split("],[")[0] + "]"
