@@ -24,6 +24,9 @@ ARCHS = {  # kind -> architectures
     "vision": ["ViTForImageClassification", "ResNetForImageClassification",
                "ConvNextForImageClassification"],
     "audio": ["WhisperForConditionalGeneration", "Wav2Vec2Model"],
+    # beyond the kinds: data-dependent routing, two inputs, state-space scans, windows
+    "other": ["MixtralForCausalLM", "CLIPModel", "MambaForCausalLM",
+              "SwinForImageClassification"],
 }
 TARGETS = {"pim": ["profile.backend=timer"], "gpus": ["system=gpus", "devices=[a100,l40s]"]}
 KEEP = re.compile(r"^(error:|speedup |agreement |[0-9.]+ tokens|partitioned program)")

@@ -53,6 +53,7 @@ def test_a_config_file_of_ones_own(tmp_path: Path) -> None:
 @pytest.mark.parametrize(("override", "message"), [
     ("model.hf.arch=Nonesuch", r"model.hf.arch=Nonesuch: transformers \S+ has no model class"),
     ("model.hf.output=pooler", r"output has no field pooler"),
+    ("model.hf.arch=CLIPModel", r"CLIPModel's forward on input_ids alone failed"),
 ])
 def test_a_bad_name_is_one_line(tmp_path: Path, override: str, message: str) -> None:
     with pytest.raises(PimbuildError, match=message) as err:

@@ -32,7 +32,7 @@ TINY: dict[str, Any] = {
     "num_layers": 2, "num_heads": 4, "encoder_layers": 1, "decoder_layers": 1,
     "encoder_attention_heads": 4, "decoder_attention_heads": 4, "encoder_ffn_dim": 128,
     "decoder_ffn_dim": 128, "num_mel_bins": 16, "max_source_positions": 16,
-    "max_target_positions": 16, "image_size": 32, "patch_size": 8, "embed_dim": 16,
+    "max_target_positions": 16, "image_size": 32, "patch_size": 4, "embed_dim": 16,
     "embedding_size": 16, "hidden_sizes": [16, 32], "depths": [1, 1], "num_stages": 2,
     "window_size": 4, "state_size": 8, "conv_dim": [32, 32], "conv_stride": [5, 2],
     "conv_kernel": [10, 3], "num_feat_extract_layers": 2, "num_conv_pos_embeddings": 16,
@@ -122,8 +122,15 @@ def build(hf: dict[str, Any], seq: int = 16, target: int = 8) -> Recipe:
                          f"no model class of that name")
     model = cls(config(cls, hf)).eval()
     found = inputs(model, model.config, seq, target)
-    with torch.no_grad():
-        out = model(**found)
+    try:
+        with torch.no_grad():
+            out = model(**found)
+    except Exception as e:  # the architecture's own code, on inputs it may not expect
+        first = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise ValueError(f"{arch}'s forward on {', '.join(found)} alone failed ({first}); "
+                         f"model=hf makes the model's main input, and an encoder-decoder's "
+                         f"decoder ids: a model that needs more (a vision-text model) needs "
+                         f"a recipe of its own") from None
     names = [hf["output"]] if hf.get("output") else [f for f in OUTPUTS if
                                                       getattr(out, f, None) is not None]
     if not names or getattr(out, names[0], None) is None:
