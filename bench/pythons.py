@@ -83,7 +83,7 @@ def one(version: str, python: Path, root: Path) -> dict:
         ("quick tests", [str(exe), "-m", "pytest", "-q", "-m", "not slow",
                          "-p", "no:cacheprovider"], 3600),
         *[(f"build {' '.join(b)}", [str(venv / "bin" / "pimbuild"), *b,
-                                    f"store={root / 'store'}",
+                                    f"store={root / 'store' / version}",
                                     f"hydra.run.dir={root / 'runs' / version / str(i)}",
                                     "show_candidates=false",
                                     "platform.calibration_max_spread=0.5"], 1800)
