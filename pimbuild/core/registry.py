@@ -83,11 +83,9 @@ class Registry:
     def check(self, name: str) -> None:
         """Raise a ConfigError unless ``name`` names an entry (imports nothing for built-ins
         and modules of the package)."""
-        if name in self._registered or (
-                self.package and name in self.names()):
+        if name in self._registered or (self.package and name in self.names()):
             return
         self.get(name)
-
 
     def options(self, name: str, values: Mapping[str, Any] | None) -> Any:
         """Entry ``name``'s ``Options`` made from ``values`` and checked (None when it
