@@ -28,24 +28,13 @@ from pathlib import Path
 import torch
 
 from pimbuild.recipes import Recipe
+from pimbuild.recipes.hf import Call  # the model called with keyword inputs, one field out
 
 HERE = Path(__file__).parent
 
 
 def _ids(n: int, vocab: int = 128) -> torch.Tensor:
     return torch.randint(0, vocab, (1, n), generator=torch.Generator().manual_seed(0))
-
-
-class _Call(torch.nn.Module):
-    """A transformers model called with its keyword inputs (pimbuild passes them
-    positionally, in the recipe's order), returning one field of its output."""
-
-    def __init__(self, model: torch.nn.Module, field: str, names: list[str]) -> None:
-        super().__init__()
-        self.model, self.field, self.names = model, field, names
-
-    def forward(self, *args):
-        return getattr(self.model(**dict(zip(self.names, args, strict=True))), self.field)
 
 
 def _recipe(config: str, model: str, field: str, inputs: dict[str, torch.Tensor],
@@ -55,7 +44,7 @@ def _recipe(config: str, model: str, field: str, inputs: dict[str, torch.Tensor]
     torch.manual_seed(0)
     cfg = getattr(transformers, config)(**kw)
     m = getattr(transformers, model)(cfg).eval()
-    return Recipe(_Call(m, field, list(inputs)), inputs)
+    return Recipe(Call(m, field, list(inputs)), inputs)
 
 
 LM = dict(vocab_size=128)

@@ -40,7 +40,7 @@ def build_recipe(p: ModelParams) -> recipes.Recipe:
                           f"{first_line(e)}") from None
     _check_size(p, builder)
     try:
-        recipe = builder(**p.size, **({"hf": p.hf} if p.hf else {}))
+        recipe = builder(**arguments(p))
     except Exception as e:  # the user's builder may raise anything
         raise RecipeError(f"model '{p.name}': the recipe builder raised "
                           f"{first_line(e)}") from None
@@ -106,6 +106,11 @@ def scalars_as_tensors(recipe: recipes.Recipe) -> None:
         pass
 
 
+def arguments(p: ModelParams) -> dict[str, Any]:
+    """The builder's keyword arguments: ``model.size``, and ``hf`` where the model has it."""
+    return {**p.size, **({"hf": p.hf} if p.hf else {})}
+
+
 def _check_size(p: ModelParams, builder) -> None:
     """A ConfigError where ``model.size`` does not fit the builder's parameters (an
     unknown or a missing one); a TypeError the builder raises itself is the recipe's."""
@@ -114,7 +119,7 @@ def _check_size(p: ModelParams, builder) -> None:
     except (TypeError, ValueError):  # no signature to read (a C function): the call says
         return
     try:
-        signature.bind(**p.size, **({"hf": p.hf} if p.hf else {}))
+        signature.bind(**arguments(p))
     except TypeError as e:
         raise ConfigError(f"model '{p.name}': bad size parameters {dict(p.size)}: {e} "
                           f"(the builder {p.recipe} takes {signature})") from None
