@@ -35,7 +35,7 @@ def cases(d: Path) -> list[tuple[str, list[str], dict[str, str]]]:
         return (["pimbuild-kernels", "predict", "ops.csv", "--device", "mine", "--config-dir",
                  ".", "--out", "out.csv"], {"device/mine.yaml": yaml_text, "ops.csv": ops_text})
 
-    table_build = [*GPUS, "profile.backend=table", "gpus.tables=[t.json]"]
+    table_build = [*GPUS, "gpus.backend=table", "gpus.tables=[t.json]"]
     out = [
         ("a table time of true", ["pimbuild", *table_build],
          {"t.json": table(kernels={"k": True})}),
@@ -78,7 +78,7 @@ def cases(d: Path) -> list[tuple[str, list[str], dict[str, str]]]:
         ("+modle=relu", ["pimbuild", "+modle=relu"], {}),
         ("+pim.core=128", ["pimbuild", "+pim.core=128"], {}),
         ("pimbuild: device.l40s.sms=0", ["pimbuild", *GPUS, "device.l40s.sms=0"], {}),
-        ("gpus.tables without profile.backend=table",
+        ("gpus.tables without gpus.backend=table",
          ["pimbuild", *GPUS, "gpus.tables=[t.json]"], {"t.json": table()}),
     ]
     return out

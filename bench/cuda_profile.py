@@ -8,7 +8,7 @@
 On the GPU it (1) times spec-sheet probes (a bf16 GEMM, a copy, an fp32 elementwise add, a
 launch) against the roofline's assumed efficiencies
 (``pimbuild/conf/gpus/default.yaml``), and (2) for
-each model builds ``profile`` with ``profile.backend=cuda`` and compares every kernel's measured
+each model builds ``profile`` with ``gpus.backend=cuda`` and compares every kernel's measured
 time on the GPU's device with its roofline time: the measured/roofline ratio per kernel
 (median and quartiles, by engine) and for the whole layer, and the layer's eager forward (no
 interpreter, one CUDA-event pair) against the sum of its timed nodes. Writes
@@ -34,7 +34,7 @@ MODELS = ["llama3_8b", "llama3_8b_prefill", "gptj6b", "llama7b", "mamba", "mmdit
 def overrides(model: str, devices: str, store: Path, backend: str,
               target: str = "profile", precision: str = "bf16") -> list[str]:
     return ["system=gpus", f"model={model}", f"devices=[{devices}]", f"store={store}",
-            f"stages=[{target}]", f"profile.backend={backend}", f"gpus.precision={precision}"]
+            f"stages=[{target}]", f"gpus.backend={backend}", f"gpus.precision={precision}"]
 
 
 def prepare(args: argparse.Namespace) -> None:

@@ -33,7 +33,7 @@ PAPER = "all 67% / 36% (count / time), decode 57%, prefill 45% (A100 vs L40S, me
 
 def times(model: str, backend: str, store: Path) -> list[dict[str, float]]:
     over = ["system=gpus", f"model={model}", f"devices=[{','.join(DEVICES)}]",
-            f"profile.backend={backend}", "stages=[profile]", f"store={store}"]
+            f"gpus.backend={backend}", "stages=[profile]", f"store={store}"]
     result, _ = quiet_build(over, store.parent / "runs" / "fig2")
     folder = Path(result.manifest["stages"]["profile"]["dir"])
     with (folder / "kernel_times.csv").open() as f:

@@ -1,7 +1,7 @@
 """Two runs of ``bench/gpus.py`` side by side (not a test): each pair and model's planned
 speedups over the baselines, the serving throughputs and the Fig. 9 cluster, as ``A -> B``.
 
-    .venv/bin/python bench/gpus.py --set profile.backend=roofline --out outputs/bench_roofline
+    .venv/bin/python bench/gpus.py --set gpus.backend=roofline --out outputs/bench_roofline
     .venv/bin/python bench/gpus.py --out outputs/bench_fitted
     .venv/bin/python bench/gpus_compare.py outputs/bench_roofline outputs/bench_fitted
 

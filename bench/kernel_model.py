@@ -71,7 +71,7 @@ def main() -> None:
         cli.main(["predict", str(src), "--device", "l40s"])
         result["predict_10k_s"] = time.perf_counter() - began
         print(f"predict 10,000 ops (read, predict, write): {result['predict_10k_s']:.2f} s")
-        variants = {"previous": ["profile.backend=fitted", "gpus.kernels=lowered"],
+        variants = {"previous": ["gpus.backend=fitted", "gpus.kernels=lowered"],
                     "auto": []}
         times: dict[str, list[float]] = {v: [] for v in variants}
         for _ in range(args.rounds):  # alternately, each in a fresh store (cold)

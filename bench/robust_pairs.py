@@ -46,7 +46,7 @@ def main() -> None:
             for model in MODELS:
                 target, data, ctx, placement, _ = loaded(
                     model, pair, args.store, Path(tmp) / model, "decide",
-                    extra=("profile.backend=fitted",))
+                    extra=("gpus.backend=fitted",))
                 devices = list(target.devices)
                 unit = unit_of(data)
                 price = sum(d.price_per_hour for d in devices)

@@ -104,7 +104,7 @@ def test_a_poisoned_table_is_refused_before_any_stage(tmp_path: Path) -> None:
             else {**TABLE, "device": "B200"}
         path = tmp_path / "t.json"
         path.write_text(json.dumps(table))
-        cfg = make_cfg(store, ["system=gpus", "model=mlp", "profile.backend=table",
+        cfg = make_cfg(store, ["system=gpus", "model=mlp", "gpus.backend=table",
                                f"gpus.tables=[{path}]"])
         with pytest.raises(ConfigError, match=match) as e:
             plan(cfg, Store(store), tmp_path / "failure")
@@ -116,7 +116,7 @@ def test_tables_without_the_table_backend_are_refused(tmp_path: Path) -> None:
     path = tmp_path / "t.json"
     path.write_text(json.dumps(TABLE))
     cfg = make_cfg(tmp_path / "s", ["system=gpus", "model=mlp", f"gpus.tables=[{path}]"])
-    with pytest.raises(ConfigError, match="read only by profile.backend=table"):
+    with pytest.raises(ConfigError, match="read only by gpus.backend=table"):
         plan(cfg, Store(tmp_path / "s"), tmp_path / "failure")
 
 

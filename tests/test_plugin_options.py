@@ -1,7 +1,7 @@
-"""A plug-in's own options: a planner (and a policy) of one's own declares a dataclass
-``Options`` with a ranged field, and the config checks its values like any group's (exact
-types, ranges, unknown names with the nearest known one), in one error line before anything
-runs."""
+"""A plug-in's own options: a planner, a policy, a PIM timing model, a copy model, a fusion
+mode, a counter backend and a kernel-time backend of one's own each declare a dataclass
+``Options`` with a field, and the config checks its values like any group's (exact types,
+ranges, unknown names with the nearest known one), in one error line before anything runs."""
 
 from __future__ import annotations
 
@@ -14,15 +14,17 @@ from pimbuild.build.graph import plan
 from pimbuild.core.artifacts import Store
 from pimbuild.core.errors import ConfigError
 from pimbuild.core.registry import Registry
-from tests.conftest import artifact_dir, make_cfg
+from tests.conftest import artifact_dir, candidates, make_cfg
 
 PLANNERS = Path(__file__).parent / "planners"
+PARTS = Path(__file__).parent / "parts"  # a copy model, fusion mode and two backends
 PINNED = ["system=gpus", "model=mlp", "devices=[a100,l40s]",
           "gpus.planner=tests.planners.pinned:place"]
 
 
-def _keys(tmp_path: Path, *overrides: str) -> dict[str, str]:
-    cfg = make_cfg(tmp_path / "store", [*PINNED, *overrides])
+def _keys(tmp_path: Path, *overrides: str, base: tuple[str, ...] = tuple(PINNED)
+          ) -> dict[str, str]:
+    cfg = make_cfg(tmp_path / "store", [*base, *overrides])
     return {t.stage: t.artifact.key for t in plan(cfg, Store(tmp_path / "s"), tmp_path / "f")}
 
 
@@ -31,6 +33,66 @@ def test_the_planner_policy_and_timing_model_are_one_file_each() -> None:
                             (PLANNERS.parent / "timing", "flat.py")):
         assert sorted(p.name for p in folder.glob("*.py")) == ["__init__.py", plug_in]
         assert (folder / "__init__.py").read_text() == ""
+    assert sorted(p.name for p in PARTS.glob("*.py")) == [
+        "__init__.py", "elementwise_only.py", "fixed_reads.py", "flat_kernels.py",
+        "scaled_copies.py"]
+
+
+# Each part of one's own, its option, and the first stage whose key the option enters.
+PARTS_OPTIONS = [
+    (("sim.copy_model=tests.parts.scaled_copies",), "+sim.copy_model_options.factor=2.0",
+     "decide", "lower"),
+    (("lowering.fusion=tests.parts.elementwise_only",), "+lowering.fusion_options.fuse=false",
+     "lower", None),
+    (("profile.backend=tests.parts.fixed_reads",), "+profile.backend_options.lines=7",
+     "profile", "lower"),
+    (("system=gpus", "model=mlp", "gpus.backend=tests.parts.flat_kernels"),
+     "+gpus.backend_options.us=3.0", "profile", "extract"),
+]
+
+
+@pytest.mark.parametrize(("base", "option", "stage", "before"), PARTS_OPTIONS)
+def test_a_parts_option_enters_its_stages_key(tmp_path: Path, base: tuple[str, ...],
+                                              option: str, stage: str, before: str | None
+                                              ) -> None:
+    default, chosen = _keys(tmp_path, base=base), _keys(tmp_path, option, base=base)
+    assert default[stage] != chosen[stage]
+    if before:
+        assert default[before] == chosen[before]
+
+
+@pytest.mark.parametrize(("base", "option", "message"), [
+    (PARTS_OPTIONS[0][0], "+sim.copy_model_options.factor=0",
+     r"^sim.copy_model_options of copy model 'tests.parts.scaled_copies': 'factor' must be > "
+     r"0.0 \(got 0\)$"),
+    (PARTS_OPTIONS[1][0], "+lowering.fusion_options.fuse=3",
+     r"^lowering.fusion_options of fusion mode 'tests.parts.elementwise_only': 'fuse' input "
+     r"should be a valid boolean \(got 3\)$"),
+    (PARTS_OPTIONS[2][0], "+profile.backend_options.line=7",
+     r"'line' is not a field of this format; did you mean 'lines'\?$"),
+    ((), "+profile.backend_options.lines=7",
+     r"^profile.backend_options \(lines\) are one backend's own: name it"),
+    (PARTS_OPTIONS[3][0], "+gpus.backend_options.us=-1.0",
+     r"^gpus.backend_options of kernel-time backend 'tests.parts.flat_kernels': 'us' must "
+     r"be > 0.0 \(got -1.0\)$"),
+    (("system=gpus", "model=mlp"), "+gpus.backend_options.us=1.0",
+     r"kernel-time backend 'auto': it takes no options \(got us\)$"),
+    (("sim.copy_model=resident",), "+sim.copy_model_options.factor=2.0",
+     r"copy model 'resident': it takes no options \(got factor\)$"),
+])
+def test_a_parts_bad_option_is_one_line(tmp_path: Path, base: tuple[str, ...], option: str,
+                                        message: str) -> None:
+    with pytest.raises(ConfigError, match=message) as err:
+        _keys(tmp_path, option, base=base)
+    assert "\n" not in str(err.value) and not (tmp_path / "s").exists()
+
+
+def test_the_gpu_kernel_time_backend_moved_to_the_gpus_group(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"^profile.backend is the counter backend of the "
+                                          r"host-and-accelerator targets .*; the GPU target's "
+                                          r"kernel-time backend is gpus.backend: "
+                                          r"gpus.backend=roofline$"):
+        _keys(tmp_path, "profile.backend=roofline", base=("system=gpus", "model=mlp"))
 
 
 def test_its_option_enters_the_decide_key(tmp_path: Path) -> None:
@@ -126,3 +188,31 @@ def test_the_pim_timing_model_is_swapped_with_its_option(tmp_path: Path) -> None
         targets.from_config(make_cfg(tmp_path, [flat[0], "+pim.model_options.ns_per_element=0"]))
     with pytest.raises(ConfigError, match=r"unknown PIM timing model 'nonesuch' \(pim.model\)"):
         targets.from_config(make_cfg(tmp_path, ["pim.model=nonesuch"]))
+
+
+@pytest.mark.slow
+def test_the_parts_act_by_their_options(run_build) -> None:
+    """A build with each part of one's own, its option set: the nests, the counts, the
+    copies (every nest offloaded) and the kernel times are what the options say."""
+    pim = run_build(["model=mlp", "sim.copy_model=tests.parts.scaled_copies",
+                     "+sim.copy_model_options.factor=2.0",
+                     "lowering.fusion=tests.parts.elementwise_only",
+                     "+lowering.fusion_options.fuse=false",
+                     "profile.backend=tests.parts.fixed_reads",
+                     "+profile.backend_options.lines=7",
+                     "policy.name=tests.policies.top_k:place", "+policy.options.k=1000"])
+    unfused = run_build(["model=mlp", "lowering.fusion=none", "stages=[extract]"])
+    fused = run_build(["model=mlp", "stages=[extract]"])
+    assert len(candidates(pim)) == len(candidates(unfused)) > len(candidates(fused))
+    counters = (artifact_dir(pim, "profile") / "counters.csv").read_text().splitlines()
+    assert counters[0].split(",")[3] == "event:offcore_data_rd"
+    assert {row.split(",")[3] for row in counters[1:]} == {"7"}
+    report = json.loads((artifact_dir(pim, "simulate") / "report.json").read_text())
+    assert len(report["offloaded"]) == len(candidates(pim))
+    t_copy = report["t_copy"]  # the configured copy model and eq. 8, one placement
+    assert t_copy["upper_bound"] > 0
+    assert t_copy["tests.parts.scaled_copies"] == pytest.approx(2 * t_copy["upper_bound"])
+    gpus = run_build(["system=gpus", "model=mlp", "gpus.backend=tests.parts.flat_kernels",
+                      "+gpus.backend_options.us=3.0", "stages=[profile]"])
+    times = (artifact_dir(gpus, "profile") / "kernel_times.csv").read_text().splitlines()
+    assert {float(v) for row in times[1:] for v in row.split(",")[-2:]} == {3e-6}

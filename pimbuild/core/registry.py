@@ -5,8 +5,9 @@ A registry finds an implementation, in this order, by
 2. a module of its package named like the option (``<package>.<name>``), so a
    new policy, target or counter backend is one new file (plus its YAML), and the built-ins
    are listed by no one,
-3. an import path ``"package.module:attribute"`` given as the name itself (code outside
-   pimbuild).
+3. an import path given as the name itself (code outside pimbuild): ``"package.module"``
+   (the module, or its attribute the registry names: a policy's ``place``) or
+   ``"package.module:attribute"``.
 Nothing is imported until an implementation is asked for.
 
 An entry may declare options of its own: a dataclass ``Options`` (on the entry, else in its
@@ -14,7 +15,9 @@ module), each field's range in its metadata (``field(default=1.0, metadata={"ran
 0)})``, ranges as the config writes them). The registry's ``options`` key (``gpus.planner_
 options``) holds their values; ``options(name, values)`` checks them as the config checks a
 group (exact types, ranges, unknown names refused with the nearest known one; one error line)
-and returns the ``Options`` the entry reads.
+and returns the ``Options`` the entry reads: from its context (a policy's, a planner's), or,
+for an entry that is a function of its inputs (a copy model, a fusion mode), as the keyword
+argument ``options`` that ``call`` passes.
 """
 
 from __future__ import annotations
@@ -72,13 +75,15 @@ class Registry:
         if self.package and name in self.names():
             module = importlib.import_module(f"{self.package}.{name}")
             return getattr(module, self.attribute) if self.attribute else module
-        if ":" in name:
+        if ":" in name or "." in name:  # a module of one's own: its attribute, or it
+            path = name if ":" in name else f"{name}:{self.attribute or ''}"
             try:
-                return _load(name)
+                return _load(path)
             except (ImportError, AttributeError) as e:
                 raise ConfigError(f"{self.option} '{name}' cannot be loaded: {e}") from None
         raise ConfigError(f"unknown {self.kind} '{name}' ({self.option}); choose from: "
-                          f"{', '.join(self.names())}, or give 'package.module:attribute'")
+                          f"{', '.join(self.names())}, or a module of your own "
+                          f"('package.module')")
 
     def check(self, name: str) -> None:
         """Raise a ConfigError unless ``name`` names an entry (imports nothing for built-ins
@@ -101,6 +106,12 @@ class Registry:
                   if "range" in f.metadata}
         checked = check(model_of(schema, ranges, f"{name} options"), values, where)
         return schema(**{f.name: getattr(checked, f.name) for f in dataclasses.fields(schema)})
+
+    def call(self, name: str, options: Any, *args: Any) -> Any:
+        """Entry ``name`` called on ``args``, with ``options=`` where it declares Options
+        (``options``: what ``self.options`` returned; None: the entry's defaults)."""
+        entry = self.get(name)
+        return entry(*args) if options is None else entry(*args, options=options)
 
 
 def options_of(entry: Any) -> type | None:

@@ -47,6 +47,7 @@ class ModelConfig:
 @dataclass
 class LoweringConfig:
     fusion: str = MISSING  # a fusion mode (pimbuild.frontend.fusions.FUSIONS)
+    fusion_options: dict[str, Any] = field(default_factory=dict)  # its own, if it has any
     fastmath: bool = MISSING
     weights: str = MISSING  # args | constants
     register_block: int | None = MISSING  # None: chosen per host by calibrate's search
@@ -94,6 +95,7 @@ class Params:
     fastmath: bool
     weights: str
     source_digest: str  # the recipe's package sources: editing any module rebuilds lower
+    fusion_options: Any = None  # the fusion mode's Options (lowering.fusion_options)
 
 
 def model_params(cfg: DictConfig) -> ModelParams:
@@ -113,7 +115,9 @@ def params(cfg: DictConfig) -> Params:
         digest = recipes.source_digest(model.recipe)
     except (ImportError, ValueError) as e:
         raise ConfigError(f"model.recipe '{model.recipe}' cannot be found: {e}") from None
-    return Params(model=model, fusion=cfg.lowering.fusion, fastmath=cfg.lowering.fastmath,
+    options = FUSIONS.options(cfg.lowering.fusion, plain(cfg.lowering.fusion_options))
+    return Params(model=model, fusion=cfg.lowering.fusion, fusion_options=options,
+                  fastmath=cfg.lowering.fastmath,
                   weights=cfg.lowering.weights, source_digest=digest)
 
 
@@ -162,7 +166,7 @@ def lower(p: Params, out: Path, failure_dir: Path) -> None:
     mlir.run_pipeline(module, mlir.TORCH_TO_LINALG, stage=NAME, failure_dir=failure_dir,
                       isolate=EIGHT_BIT_CRASH if eight_bit else TO_LINALG_CRASH)
     dropped = transforms.drop_asserts(module)
-    FUSIONS.get(p.fusion)(module)
+    FUSIONS.call(p.fusion, p.fusion_options, module)
     if p.fastmath:
         transforms.add_fastmath(module)
     transforms.distinct_results(module)

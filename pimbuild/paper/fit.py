@@ -46,10 +46,10 @@ class Case:
     b_cpu_gbps: float
 
     def context(self, policy: PolicyParams, target: PimTarget,
-                copy_model: str = "upper_bound") -> PolicyContext:
+                copy_model: str = "upper_bound", copy_options: Any = None) -> PolicyContext:
         """The model's nests as the policy and the simulator see them on ``target``."""
         return PolicyContext(self.nests, self.forward_s, self.outputs, self.b_cpu_gbps, policy,
-                             target, copy_model)
+                             target, copy_model, copy_options)
 
 
 def case_from_stages(model: str, stages: dict[str, Path]) -> Case:

@@ -45,6 +45,8 @@ class LinkConfig:
 class GpusConfig:
     planner: str = MISSING  # throughput | latency | a planner module (planners/)
     planner_options: dict[str, Any] = MISSING  # the planner's own (its Options dataclass)
+    backend: str = MISSING  # the profile stage's kernel-time backend (backends/)
+    backend_options: dict[str, Any] = MISSING  # the backend's own (its Options dataclass)
     precision: str = MISSING  # bf16 | fp16 | fp32: the served model's element type
     tensor_efficiency: float = MISSING
     cuda_efficiency: float = MISSING
@@ -55,8 +57,8 @@ class GpusConfig:
     on_time_limit: str = MISSING  # error | best: fail, or keep the best placement and its gap
     period: int = MISSING  # layers planned jointly; the placement repeats every period layers
     kernels: str = MISSING  # engine | lowered: the kernels placed (extract)
-    kernel_model: str | None = MISSING  # profile.backend=fitted: a fit's JSON (null: shipped)
-    tables: list[str] = MISSING  # profile.backend=table: kernel-time tables (JSON files)
+    kernel_model: str | None = MISSING  # gpus.backend=fitted: a fit's JSON (null: shipped)
+    tables: list[str] = MISSING  # gpus.backend=table: kernel-time tables (JSON files)
     robust_samples: int = MISSING  # simulate: draws of the kernel-time model's error (0: off)
 
 

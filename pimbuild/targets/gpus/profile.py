@@ -1,5 +1,5 @@
 """Stage ``profile`` of the GPU target: every kernel's time on every device, from the
-kernel-time backend ``profile.backend`` names (``pimbuild.targets.gpus.backends``: ``auto``,
+kernel-time backend ``gpus.backend`` names (``pimbuild.targets.gpus.backends``: ``auto``,
 the default, measured where the shipped data hold the kernel and the fit elsewhere;
 ``roofline``; ``fitted``; ``table``; ``cuda``; or one's own).
 
@@ -20,7 +20,7 @@ from omegaconf import DictConfig
 
 from pimbuild.core import schema
 from pimbuild.core.errors import ConfigError
-from pimbuild.core.stage import Inputs, ModelParams
+from pimbuild.core.stage import Inputs, ModelParams, plain
 from pimbuild.targets.gpus.backends import BACKENDS
 from pimbuild.targets.gpus.costmodel import ddg, roofline
 from pimbuild.targets.gpus.target import GpuTarget
@@ -38,17 +38,23 @@ class Params:
     kernel_model: str = ""  # the fitted backend's fit: path and content digest (the key)
     tables: tuple[str, ...] = ()  # the table backend's tables: path and content digest
     grid: str = ""  # the auto backend's measured data: path and content digest
+    options: Any = None  # the backend's own Options (gpus.backend_options), where it has them
 
 
 def params(cfg: DictConfig) -> Params:
-    BACKENDS.check(cfg.profile.backend)
+    if cfg.profile.backend != "auto":
+        raise ConfigError(f"profile.backend is the counter backend of the host-and-accelerator "
+                          f"targets (system=pim); the GPU target's kernel-time backend is "
+                          f"gpus.backend: gpus.backend={cfg.profile.backend}")
+    backend = cfg.gpus.backend
+    BACKENDS.check(backend)
+    options = BACKENDS.options(backend, plain(cfg.gpus.backend_options))
     target = GpuTarget.from_config(cfg)
-    if cfg.gpus.tables and cfg.profile.backend != "table":
-        raise ConfigError(f"gpus.tables is read only by profile.backend=table (this build's is "
-                          f"{cfg.profile.backend}): add profile.backend=table, or leave "
-                          f"gpus.tables out")
-    settings = BACKENDS.get(cfg.profile.backend).settings(cfg, target)
-    return Params(backend=cfg.profile.backend, target=target, **settings)
+    if cfg.gpus.tables and backend != "table":
+        raise ConfigError(f"gpus.tables is read only by gpus.backend=table (this build's is "
+                          f"{backend}): add gpus.backend=table, or leave gpus.tables out")
+    settings = BACKENDS.get(backend).settings(cfg, target)
+    return Params(backend=backend, target=target, options=options, **settings)
 
 
 def times(inputs: Inputs, p: Params) -> tuple[Any, list[list[float]]]:

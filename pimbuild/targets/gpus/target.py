@@ -65,7 +65,8 @@ class GpuTarget:
             raise ConfigError(f"devices {unknown} not in the device catalogue "
                               f"(choices: {', '.join(catalogue)})")
         g = {k: v for k, v in plain(cfg.gpus).items()
-             if k not in ("planner", "planner_options", "time_limit_s", "mip_gap",  # decide's
+             if k not in ("planner", "planner_options", "backend", "backend_options",
+                          "time_limit_s", "mip_gap",  # decide and profile
                           "on_time_limit", "period", "kernel_model", "tables",
                           "robust_samples", "kernels")}
         if g["precision"] not in PRECISION_BYTES:

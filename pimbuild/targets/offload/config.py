@@ -37,6 +37,7 @@ class PlatformConfig:
 class ProfileConfig:
     backend: str = MISSING  # a counter backend (pimbuild.targets.offload.counters.BACKENDS) or auto
     auto: list[str] = MISSING  # what `auto` tries, in order
+    backend_options: dict[str, Any] = field(default_factory=dict)  # the backend's own
     repetitions: int = MISSING
     min_time_s: float = MISSING
     warmup: int = MISSING
@@ -64,6 +65,7 @@ class PolicyConfig:
 @dataclass
 class SimConfig:
     copy_model: str = MISSING  # a copy model (pimbuild.targets.offload.copymodels.COPY_MODELS)
+    copy_model_options: dict[str, Any] = field(default_factory=dict)  # its own, if it has any
     cores_sweep: list[int] = MISSING
 
 

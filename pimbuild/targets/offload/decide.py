@@ -36,6 +36,7 @@ class Params:
     system: str  # the target's name
     target: Any  # the target (a frozen dataclass of its parameters)
     copy_model: str  # the oracle weighs data movement with it
+    copy_options: Any = None  # its Options (sim.copy_model_options), where it declares them
 
 
 def policy_params(cfg: DictConfig) -> PolicyParams:
@@ -51,8 +52,10 @@ def policy_params(cfg: DictConfig) -> PolicyParams:
 
 def params(cfg: DictConfig) -> Params:
     COPY_MODELS.check(cfg.sim.copy_model)
+    copy_options = COPY_MODELS.options(cfg.sim.copy_model, plain(cfg.sim.copy_model_options))
     return Params(policy=policy_params(cfg), system=cfg.system.name,
-                  target=targets.from_config(cfg), copy_model=cfg.sim.copy_model)
+                  target=targets.from_config(cfg), copy_model=cfg.sim.copy_model,
+                  copy_options=copy_options)
 
 
 def context(inputs: Inputs, p: Params) -> PolicyContext:
@@ -63,7 +66,8 @@ def context(inputs: Inputs, p: Params) -> PolicyContext:
     return PolicyContext(nests=found, forward_s=info["forward_s"],
                          outputs=nests.outputs(ex / "candidates.json"),
                          b_cpu_gbps=b_cpu(inputs["calibrate"]), policy=p.policy,
-                         target=p.target, copy_model=p.copy_model)
+                         target=p.target, copy_model=p.copy_model,
+                         copy_options=p.copy_options)
 
 
 def run(inputs: Inputs, p: Params, out: Path) -> None:

@@ -89,6 +89,10 @@ def params(cfg: DictConfig) -> Params:
     if pr.valgrind_last_level not in ("llc", "l2"):
         raise ConfigError(f"profile.valgrind_last_level '{pr.valgrind_last_level}' is not one "
                           f"of llc, l2")
+    options = plain(pr.backend_options)
+    if options and pr.backend == "auto":
+        raise ConfigError(f"profile.backend_options ({', '.join(options)}) are one backend's "
+                          f"own: name it (profile.backend=NAME), not auto")
     if pr.estimator not in ESTIMATORS:
         raise ConfigError(f"profile.estimator '{pr.estimator}' is not one of "
                           f"{', '.join(ESTIMATORS)}")
@@ -100,7 +104,9 @@ def params(cfg: DictConfig) -> Params:
                   llc_bytes=pf.llc_bytes, llc_assoc=pf.llc_assoc, l2_bytes=pf.l2_bytes,
                   l2_assoc=pf.l2_assoc, valgrind_last_level=pr.valgrind_last_level,
                   valgrind_warm=pr.valgrind_warm, host=host_cpu(),
-                  reuse_memory=pr.reuse_memory)
+                  reuse_memory=pr.reuse_memory,
+                  backend_options=None if pr.backend == "auto"
+                  else BACKENDS.options(pr.backend, options))
 
 
 def reuse_freed_memory() -> str:

@@ -32,6 +32,7 @@ class Params:
     valgrind_warm: bool
     host: str  # the CPU measured on: measurements are not reused on another
     reuse_memory: bool = True  # time in the steady state of the allocator (reuse_freed_memory)
+    backend_options: Any = None  # the named backend's Options (profile.backend_options)
 
     @property
     def last_level(self) -> tuple[int, int]:

@@ -57,7 +57,8 @@ def params(cfg: DictConfig) -> Params:
 def evaluate(ctx: PolicyContext, offloaded: set[int]) -> dict[str, Any]:
     """Eq. 9's terms for a placement, named by the target's sides (``t_host_s``, ...)."""
     t = ctx.target
-    b = hybrid.hybrid(ctx.nests, offloaded, ctx.forward_s, t, ctx.copy_model, ctx.outputs)
+    b = hybrid.hybrid(ctx.nests, offloaded, ctx.forward_s, t, ctx.copy_model, ctx.outputs,
+                      ctx.copy_options)
     return {"speedup": b.speedup, "t_hybrid_s": b.t_hybrid_s, "t_cpu_only_s": b.t_cpu_only_s,
             f"t_{t.host}_s": b.t_host_s, f"t_{t.device}_s": b.t_device_s,
             "t_copy_s": b.t_copy_s, "t_switch_s": b.t_switch_s, "n_region": b.n_region,
@@ -85,7 +86,7 @@ def false_positives(ctx: PolicyContext, offloaded: set[int], truth: set[int]
     for n in ctx.nests:
         if n.id in offloaded and n.id not in truth:
             alone = hybrid.hybrid(ctx.nests, {n.id}, ctx.forward_s, ctx.target,
-                                  ctx.copy_model, ctx.outputs)
+                                  ctx.copy_model, ctx.outputs, ctx.copy_options)
             rows.append({"id": n.id, "source": display_name(n.source_module, n.source_op),
                          "loss_s": alone.t_hybrid_s - alone.t_cpu_only_s})
     return sorted(rows, key=lambda r: -r["loss_s"])
@@ -127,7 +128,7 @@ def simulate(ctx: PolicyContext, decisions: dict[str, Any], reinsert: dict[str, 
     other = evaluate(PolicyContext(ctx.nests, ctx.forward_s, ctx.outputs, ctx.b_cpu_gbps,
                                    ctx.policy, t, other_model), offloaded)
     truth = {n.id for n in ctx.nests if hybrid.beneficial(
-        n, ctx.nests, ctx.forward_s, t, ctx.copy_model, ctx.outputs)}
+        n, ctx.nests, ctx.forward_s, t, ctx.copy_model, ctx.outputs, ctx.copy_options)}
     baselines = {b: evaluate(ctx, placement(b, ctx)) for b in t.baselines}
     by_id = {d["id"]: d for d in decisions["decisions"]}
     captured = sum(n.t_cpu_s for n in ctx.nests if n.id in offloaded)

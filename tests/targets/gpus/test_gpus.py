@@ -195,9 +195,9 @@ def test_cuda_backend_refuses_without_a_gpu(run_build) -> None:
     if torch.cuda.is_available():
         pytest.skip("a CUDA GPU is present: the refusal does not apply")
     with pytest.raises(StageError, match="needs a CUDA GPU"):
-        run_build([*GPUS, "model=relu", "profile.backend=cuda", "gpus.kernels=lowered"])
+        run_build([*GPUS, "model=relu", "gpus.backend=cuda", "gpus.kernels=lowered"])
     with pytest.raises(ConfigError, match="add gpus.kernels=lowered"):
-        run_build([*GPUS, "model=relu", "profile.backend=cuda"])
+        run_build([*GPUS, "model=relu", "gpus.backend=cuda"])
 
 
 def _partitioned(run_build, tmp_path, model: str):
@@ -825,7 +825,7 @@ def test_three_devices_are_served_in_the_simulation(run_build) -> None:
     # check below counts on it)
     result = run_build(["system=gpus", "devices=[l40s,a100,a100]", *TINY_LLAMA3,
                         "serve.requests=30", "serve.arrivals=offline", "serve.monitor=false",
-                        "profile.backend=roofline"])
+                        "gpus.backend=roofline"])
     served = json.loads((artifact_dir(result, "simulate") / "report.json").read_text())[
         "serving"]
     assert "simulation_skipped" not in served

@@ -320,12 +320,12 @@ def test_plan_from_two_measured_tables(tmp_path: Path, run_build) -> None:
     their times, a kernel one table lacks falls back to the fitted model and is counted,
     different torch versions are warned about."""
     gpus = ["system=gpus", "devices=[a100,l40s]", "model=mlp"]
-    first = run_build([*gpus, "stages=[profile]", "profile.backend=fitted"])
+    first = run_build([*gpus, "stages=[profile]", "gpus.backend=fitted"])
     kernels_json = artifact_dir(first, "extract") / "kernels.json"
     n = len(json.loads(kernels_json.read_text())["kernels"])
     a = cpu_table(tmp_path, kernels_json, "A100-80GB-SXM", "2.13.0", "bf16")
     b = cpu_table(tmp_path, kernels_json, "L40S", "2.11.0", "bf16", drop=1)
-    result = run_build([*gpus, "profile.backend=table", f"gpus.tables=[{a},{b}]"])
+    result = run_build([*gpus, "gpus.backend=table", f"gpus.tables=[{a},{b}]"])
     info = json.loads((artifact_dir(result, "profile") / "profile.json").read_text())
     assert info["sources"]["a100"]["measured"] == n and info["sources"]["a100"]["predicted"] == 0
     assert info["sources"]["l40s"]["measured"] == n - 1
@@ -344,7 +344,7 @@ def test_plan_from_two_measured_tables(tmp_path: Path, run_build) -> None:
     assert info["sources"]["l40s"]["measured_ids"] == list(range(n - 1))
     # a table of another precision covers nothing: every kernel predicted, counted
     c = cpu_table(tmp_path, kernels_json, "A100-80GB-SXM", "2.13.0", "fp32")
-    fp32 = run_build([*gpus, "stages=[profile]", "profile.backend=table",
+    fp32 = run_build([*gpus, "stages=[profile]", "gpus.backend=table",
                       f"gpus.tables=[{c}]"])
     info = json.loads((artifact_dir(fp32, "profile") / "profile.json").read_text())
     assert info["sources"]["a100"]["measured"] == 0 and info["sources"]["l40s"]["table"] is False
@@ -357,7 +357,7 @@ def kernel_line(summary: list[str]) -> str:
 
 def test_fitted_backend_builds_and_says_so(run_build) -> None:
     result = run_build(["system=gpus", "devices=[h200,l4]", "model=relu",
-                        "profile.backend=fitted"])
+                        "gpus.backend=fitted"])
     info = json.loads((artifact_dir(result, "profile") / "profile.json").read_text())
     assert info["backend"] == "fitted" and "gemm" in info["band"]
     report = json.loads((artifact_dir(result, "simulate") / "report.json").read_text())
@@ -416,7 +416,7 @@ def test_a_device_without_the_models_spec_numbers_is_one_error() -> None:
     leaves them '???'): one error naming what is missing and the way out."""
     spec = {"name": "RTX-4090", "fp32_tflops": 82.6, "bf16_tflops": 165.2, "mem_gbps": 1008,
             "l2_mb": 72, "sms": "???", "boost_mhz": 2520, "tdp_w": 0}
-    with pytest.raises(ConfigError, match=r"lacks sms, tdp_w, .*profile.backend=roofline"):
+    with pytest.raises(ConfigError, match=r"lacks sms, tdp_w, .*gpus.backend=roofline"):
         ops.gpu_of(spec)
     assert ops.gpu_of({**spec, "sms": 128, "tdp_w": 450}).lanes == pytest.approx(
         82.6e6 / (2 * 128 * 2520))

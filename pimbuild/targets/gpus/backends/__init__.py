@@ -1,5 +1,5 @@
-"""Kernel-time backends of the GPU target (``profile.backend`` with ``system=gpus``): where
-the profile stage's time of every kernel on every device comes from.
+"""Kernel-time backends of the GPU target (``gpus.backend``): where the profile stage's time of
+every kernel on every device comes from.
 
 A backend is a module of this package (or ``package.module`` from outside) with
 
@@ -7,7 +7,9 @@ A backend is a module of this package (or ``package.module`` from outside) with
   files it reads, with their digests, so that they enter the key), after checking them: a
   bad file or option is one error line before any stage runs;
 - ``times(data, graph, p) -> (t, measured)``: ``t[k][d]``, seconds of kernel ``k`` on device
-  ``d``, and what ``profile.json`` records of where they came from.
+  ``d``, and what ``profile.json`` records of where they came from;
+- optionally a dataclass ``Options``: its own options, from ``gpus.backend_options`` (checked
+  like a config group), read as ``p.options``.
 
 Built in: ``auto`` (measured where the shipped data hold the kernel, the fit elsewhere),
 ``roofline``, ``fitted``, ``table`` and ``cuda``. What several share is here: the op that
@@ -21,8 +23,8 @@ from typing import Any
 from pimbuild.core.registry import Registry
 from pimbuild.targets.gpus.kerneltime import ops
 
-BACKENDS = Registry("kernel-time backend", "profile.backend",
-                    package="pimbuild.targets.gpus.backends")
+BACKENDS = Registry("kernel-time backend", "gpus.backend",
+                    package="pimbuild.targets.gpus.backends", options="gpus.backend_options")
 
 
 def kernel_ops(data: dict[str, Any], precision: str) -> list[ops.Op]:

@@ -14,7 +14,7 @@ from pimbuild.targets.gpus.program import cuda
 
 def settings(cfg: Any, target: Any) -> dict[str, Any]:
     if cfg.gpus.kernels != "lowered":
-        raise ConfigError("profile.backend=cuda times the lowered kernels node by node: add "
+        raise ConfigError("gpus.backend=cuda times the lowered kernels node by node: add "
                           "gpus.kernels=lowered")
     return {"model": model_params(cfg)}  # it runs the recipe
 

@@ -17,7 +17,7 @@ def settings(cfg: Any, target: Any) -> dict[str, Any]:
 
     fit = fitted.settings(cfg, target)
     if not cfg.gpus.tables:
-        raise ConfigError("profile.backend=table needs gpus.tables=[FILE,...] "
+        raise ConfigError("gpus.backend=table needs gpus.tables=[FILE,...] "
                           "(`pimbuild-kernels export` writes them)")
     paths = [to_absolute_path(t) for t in cfg.gpus.tables]
     names = sorted({d.name for d in target.devices})

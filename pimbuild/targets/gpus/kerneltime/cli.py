@@ -20,7 +20,7 @@ correction pays on held-out GPUs, and the 80% band predictions carry (leave-one-
 layers and the measured pairs' Fig. 2 shares; ``predict`` writes each op of an ops CSV with
 the time a build would use (measured, interpolated or predicted), the model's prediction with
 its band, and the spec roofline's; ``export`` writes the kernel-time table of a device a
-build measured (``profile.backend=cuda``; RUN_DIR is the run folder holding
+build measured (``gpus.backend=cuda``; RUN_DIR is the run folder holding
 ``manifest.json``) and ``merge`` joins tables of one device
 (``pimbuild.targets.gpus.kerneltime.tables``). Bad input is one ``error:`` line and exit 1,
 with nothing written.

@@ -1,6 +1,6 @@
 """One GPU's kernel times for callers outside the build: a catalogue device's specs, its
 measured grid (``grid``) where the shipped data hold the shape, the fitted model elsewhere,
-as ``profile.backend=auto`` does inside the build."""
+as ``gpus.backend=auto`` does inside the build."""
 
 from __future__ import annotations
 

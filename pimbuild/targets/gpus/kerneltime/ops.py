@@ -229,7 +229,7 @@ def gpu_of(spec: Any) -> Gpu:
     if missing:
         raise ConfigError(f"device '{get('name')}' lacks {', '.join(missing)}, which the "
                           f"fitted kernel-time model needs (spec-sheet numbers; or "
-                          f"profile.backend=roofline)")
+                          f"gpus.backend=roofline)")
     tensor = get("tensor_tflops") or get("bf16_tflops") or get("fp32_tflops")
     return Gpu(name=str(get("name")), sms=int(get("sms")), boost_mhz=float(get("boost_mhz")),
                fp32_tflops=float(get("fp32_tflops")), tensor_tflops=float(tensor),

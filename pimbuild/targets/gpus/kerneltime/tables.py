@@ -8,7 +8,7 @@ class, the linalg op, its iteration count, its FLOPs, the sizes of what it reads
 (IR bytes, sorted) and the served precision (``key``); two models' kernels of the same shape
 share a key. ``pimbuild-kernels export`` writes a build's measured device as a table,
 ``pimbuild-kernels merge`` joins tables of one device from several builds or machines, and
-``profile.backend=table`` with ``gpus.tables=[...]`` plans from them: a kernel a table has
+``gpus.backend=table`` with ``gpus.tables=[...]`` plans from them: a kernel a table has
 is measured, the others come from the fitted model, and ``profile.json`` counts both.
 """
 

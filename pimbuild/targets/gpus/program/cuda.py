@@ -170,9 +170,9 @@ def kernel_times(graph: Any, target: Any, model: Any, estimate: list[list[float]
     import torch
 
     if not torch.cuda.is_available():
-        raise StageError("profile", "profile.backend=cuda needs a CUDA GPU, and "
+        raise StageError("profile", "gpus.backend=cuda needs a CUDA GPU, and "
                          "torch.cuda.is_available() is false on this machine; use "
-                         "profile.backend=roofline")
+                         "gpus.backend=roofline")
     gpu = torch.cuda.get_device_name()
     measured = [d.key for d in target.devices if matches(d.name, gpu)]
     if not measured:

@@ -2,8 +2,11 @@
 
 A copy model is a module of this package with ``copies(nests, offloaded, outputs) ->
 (fetch_bytes, flush_bytes)``; buffers are identified by allocation. ``sim.copy_model`` names
-one in ``COPY_MODELS`` (or ``package.module:function``). This package holds what they share:
-the runs of offloaded nests (``runs``, ``segments``) and eq. 8's bytes of a segment.
+one in ``COPY_MODELS`` (or ``package.module:function``). One with options of its own declares
+a dataclass ``Options`` in its module and takes ``copies(..., options=Options())``;
+``sim.copy_model_options`` holds their values, checked like a config group. This package holds
+what they share: the runs of offloaded nests (``runs``, ``segments``) and eq. 8's bytes of a
+segment.
 
 - ``upper_bound`` (paper eq. 8): each segment (maximal run of consecutive offloaded nests)
   fetches every buffer it reads before writing it and flushes every buffer it writes, per
@@ -20,7 +23,8 @@ from pimbuild.core.registry import Registry
 from pimbuild.targets.offload.nests import Nest
 
 COPY_MODELS = Registry("copy model", "sim.copy_model",
-                       package="pimbuild.targets.offload.copymodels", attribute="copies")
+                       package="pimbuild.targets.offload.copymodels", attribute="copies",
+                       options="sim.copy_model_options")
 
 
 def runs(order: list[tuple[int, str]], offloaded: set[int]) -> list[list[int]]:

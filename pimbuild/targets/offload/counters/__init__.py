@@ -7,7 +7,10 @@ counts per forward. ``profile.backend`` names one in ``BACKENDS`` (a module
 ``profile.auto`` in
 order. Built in: ``papi`` (the platform's PAPI events, read in the C markers), ``valgrind``
 (callgrind's cache simulation), ``footprint`` (valgrind's counts modelled from each nest's
-buffers, no run), ``timer`` (no counts).
+buffers, no run), ``timer`` (no counts). A backend with options of its own declares a
+dataclass ``Options`` in its module; ``profile.backend_options`` holds their values (checked
+like a config group; only with the backend named, not ``auto``), read as
+``run.params.backend_options``.
 """
 
 from __future__ import annotations

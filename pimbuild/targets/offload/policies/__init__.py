@@ -39,11 +39,13 @@ class PolicyContext:
     policy: PolicyParams
     target: OffloadTarget
     copy_model: str
+    copy_options: Any = None  # the copy model's Options (sim.copy_model_options; None: none)
 
     def with_units(self, units: int) -> PolicyContext:
         """The same context on a target of another size (the report's cores sweep)."""
         return PolicyContext(self.nests, self.forward_s, self.outputs, self.b_cpu_gbps,
-                             self.policy, self.target.with_units(units), self.copy_model)
+                             self.policy, self.target.with_units(units), self.copy_model,
+                             self.copy_options)
 
 
 @dataclass

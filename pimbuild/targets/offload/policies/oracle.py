@@ -24,7 +24,7 @@ def place(ctx: PolicyContext) -> Placement:
     else:
         seeds = [policy.place(ctx).offloaded(ctx) for policy in (torchpim, operator)]
         best = hybrid.best_placement(ctx.nests, ctx.forward_s, ctx.target, ctx.copy_model,
-                                     ctx.outputs, seeds)
+                                     ctx.outputs, seeds, ctx.copy_options)
         how = "the lowest (local search)"
     decisions = []
     for n in ctx.nests:
