@@ -35,7 +35,7 @@ def _overrides(command: str) -> list[str] | None:
         return None
     out = []
     for word in words:
-        if word == "-m" or word.startswith("hydra") or word.startswith("store="):
+        if word == "-m" or word.lstrip("+").startswith("hydra") or word.startswith("store="):
             continue
         key, _, value = word.partition("=")
         if value.startswith("interval("):  # a searching sweeper's range: its low end

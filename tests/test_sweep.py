@@ -73,6 +73,29 @@ def test_parallel_sweep_with_joblib_shares_one_store(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+def test_parallel_sweep_on_a_local_ray_cluster_shares_one_store(tmp_path: Path) -> None:
+    """Hydra's Ray launcher starts a local Ray cluster of two CPUs and runs the two jobs on
+    it, one per worker, on one store: the artifacts both need (runtime, calibrate) are built
+    once, by one of them; the same sweep again builds nothing."""
+    args = ["-m", "hydra/launcher=ray", "+hydra.launcher.ray.init.num_cpus=2",
+            "+hydra.launcher.ray.init.include_dashboard=false",
+            "+hydra.launcher.ray.remote.num_cpus=1", "model=relu,softmax",
+            "profile.backend=timer", "show_candidates=false"]
+    first = run_cli([*args, f"hydra.sweep.dir={tmp_path / 'sweep1'}"], cwd=tmp_path)
+    assert first.returncode == 0, first.stdout + first.stderr
+    jobs = _jobs(tmp_path / "sweep1")
+    assert sorted(jobs) == ["0_relu", "1_softmax"]
+    assert len({job["pid"] for job in jobs.values()}) == 2  # two of Ray's worker processes
+    for shared in ("runtime", "calibrate"):
+        assert sum(shared in job["executed"] for job in jobs.values()) == 1
+        assert all(shared in job["executed"] + job["cached"] for job in jobs.values())
+    second = run_cli([*args, f"hydra.sweep.dir={tmp_path / 'sweep2'}"], cwd=tmp_path)
+    assert second.returncode == 0, second.stdout + second.stderr
+    assert all(job["executed"] == [] for job in _jobs(tmp_path / "sweep2").values())
+    assert (tmp_path / "sweep2" / "report.html").is_file()
+
+
+@pytest.mark.slow
 def test_a_monitor_sweep_is_one_table_and_rebuilds_only_simulate(tmp_path: Path) -> None:
     from tests.targets.gpus.test_gpus import TINY_LLAMA3
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import socket
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -46,7 +48,8 @@ def build(cfg: DictConfig, run_dir: Path) -> BuildResult:
         repaired={by_name[n]: why for n, why in outcome.repaired.items()})
     (run_dir / "build.json").write_text(json.dumps(
         {"executed": result.executed, "cached": result.cached, "repaired": result.repaired,
-         "seconds": {by_name[n]: s for n, s in outcome.seconds.items()}}, indent=2) + "\n")
+         "seconds": {by_name[n]: s for n, s in outcome.seconds.items()},
+         "host": socket.gethostname(), "pid": os.getpid()}, indent=2) + "\n")
     _summarize(cfg, stage_tasks, result, run_dir)
     return result
 
