@@ -53,12 +53,12 @@ def test_cli_help_and_cfg(tmp_path: Path) -> None:
     assert not (tmp_path / "outputs" / "artifacts").exists()
 
 
-@pytest.mark.slow
-def test_parallel_sweep_with_joblib_shares_one_store(tmp_path: Path) -> None:
-    """Two joblib workers on one store: the artifacts both jobs need (runtime, calibrate)
-    are built once, by one of them; the same sweep again builds nothing."""
-    args = ["-m", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", "model=relu,softmax",
-            "profile.backend=timer", "show_candidates=false"]
+def _twice_in_parallel(tmp_path: Path, launcher: list[str]) -> dict[str, dict]:
+    """Two jobs on one store with ``launcher``: the artifacts both need (runtime, calibrate)
+    are built once, by one of them; the same sweep again builds nothing. The first sweep's
+    jobs (``_jobs``)."""
+    args = ["-m", *launcher, "model=relu,softmax", "profile.backend=timer",
+            "show_candidates=false"]
     first = run_cli([*args, f"hydra.sweep.dir={tmp_path / 'sweep1'}"], cwd=tmp_path)
     assert first.returncode == 0, first.stdout + first.stderr
     jobs = _jobs(tmp_path / "sweep1")
@@ -70,29 +70,25 @@ def test_parallel_sweep_with_joblib_shares_one_store(tmp_path: Path) -> None:
     assert second.returncode == 0, second.stdout + second.stderr
     assert all(job["executed"] == [] for job in _jobs(tmp_path / "sweep2").values())
     assert not list((tmp_path / "outputs" / "artifacts").glob("**/.tmp-*"))
+    assert (tmp_path / "sweep2" / "report.html").is_file()
+    return jobs
+
+
+@pytest.mark.slow
+def test_parallel_sweep_with_joblib_shares_one_store(tmp_path: Path) -> None:
+    """Two joblib workers on one store (``_twice_in_parallel``)."""
+    _twice_in_parallel(tmp_path, ["hydra/launcher=joblib", "hydra.launcher.n_jobs=2"])
 
 
 @pytest.mark.slow
 def test_parallel_sweep_on_a_local_ray_cluster_shares_one_store(tmp_path: Path) -> None:
     """Hydra's Ray launcher starts a local Ray cluster of two CPUs and runs the two jobs on
-    it, one per worker, on one store: the artifacts both need (runtime, calibrate) are built
-    once, by one of them; the same sweep again builds nothing."""
-    args = ["-m", "hydra/launcher=ray", "+hydra.launcher.ray.init.num_cpus=2",
-            "+hydra.launcher.ray.init.include_dashboard=false",
-            "+hydra.launcher.ray.remote.num_cpus=1", "model=relu,softmax",
-            "profile.backend=timer", "show_candidates=false"]
-    first = run_cli([*args, f"hydra.sweep.dir={tmp_path / 'sweep1'}"], cwd=tmp_path)
-    assert first.returncode == 0, first.stdout + first.stderr
-    jobs = _jobs(tmp_path / "sweep1")
-    assert sorted(jobs) == ["0_relu", "1_softmax"]
-    assert len({job["pid"] for job in jobs.values()}) == 2  # two of Ray's worker processes
-    for shared in ("runtime", "calibrate"):
-        assert sum(shared in job["executed"] for job in jobs.values()) == 1
-        assert all(shared in job["executed"] + job["cached"] for job in jobs.values())
-    second = run_cli([*args, f"hydra.sweep.dir={tmp_path / 'sweep2'}"], cwd=tmp_path)
-    assert second.returncode == 0, second.stdout + second.stderr
-    assert all(job["executed"] == [] for job in _jobs(tmp_path / "sweep2").values())
-    assert (tmp_path / "sweep2" / "report.html").is_file()
+    it, one per worker process, on one store (``_twice_in_parallel``)."""
+    jobs = _twice_in_parallel(tmp_path, [
+        "hydra/launcher=ray", "+hydra.launcher.ray.init.num_cpus=2",
+        "+hydra.launcher.ray.init.include_dashboard=false",
+        "+hydra.launcher.ray.remote.num_cpus=1"])
+    assert len({job["pid"] for job in jobs.values()}) == 2
 
 
 @pytest.mark.slow
