@@ -1,6 +1,7 @@
 """Benchmark (not a test): profile stage wall time as a multiple of one native forward.
 
     .venv/bin/python bench/profile_cost.py [model ...] [--json out.json]
+    .venv/bin/python bench/profile_cost.py --decisions-only [model ...]   # the second part
 
 For each model and counter backend, a fresh store is built up to ``profile``; the profile
 stage's seconds (doit's, around its action) are divided by the forward's median time from the
@@ -103,10 +104,20 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("models", nargs="*", default=DEFAULT_MODELS)
     parser.add_argument("--json", type=Path, default=Path("outputs/bench/profile_cost.json"))
+    parser.add_argument("--decisions-only", action="store_true",
+                        help="only footprint's decisions against valgrind's (no cost table)")
     args = parser.parse_args()
     register_configs()
+    rows = [] if args.decisions_only else cost_rows(args.models)
+    same = [footprint_decisions(m) for m in args.models]
+    decisions_table(same)
+    write_json(args.json, {"cost": rows, "decisions": same})
+
+
+def cost_rows(models: list[str]) -> list[dict]:
+    """The profile stage's cost per model and backend, printed as a table."""
     bench("relu", "timer")  # one-off process warm-up, not reported
-    rows = [bench(m, b) for m in args.models for b in BACKENDS]
+    rows = [bench(m, b) for m in models for b in BACKENDS]
     table = Table(title="profile stage cost (one thread; noisy VM: compare within a run)")
     for col in ("model", "backend", "forward ms", "profile s", "profile / forward",
                 "load", "arguments", "timing", "counters"):
@@ -124,7 +135,10 @@ def main() -> None:
     console.print(table)
     for backend, error in errors.items():
         console.print(f"{backend} n/a: {error}", soft_wrap=True)
-    same = [footprint_decisions(m) for m in args.models]
+    return rows
+
+
+def decisions_table(same: list[dict]) -> None:
     table = Table(title="footprint vs valgrind counts, one run's timing: the policy's decisions")
     for col in ("model", "nests", "reach stage 2", "decided differently",
                 "read misses at stage 2, footprint / valgrind"):
@@ -136,7 +150,6 @@ def main() -> None:
                       f"{r['rd_footprint'] / r['rd_valgrind']:.3f}" if r["rd_valgrind"]
                       else "-")
     console.print(table)
-    write_json(args.json, {"cost": rows, "decisions": same})
 
 
 if __name__ == "__main__":

@@ -49,7 +49,7 @@ def build(cfg: DictConfig, run_dir: Path) -> BuildResult:
     (run_dir / "build.json").write_text(json.dumps(
         {"executed": result.executed, "cached": result.cached, "repaired": result.repaired,
          "seconds": {by_name[n]: s for n, s in outcome.seconds.items()},
-         "host": socket.gethostname(), "pid": os.getpid()}, indent=2) + "\n")
+         "machine": socket.gethostname(), "pid": os.getpid()}, indent=2) + "\n")
     _summarize(cfg, stage_tasks, result, run_dir)
     return result
 

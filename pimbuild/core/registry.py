@@ -107,6 +107,16 @@ class Registry:
         checked = check(model_of(schema, ranges, f"{name} options"), values, where)
         return schema(**{f.name: getattr(checked, f.name) for f in dataclasses.fields(schema)})
 
+    def values(self, name: str, values: Mapping[str, Any] | None) -> dict[str, Any]:
+        """``values`` checked as ``options`` checks them, as a plain dict for a stage's key,
+        importing entry ``name`` only when there are values to check: for an entry whose
+        module is heavy to import (a fusion mode, a counter backend), so that planning a
+        build does not load it; the stage makes the Options with ``options`` when it runs."""
+        values = dict(values or {})
+        if values:
+            self.options(name, values)
+        return values
+
     def call(self, name: str, options: Any, *args: Any) -> Any:
         """Entry ``name`` called on ``args``, with ``options=`` where it declares Options
         (``options``: what ``self.options`` returned; None: the entry's defaults)."""

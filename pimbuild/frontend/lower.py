@@ -95,7 +95,8 @@ class Params:
     fastmath: bool
     weights: str
     source_digest: str  # the recipe's package sources: editing any module rebuilds lower
-    fusion_options: Any = None  # the fusion mode's Options (lowering.fusion_options)
+    # the fusion mode's own options (lowering.fusion_options), checked; Options when it runs
+    fusion_options: dict[str, Any] = field(default_factory=dict)
 
 
 def model_params(cfg: DictConfig) -> ModelParams:
@@ -115,7 +116,7 @@ def params(cfg: DictConfig) -> Params:
         digest = recipes.source_digest(model.recipe)
     except (ImportError, ValueError) as e:
         raise ConfigError(f"model.recipe '{model.recipe}' cannot be found: {e}") from None
-    options = FUSIONS.options(cfg.lowering.fusion, plain(cfg.lowering.fusion_options))
+    options = FUSIONS.values(cfg.lowering.fusion, plain(cfg.lowering.fusion_options))
     return Params(model=model, fusion=cfg.lowering.fusion, fusion_options=options,
                   fastmath=cfg.lowering.fastmath,
                   weights=cfg.lowering.weights, source_digest=digest)
@@ -166,7 +167,7 @@ def lower(p: Params, out: Path, failure_dir: Path) -> None:
     mlir.run_pipeline(module, mlir.TORCH_TO_LINALG, stage=NAME, failure_dir=failure_dir,
                       isolate=EIGHT_BIT_CRASH if eight_bit else TO_LINALG_CRASH)
     dropped = transforms.drop_asserts(module)
-    FUSIONS.call(p.fusion, p.fusion_options, module)
+    FUSIONS.call(p.fusion, FUSIONS.options(p.fusion, p.fusion_options), module)
     if p.fastmath:
         transforms.add_fastmath(module)
     transforms.distinct_results(module)

@@ -19,6 +19,6 @@ def available(run: CounterRun) -> tuple[bool, str]:
 
 
 def count(run: CounterRun) -> list[dict]:
-    lines = run.params.backend_options.lines
+    lines = run.options.lines
     return [{"id": c["id"], "source_op": c["source_op"], "counter_source": "fixed_reads",
              "counts": {"offcore_data_rd": lines}} for c in run.program.candidates]

@@ -105,8 +105,8 @@ def params(cfg: DictConfig) -> Params:
                   l2_assoc=pf.l2_assoc, valgrind_last_level=pr.valgrind_last_level,
                   valgrind_warm=pr.valgrind_warm, host=host_cpu(),
                   reuse_memory=pr.reuse_memory,
-                  backend_options=None if pr.backend == "auto"
-                  else BACKENDS.options(pr.backend, options))
+                  backend_options={} if pr.backend == "auto"
+                  else BACKENDS.values(pr.backend, options))
 
 
 def reuse_freed_memory() -> str:
@@ -302,6 +302,7 @@ def profile(program: Program, p: Params, b_cpu_gbps: float, out: Path) -> None:
     lap("timing")
     counter_run = CounterRun(engine, markers, program, args, p, out)
     backend, why = choose_backend(counter_run)
+    counter_run.options = BACKENDS.options(backend, p.backend_options)
     log.info("counter backend: %s (%s)", backend, why)
     counter_rows = BACKENDS.get(backend).count(counter_run)
     lap("counters")

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +32,8 @@ class Params:
     valgrind_warm: bool
     host: str  # the CPU measured on: measurements are not reused on another
     reuse_memory: bool = True  # time in the steady state of the allocator (reuse_freed_memory)
-    backend_options: Any = None  # the named backend's Options (profile.backend_options)
+    # the named backend's own options (profile.backend_options), checked; CounterRun.options
+    backend_options: dict[str, Any] = field(default_factory=dict)
 
     @property
     def last_level(self) -> tuple[int, int]:

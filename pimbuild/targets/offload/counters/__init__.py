@@ -9,8 +9,8 @@ order. Built in: ``papi`` (the platform's PAPI events, read in the C markers), `
 (callgrind's cache simulation), ``footprint`` (valgrind's counts modelled from each nest's
 buffers, no run), ``timer`` (no counts). A backend with options of its own declares a
 dataclass ``Options`` in its module; ``profile.backend_options`` holds their values (checked
-like a config group; only with the backend named, not ``auto``), read as
-``run.params.backend_options``.
+like a config group; only with the backend named, not ``auto``), read as ``run.options``
+(the chosen backend's defaults under ``auto``).
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ class CounterRun:
     args: list[np.ndarray]
     params: Params
     out_dir: Path
+    options: Any = None  # the chosen backend's Options, where it declares them
 
 
 def empty_rows(run: CounterRun, source: str) -> list[dict]:
