@@ -25,14 +25,16 @@ GROUPS: dict[str, tuple[str, str]] = {
     "system": ("system=", "the target: pim (host CPU + PIM cores) or gpus (heterogeneous GPUs)"),
     "lowering": ("lowering=", "torch-mlir lowering: fusion, fast-math, weights"),
     "platform": ("platform=", "pim: the host CPU (caches, counter events)"),
-    "profile": ("profile=", "how unit times are taken (profile.backend, repetitions)"),
+    "profile": ("profile=", "pim: how nest times and counts are taken (profile.backend, "
+                            "repetitions)"),
     "pim": ("pim=", "pim: the PIM system (pim.cores, pim.freq_ghz, bandwidths)"),
     "policy": ("policy=", "pim: the placement rule"),
     "sim": ("sim=", "pim: what the estimate charges for copies and switches"),
     "device": ("devices=[a,b]", "gpus: the GPUs, from the catalogue (and a --config-dir's "
                                 "device/*.yaml)"),
     "link": ("link=", "gpus: what joins the devices (link@tp_link= joins tensor-parallel twins)"),
-    "gpus": ("gpus=", "gpus: the planner (gpus.planner), precision, efficiencies, MILP limits"),
+    "gpus": ("gpus=", "gpus: the planner (gpus.planner), kernel times (gpus.backend), "
+                      "precision, MILP limits"),
     "serve": ("serve=", "gpus: serving requests (arrivals, rate, output_len, the monitor)"),
     "experiment": ("+experiment=", "a paper experiment: builds each of its points"),
 }
