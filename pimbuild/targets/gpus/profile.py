@@ -47,8 +47,7 @@ def params(cfg: DictConfig) -> Params:
                           f"targets (system=pim); the GPU target's kernel-time backend is "
                           f"gpus.backend: gpus.backend={cfg.profile.backend}")
     backend = cfg.gpus.backend
-    BACKENDS.check(backend)
-    options = BACKENDS.options(backend, plain(cfg.gpus.backend_options))
+    options = BACKENDS.options(backend, plain(cfg.gpus.backend_options))  # unknown: one line
     target = GpuTarget.from_config(cfg)
     if cfg.gpus.tables and backend != "table":
         raise ConfigError(f"gpus.tables is read only by gpus.backend=table (this build's is "

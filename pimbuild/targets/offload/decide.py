@@ -51,7 +51,6 @@ def policy_params(cfg: DictConfig) -> PolicyParams:
 
 
 def params(cfg: DictConfig) -> Params:
-    COPY_MODELS.check(cfg.sim.copy_model)
     copy_options = COPY_MODELS.options(cfg.sim.copy_model, plain(cfg.sim.copy_model_options))
     return Params(policy=policy_params(cfg), system=cfg.system.name,
                   target=targets.from_config(cfg), copy_model=cfg.sim.copy_model,

@@ -105,8 +105,7 @@ def params(cfg: DictConfig) -> Params:
                   l2_assoc=pf.l2_assoc, valgrind_last_level=pr.valgrind_last_level,
                   valgrind_warm=pr.valgrind_warm, host=host_cpu(),
                   reuse_memory=pr.reuse_memory,
-                  backend_options={} if pr.backend == "auto"
-                  else BACKENDS.values(pr.backend, options))
+                  backend_options=BACKENDS.values(pr.backend, options))
 
 
 def reuse_freed_memory() -> str:
