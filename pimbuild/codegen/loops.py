@@ -256,8 +256,9 @@ def read_extents(op: ir.Operation, accesses: list, reads: dict[str, int],
 def read_views(op: ir.Operation, accesses: list, allocs: Allocations
                ) -> dict[str, dict[str, int]]:
     """For each buffer the nest reads only through views made outside it: each view's
-    bytes, by what it addresses (its element offset, shape and strides in the buffer), so
-    that two nests reading the two halves of one buffer are told apart."""
+    bytes, by what it addresses in the buffer (``addressed``), so that two nests reading the
+    two halves of one buffer are told apart, and two reading it through views of different
+    shapes over the same bytes are not."""
     views: dict[str, dict[str, int]] = {}
     whole = set()
     for kind, value, _ in accesses:
@@ -267,11 +268,22 @@ def read_views(op: ir.Operation, accesses: list, allocs: Allocations
         if _whole_read(value, op):
             whole.add(name)
             continue
-        t = ir.MemRefType(value.type)
-        strides, offset = t.get_strides_and_offset()
-        key = f"{offset}:{'x'.join(map(str, t.shape))}:{','.join(map(str, strides))}"
+        key = addressed(ir.MemRefType(value.type))
         views.setdefault(name, {})[key] = memref_bytes(value.type)[2]
     return {name: seen for name, seen in views.items() if name not in whole}
+
+
+def addressed(t: ir.MemRefType) -> str:
+    """What a view addresses in its buffer: a dense view (its elements one contiguous run)
+    by that run, ``offset:count``, whatever its shape (``64x1x4096`` and ``64x4096`` of one
+    buffer are the same bytes); any other by its element offset, shape and strides."""
+    strides, offset = t.get_strides_and_offset()
+    run = 1
+    for stride, n in sorted((s, n) for n, s in zip(t.shape, strides, strict=True) if n != 1):
+        if stride != run:
+            return f"{offset}:{'x'.join(map(str, t.shape))}:{','.join(map(str, strides))}"
+        run *= n
+    return f"{offset}:{run}"
 
 
 def counts(op: ir.Operation, loops: list[ir.Operation]) -> dict[str, Any]:
