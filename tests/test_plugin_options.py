@@ -216,3 +216,26 @@ def test_the_parts_act_by_their_options(run_build) -> None:
                       "+gpus.backend_options.us=3.0", "stages=[profile]"])
     times = (artifact_dir(gpus, "profile") / "kernel_times.csv").read_text().splitlines()
     assert {float(v) for row in times[1:] for v in row.split(",")[-2:]} == {3e-6}
+
+
+def test_a_package_entry_imported_once_is_found_without_listing_the_package(
+        monkeypatch) -> None:
+    """A registry asked again for a built-in entry it imported does not list its package
+    again (the copy model is asked once per hybrid evaluation); an unknown name, or a private
+    module of the package, is still refused."""
+    import pkgutil
+
+    from pimbuild.targets.offload.policies import POLICIES
+
+    first = POLICIES.get("torchpim")
+    monkeypatch.setattr(pkgutil, "iter_modules", lambda *a, **k: iter(()))
+    assert POLICIES.get("torchpim") is first
+    with pytest.raises(ConfigError, match=r"unknown policy 'torchpimm'"):
+        POLICIES.get("torchpimm")
+    import sys
+    from types import ModuleType
+
+    # a private module of the package, imported, is still not an entry
+    monkeypatch.setitem(sys.modules, f"{POLICIES.package}._private", ModuleType("_private"))
+    with pytest.raises(ConfigError, match=r"unknown policy '_private'"):
+        POLICIES.get("_private")

@@ -26,6 +26,7 @@ import dataclasses
 import importlib
 import importlib.util
 import pkgutil
+import sys
 from collections.abc import Mapping
 from types import ModuleType
 from typing import Any
@@ -72,7 +73,7 @@ class Registry:
     def get(self, name: str) -> Any:
         if name in self._registered:
             return self._registered[name]
-        if self.package and name in self.names():
+        if self.package and self._own(name):
             module = importlib.import_module(f"{self.package}.{name}")
             return getattr(module, self.attribute) if self.attribute else module
         if ":" in name or "." in name:  # a module of one's own: its attribute, or it
@@ -85,10 +86,18 @@ class Registry:
                           f"{', '.join(self.names())}, or a module of your own "
                           f"('package.module')")
 
+    def _own(self, name: str) -> bool:
+        """Whether ``name`` is a module of the package: one imported already is, without
+        listing the package again (the copy model is looked up once per hybrid evaluation, and
+        a local search over placements makes many)."""
+        if name.startswith("_") or name in self.exclude or "." in name or ":" in name:
+            return False
+        return f"{self.package}.{name}" in sys.modules or name in self.names()
+
     def check(self, name: str) -> None:
         """Raise a ConfigError unless ``name`` names an entry (imports nothing for built-ins
         and modules of the package)."""
-        if name in self._registered or (self.package and name in self.names()):
+        if name in self._registered or (self.package and self._own(name)):
             return
         self.get(name)
 

@@ -199,21 +199,25 @@ def test_auto_falls_back_with_papi_reason(run_build, markers: Markers) -> None:
     info = _profile_json(run_build(["model=relu", "model.size.n=4096",
                                     "profile.repetitions=3", "stages=[profile]"]))
     assert info["requested_backend"] == "auto"
-    assert info["counter_backend"] == "valgrind"
+    assert info["counter_backend"] == "footprint"
     assert reason in info["counter_backend_reason"]
 
 
 @pytest.mark.slow
-def test_auto_without_valgrind_takes_footprint(run_build, markers: Markers,
-                                              monkeypatch) -> None:
-    """A host with neither the PMU events nor valgrind gets the modelled counts, and says why."""
+def test_auto_takes_the_first_available_of_its_order(run_build, markers: Markers,
+                                                     monkeypatch) -> None:
+    """``profile.auto`` is tried in order: valgrind first where a user puts it first, and the
+    next one, with the reason, where valgrind is missing."""
     if _papi_counts_paper_events(markers)[0]:
         pytest.skip("this host's PMU counts the paper's events: auto chooses papi")
     from pimbuild.targets.offload.counters import valgrind
 
+    over = ["model=relu", "model.size.n=4096", "profile.repetitions=3", "stages=[profile]",
+            "profile.auto=[valgrind,footprint]"]
+    if valgrind.available()[0]:
+        assert _profile_json(run_build(over))["counter_backend"] == "valgrind"
     monkeypatch.setattr(valgrind, "available", lambda run=None: (False, "valgrind not found"))
-    result = run_build(["model=relu", "model.size.n=4096", "profile.repetitions=3",
-                        "stages=[profile]"])
+    result = run_build([*over, "profile.repetitions=4"])  # another artifact
     info = _profile_json(result)
     assert info["counter_backend"] == "footprint"
     assert "valgrind not found" in info["counter_backend_reason"]
