@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/profile_cost.py [model ...] [--json out.json]
     .venv/bin/python bench/profile_cost.py --decisions-only [model ...]   # the second part
+    .venv/bin/python bench/profile_cost.py --decisions-only hf --set model.hf.arch=BertModel
 
 For each model and counter backend, a fresh store is built up to ``profile``; the profile
 stage's seconds (doit's, around its action) are divided by the forward's median time from the
@@ -39,12 +40,13 @@ from pimbuild.targets.offload.hostfacts import b_cpu
 
 BACKENDS = ("timer", "footprint", "valgrind", "papi")
 DEFAULT_MODELS = ["softmax", "gemv", "mlp", "attention", "llama7b", "gptj6b", "mamba"]
+EXTRA: list[str] = []  # --set: more overrides for every build
 
 
 def bench(model: str, backend: str) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         try:
-            _, total = quiet_build([f"model={model}", f"store={tmp}/store",
+            _, total = quiet_build([f"model={model}", *EXTRA, f"store={tmp}/store",
                                     "stages=[profile]", f"profile.backend={backend}"],
                                    Path(tmp) / "run")
         except PimbuildError as e:
@@ -62,7 +64,7 @@ def bench(model: str, backend: str) -> dict:
 def footprint_decisions(model: str) -> dict:
     """valgrind's and footprint's counts on one run's timing: the decisions each leads to."""
     with tempfile.TemporaryDirectory() as tmp:
-        over = [f"model={model}", f"store={tmp}/store", "stages=[decide]",
+        over = [f"model={model}", *EXTRA, f"store={tmp}/store", "stages=[decide]",
                 "profile.backend=valgrind"]
         result, _ = quiet_build(over, Path(tmp) / "run")
         with initialize_config_module(config_module=CONFIG_MODULE, version_base="1.3"):
@@ -82,7 +84,7 @@ def footprint_decisions(model: str) -> dict:
                               for r in csv.DictReader(counters)}
     v, f = decided["valgrind"], decided["footprint"]
     stage2 = [k for k, d in v.items() if d.decided_by not in ("C1", "C2")]
-    return {"model": model, "nests": len(v), "stage2": len(stage2),
+    return {"model": " ".join([model, *EXTRA]), "nests": len(v), "stage2": len(stage2),
             "differ": [{"id": k, "valgrind": f"{v[k].target} ({v[k].decided_by})",
                         "footprint": f"{f[k].target} ({f[k].decided_by})"}
                        for k in v if v[k].target != f[k].target],
@@ -106,7 +108,10 @@ def main() -> None:
     parser.add_argument("--json", type=Path, default=Path("outputs/bench/profile_cost.json"))
     parser.add_argument("--decisions-only", action="store_true",
                         help="only footprint's decisions against valgrind's (no cost table)")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="another override for every build (model.hf.arch=BertModel)")
     args = parser.parse_args()
+    EXTRA.extend(args.set)
     register_configs()
     rows = [] if args.decisions_only else cost_rows(args.models)
     same = [footprint_decisions(m) for m in args.models]
