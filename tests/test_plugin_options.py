@@ -200,7 +200,8 @@ def test_the_parts_act_by_their_options(run_build) -> None:
                      "+lowering.fusion_options.fuse=false",
                      "profile.backend=tests.parts.fixed_reads",
                      "+profile.backend_options.lines=7",
-                     "policy.name=tests.policies.top_k:place", "+policy.options.k=1000"])
+                     "policy.name=tests.policies.top_k:place", "+policy.options.k=1000",
+                     "timeline=true"])
     unfused = run_build(["model=mlp", "lowering.fusion=none", "stages=[extract]"])
     fused = run_build(["model=mlp", "stages=[extract]"])
     assert len(candidates(pim)) == len(candidates(unfused)) > len(candidates(fused))
@@ -212,6 +213,10 @@ def test_the_parts_act_by_their_options(run_build) -> None:
     t_copy = report["t_copy"]  # the configured copy model and eq. 8, one placement
     assert t_copy["upper_bound"] > 0
     assert t_copy["tests.parts.scaled_copies"] == pytest.approx(2 * t_copy["upper_bound"])
+    # the timeline draws the same schedule, the copies at their option's factor too
+    events = json.loads((artifact_dir(pim, "simulate") / "timeline.json").read_text())
+    spans = [e["dur"] for e in events["traceEvents"] if e["ph"] == "X"]
+    assert sum(spans) * 1e-6 == pytest.approx(report["t_hybrid_s"], rel=1e-9)
     gpus = run_build(["system=gpus", "model=mlp", "gpus.backend=tests.parts.flat_kernels",
                       "+gpus.backend_options.us=3.0", "stages=[profile]"])
     times = (artifact_dir(gpus, "profile") / "kernel_times.csv").read_text().splitlines()

@@ -22,6 +22,7 @@ import numpy as np
 
 from pimbuild import paper
 from pimbuild.targets.offload import simulate
+from pimbuild.targets.offload.copymodels import UPPER_BOUND, CopyModel
 from pimbuild.targets.offload.hostfacts import b_cpu
 from pimbuild.targets.offload.nests import Nest, load_nests, outputs
 from pimbuild.targets.offload.policies import PolicyContext, PolicyParams
@@ -46,10 +47,10 @@ class Case:
     b_cpu_gbps: float
 
     def context(self, policy: PolicyParams, target: PimTarget,
-                copy_model: str = "upper_bound", copy_options: Any = None) -> PolicyContext:
+                copy_model: CopyModel = UPPER_BOUND) -> PolicyContext:
         """The model's nests as the policy and the simulator see them on ``target``."""
         return PolicyContext(self.nests, self.forward_s, self.outputs, self.b_cpu_gbps, policy,
-                             target, copy_model, copy_options)
+                             target, copy_model)
 
 
 def case_from_stages(model: str, stages: dict[str, Path]) -> Case:
@@ -62,7 +63,7 @@ def case_from_stages(model: str, stages: dict[str, Path]) -> Case:
 
 
 def predict(case: Case, policy: PolicyParams, target: PimTarget, cores: int,
-            copy_model: str = "upper_bound") -> float:
+            copy_model: CopyModel = UPPER_BOUND) -> float:
     """Speedup over CPU-only of the rule's placement at ``cores`` PIM cores."""
     ctx = case.context(policy, target.with_units(cores), copy_model)
     return simulate.evaluate(ctx, simulate.placement(policy.name, ctx))["speedup"]
@@ -73,7 +74,7 @@ def points(models: tuple[str, ...]) -> list[tuple[str, str, int, float]]:
 
 
 def quantity(case: Case, policy: PolicyParams, target: PimTarget, name: str, cores: int,
-             copy_model: str = "upper_bound") -> float:
+             copy_model: CopyModel = UPPER_BOUND) -> float:
     """A ``paper.PIM_SIDE`` quantity for the set the paper's rule offloads at 128 cores (NaN
     when it offloads nothing there). The points describe the sets the paper's own rule chose,
     so the set is taken with the paper's C4 (``policy.c4=paper``) whatever the configured C4:

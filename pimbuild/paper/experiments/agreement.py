@@ -81,11 +81,9 @@ def confusions(results: dict[str, dict[str, Any]], cfg: DictConfig
         case = fit.case_from_stages(model, result["stages"])
         paper[model], grid[model] = np.zeros(4, dtype=int), np.zeros(shape, dtype=int)
         for cores in cfg.sim.cores_sweep:
-            ctx = case.context(p.policy, p.target.with_units(cores), p.copy_model,
-                               p.copy_options)
+            ctx = case.context(p.policy, p.target.with_units(cores), p.copy_model)
             truth = {n.id for n in ctx.nests if hybrid.beneficial(
-                n, ctx.nests, ctx.forward_s, ctx.target, ctx.copy_model, ctx.outputs,
-                ctx.copy_options)}
+                n, ctx.nests, ctx.forward_s, ctx.target, ctx.copy_model, ctx.outputs)}
             paper[model] += _confusion(ctx, policies.place("torchpim", ctx).offloaded(ctx),
                                        truth)
             c5 = [[c5_offloaded(_trial(ctx, i_min=i_min, i_compute=ic)) for ic in I_COMPUTES]

@@ -20,7 +20,7 @@ from pimbuild import targets
 from pimbuild.core.errors import ConfigError
 from pimbuild.core.stage import Inputs, plain
 from pimbuild.targets.offload import nests, policies
-from pimbuild.targets.offload.copymodels import COPY_MODELS
+from pimbuild.targets.offload.copymodels import COPY_MODELS, CopyModel
 from pimbuild.targets.offload.hostfacts import b_cpu
 from pimbuild.targets.offload.policies import POLICIES, PolicyContext, PolicyParams
 from pimbuild.targets.offload.policies.torchpim import C1_MODES, C4_MODES
@@ -35,8 +35,7 @@ class Params:
     policy: PolicyParams
     system: str  # the target's name
     target: Any  # the target (a frozen dataclass of its parameters)
-    copy_model: str  # the oracle weighs data movement with it
-    copy_options: Any = None  # its Options (sim.copy_model_options), where it declares them
+    copy_model: CopyModel  # the oracle weighs data movement with it
 
 
 def policy_params(cfg: DictConfig) -> PolicyParams:
@@ -51,10 +50,10 @@ def policy_params(cfg: DictConfig) -> PolicyParams:
 
 
 def params(cfg: DictConfig) -> Params:
-    copy_options = COPY_MODELS.options(cfg.sim.copy_model, plain(cfg.sim.copy_model_options))
+    options = COPY_MODELS.options(cfg.sim.copy_model, plain(cfg.sim.copy_model_options))
     return Params(policy=policy_params(cfg), system=cfg.system.name,
-                  target=targets.from_config(cfg), copy_model=cfg.sim.copy_model,
-                  copy_options=copy_options)
+                  target=targets.from_config(cfg),
+                  copy_model=CopyModel(cfg.sim.copy_model, options))
 
 
 def context(inputs: Inputs, p: Params) -> PolicyContext:
@@ -65,8 +64,7 @@ def context(inputs: Inputs, p: Params) -> PolicyContext:
     return PolicyContext(nests=found, forward_s=info["forward_s"],
                          outputs=nests.outputs(ex / "candidates.json"),
                          b_cpu_gbps=b_cpu(inputs["calibrate"]), policy=p.policy,
-                         target=p.target, copy_model=p.copy_model,
-                         copy_options=p.copy_options)
+                         target=p.target, copy_model=p.copy_model)
 
 
 def run(inputs: Inputs, p: Params, out: Path) -> None:

@@ -9,9 +9,9 @@ time of the offloaded nests, ``T_copy`` the copy model's bytes at the target's c
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from pimbuild.targets.offload.copymodels import COPY_MODELS, segments
+from pimbuild.targets.offload.copymodels import CopyModel, segments
 from pimbuild.targets.offload.nests import Nest
 
 if TYPE_CHECKING:
@@ -39,7 +39,7 @@ class Breakdown:
 
 
 def hybrid(nests: list[Nest], offloaded: set[int], forward_s: float, target: OffloadTarget,
-           copy_model: str, outputs: set[str], copy_options: Any = None) -> Breakdown:
+           copy_model: CopyModel, outputs: set[str]) -> Breakdown:
     """Eq. 9 for the placement ``offloaded`` (nest ids); everything else stays on the host,
     including the time outside the nests. Nest medians need not add up to the forward's
     median, so CPU-only time is the nests' sum plus whatever the forward spends outside them."""
@@ -47,7 +47,7 @@ def hybrid(nests: list[Nest], offloaded: set[int], forward_s: float, target: Off
     t_cpu_only = sum(n.t_cpu_s for n in nests) + outside
     t_device = sum(target.unit_time(n) for n in nests if n.id in offloaded)
     t_host = outside + sum(n.t_cpu_s for n in nests if n.id not in offloaded)
-    fetch, flush = COPY_MODELS.call(copy_model, copy_options, nests, offloaded, outputs)
+    fetch, flush = copy_model.copies(nests, offloaded, outputs)
     # every run of a segment enters and leaves (a segment inside a loop: once per iteration)
     n_region = 2 * sum(max(seg[0].invocations, 1) for seg in segments(nests, offloaded))
     return Breakdown(t_cpu_only_s=t_cpu_only, t_host_s=t_host, t_device_s=t_device,
@@ -57,23 +57,22 @@ def hybrid(nests: list[Nest], offloaded: set[int], forward_s: float, target: Off
 
 
 def beneficial(nest: Nest, nests: list[Nest], forward_s: float, target: OffloadTarget,
-               copy_model: str, outputs: set[str], copy_options: Any = None) -> bool:
+               copy_model: CopyModel, outputs: set[str]) -> bool:
     """Ground truth for one nest: does offloading it alone beat keeping it on the host?"""
-    alone = hybrid(nests, {nest.id}, forward_s, target, copy_model, outputs, copy_options)
+    alone = hybrid(nests, {nest.id}, forward_s, target, copy_model, outputs)
     return alone.t_hybrid_s < alone.t_cpu_only_s
 
 
-def best_placement(nests: list[Nest], forward_s: float, target: OffloadTarget, copy_model: str,
-                   outputs: set[str], seeds: list[set[int]], copy_options: Any = None
+def best_placement(nests: list[Nest], forward_s: float, target: OffloadTarget,
+                   copy_model: CopyModel, outputs: set[str], seeds: list[set[int]]
                    ) -> set[int]:
     """The oracle: the lowest T_hybrid found from the seeds (other policies' placements and
     every nest's ground truth) by flipping one nest at a time while that helps."""
     def cost(offloaded: set[int]) -> float:
-        return hybrid(nests, offloaded, forward_s, target, copy_model, outputs,
-                      copy_options).t_hybrid_s
+        return hybrid(nests, offloaded, forward_s, target, copy_model, outputs).t_hybrid_s
 
     truth = {n.id for n in nests
-             if beneficial(n, nests, forward_s, target, copy_model, outputs, copy_options)}
+             if beneficial(n, nests, forward_s, target, copy_model, outputs)}
     best = min([set(), truth, *seeds], key=cost)
     best_cost = cost(best)
     improved = True

@@ -27,6 +27,7 @@ from omegaconf import DictConfig
 from pimbuild.core.stage import Inputs
 from pimbuild.core.trace import OPEN_WITH
 from pimbuild.targets.offload import decide, hybrid, policies, summary
+from pimbuild.targets.offload.copymodels import CopyModel
 from pimbuild.targets.offload.nests import display_name
 from pimbuild.targets.offload.policies import PolicyContext
 from pimbuild.targets.offload.timeline import timeline
@@ -57,8 +58,7 @@ def params(cfg: DictConfig) -> Params:
 def evaluate(ctx: PolicyContext, offloaded: set[int]) -> dict[str, Any]:
     """Eq. 9's terms for a placement, named by the target's sides (``t_host_s``, ...)."""
     t = ctx.target
-    b = hybrid.hybrid(ctx.nests, offloaded, ctx.forward_s, t, ctx.copy_model, ctx.outputs,
-                      ctx.copy_options)
+    b = hybrid.hybrid(ctx.nests, offloaded, ctx.forward_s, t, ctx.copy_model, ctx.outputs)
     return {"speedup": b.speedup, "t_hybrid_s": b.t_hybrid_s, "t_cpu_only_s": b.t_cpu_only_s,
             f"t_{t.host}_s": b.t_host_s, f"t_{t.device}_s": b.t_device_s,
             "t_copy_s": b.t_copy_s, "t_switch_s": b.t_switch_s, "n_region": b.n_region,
@@ -86,7 +86,7 @@ def false_positives(ctx: PolicyContext, offloaded: set[int], truth: set[int]
     for n in ctx.nests:
         if n.id in offloaded and n.id not in truth:
             alone = hybrid.hybrid(ctx.nests, {n.id}, ctx.forward_s, ctx.target,
-                                  ctx.copy_model, ctx.outputs, ctx.copy_options)
+                                  ctx.copy_model, ctx.outputs)
             rows.append({"id": n.id, "source": display_name(n.source_module, n.source_op),
                          "loss_s": alone.t_hybrid_s - alone.t_cpu_only_s})
     return sorted(rows, key=lambda r: -r["loss_s"])
@@ -124,11 +124,12 @@ def simulate(ctx: PolicyContext, decisions: dict[str, Any], reinsert: dict[str, 
     t, name = ctx.target, ctx.policy.name
     offloaded = set(decisions["offloaded"])
     main = evaluate(ctx, offloaded)
-    other_model = "resident" if ctx.copy_model == "upper_bound" else "upper_bound"
+    other_model = CopyModel("resident" if ctx.copy_model.name == "upper_bound"
+                            else "upper_bound")
     other = evaluate(PolicyContext(ctx.nests, ctx.forward_s, ctx.outputs, ctx.b_cpu_gbps,
                                    ctx.policy, t, other_model), offloaded)
     truth = {n.id for n in ctx.nests if hybrid.beneficial(
-        n, ctx.nests, ctx.forward_s, t, ctx.copy_model, ctx.outputs, ctx.copy_options)}
+        n, ctx.nests, ctx.forward_s, t, ctx.copy_model, ctx.outputs)}
     baselines = {b: evaluate(ctx, placement(b, ctx)) for b in t.baselines}
     by_id = {d["id"]: d for d in decisions["decisions"]}
     captured = sum(n.t_cpu_s for n in ctx.nests if n.id in offloaded)
@@ -141,13 +142,13 @@ def simulate(ctx: PolicyContext, decisions: dict[str, Any], reinsert: dict[str, 
         "bw_read_gbps": n.bw_read_gbps, "store_bound": n.store_bound,
         "beneficial": n.id in truth} for n in ctx.nests]
     return {
-        "policy": name, t.units_name: t.units, "copy_model": ctx.copy_model,
+        "policy": name, t.units_name: t.units, "copy_model": ctx.copy_model.name,
         **{k: main[k] for k in ("speedup", "t_hybrid_s", f"t_{t.host}_s",
                                 f"t_{t.device}_s", "t_copy_s", "t_switch_s", "n_region")},
         "t_cpu_only_s": main["t_cpu_only_s"],
         "over_eager": over_eager(main["speedup"], eager),
         "forward_s": ctx.forward_s,
-        "t_copy": {ctx.copy_model: main["t_copy_s"], other_model: other["t_copy_s"]},
+        "t_copy": {ctx.copy_model.name: main["t_copy_s"], other_model.name: other["t_copy_s"]},
         "offloaded": sorted(offloaded),
         "offloaded_sources": _counted(display_name(n.source_module, n.source_op)
                                       for n in ctx.nests if n.id in offloaded),

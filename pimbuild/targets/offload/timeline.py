@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from pimbuild.core.trace import Trace
-from pimbuild.targets.offload.copymodels import segment_bytes, segments
+from pimbuild.targets.offload.copymodels import CopyModel, segment_bytes, segments
 from pimbuild.targets.offload.hybrid import hybrid
 from pimbuild.targets.offload.nests import Nest, display_name
 
@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
 
 def timeline(nests: list[Nest], offloaded: set[int], forward_s: float,
-             target: OffloadTarget, copy_model: str, outputs: set[str]) -> Trace:
+             target: OffloadTarget, copy_model: CopyModel, outputs: set[str]) -> Trace:
     b = hybrid(nests, offloaded, forward_s, target, copy_model, outputs)
     segs = segments(nests, offloaded)
     moved = [list(segment_bytes(s))[-1] for s in segs]

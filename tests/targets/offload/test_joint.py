@@ -78,7 +78,7 @@ def test_joint_equals_brute_force(seed: int, copy_model: str) -> None:
                                  b_mem_gbps=rng.choice([2.0, 20.0]))
     ctx = context(random_nests(rng, n), target=target, copy_model=copy_model)
     offloaded, _ = joint.optimum(ctx)
-    got = hybrid.hybrid(ctx.nests, offloaded, ctx.forward_s, ctx.target, copy_model,
+    got = hybrid.hybrid(ctx.nests, offloaded, ctx.forward_s, ctx.target, ctx.copy_model,
                         ctx.outputs).t_hybrid_s
     assert got == pytest.approx(brute_force(ctx), rel=1e-9)
 
@@ -100,7 +100,7 @@ def test_joint_equals_brute_force_with_nests_in_loops(seed: int, copy_model: str
                                  b_mem_gbps=rng.choice([2.0, 20.0]))
     ctx = context(nests, target=target, copy_model=copy_model)
     offloaded, _ = joint.optimum(ctx)
-    got = hybrid.hybrid(ctx.nests, offloaded, ctx.forward_s, ctx.target, copy_model,
+    got = hybrid.hybrid(ctx.nests, offloaded, ctx.forward_s, ctx.target, ctx.copy_model,
                         ctx.outputs).t_hybrid_s
     assert got == pytest.approx(brute_force(ctx), rel=1e-9)
 
@@ -111,12 +111,12 @@ def test_joint_is_never_above_the_local_search(copy_model: str) -> None:
     for _ in range(5):
         ctx = context(random_nests(rng, 30), copy_model=copy_model)
         offloaded, _ = joint.optimum(ctx)
-        local = hybrid.best_placement(ctx.nests, ctx.forward_s, ctx.target, copy_model,
+        local = hybrid.best_placement(ctx.nests, ctx.forward_s, ctx.target, ctx.copy_model,
                                       ctx.outputs, [])
 
         def cost(placed, ctx=ctx):
-            return hybrid.hybrid(ctx.nests, placed, ctx.forward_s, ctx.target, copy_model,
-                                 ctx.outputs).t_hybrid_s
+            return hybrid.hybrid(ctx.nests, placed, ctx.forward_s, ctx.target,
+                                 ctx.copy_model, ctx.outputs).t_hybrid_s
         assert cost(offloaded) <= cost(local) * (1 + 1e-9)
 
 

@@ -34,12 +34,13 @@ def test_the_rule_reads_only_the_protocol(tmp_path: Path, monkeypatch) -> None:
     """The paper's rule on the NPU: N_core is its tiles, and C1's fixed costs are its own
     (two hand-overs and a launch, no per-core sync), from ``costs`` alone."""
     from pimbuild import targets
+    from pimbuild.targets.offload.copymodels import UPPER_BOUND
     from pimbuild.targets.offload.decide import policy_params
     from pimbuild.targets.offload.policies import PolicyContext
 
     cfg = _cfg(tmp_path, monkeypatch)
     npu = targets.from_config(cfg)
-    ctx = PolicyContext([], 1e-3, set(), 10.0, policy_params(cfg), npu, "upper_bound")
+    ctx = PolicyContext([], 1e-3, set(), 10.0, policy_params(cfg), npu, UPPER_BOUND)
     p = rule_params(ctx)
     assert p.n_core == 8 and p.record()["lanes"] == 16
     fixed = c1_threshold_s(0, 1, 1 << 20, p)  # no work: the fixed costs alone

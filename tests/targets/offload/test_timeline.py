@@ -11,6 +11,7 @@ import pytest
 
 from pimbuild.core.trace import check
 from pimbuild.targets.offload import hybrid
+from pimbuild.targets.offload.copymodels import CopyModel
 from pimbuild.targets.offload.timeline import timeline
 from tests.targets.pim.test_pim_model import MODEL, nest
 
@@ -30,8 +31,8 @@ def _lanes(path: Path) -> dict[tuple[int, int], str]:
 def test_the_spans_add_up_to_eq9(tmp_path: Path, copy_model: str, offloaded: set) -> None:
     nests = [nest(i, n_iter=1 << 14, reads={f"a{i}": 1 << 16}, writes={f"a{i + 1}": 1 << 16})
              for i in range(4)]
-    b = hybrid.hybrid(nests, offloaded, 5e-3, MODEL, copy_model, {"a4"})
-    counts = timeline(nests, offloaded, 5e-3, MODEL, copy_model, {"a4"}).write(
+    b = hybrid.hybrid(nests, offloaded, 5e-3, MODEL, CopyModel(copy_model), {"a4"})
+    counts = timeline(nests, offloaded, 5e-3, MODEL, CopyModel(copy_model), {"a4"}).write(
         tmp_path / "t.json")
     spans, lanes = _spans(tmp_path / "t.json"), _lanes(tmp_path / "t.json")
     assert sum(s["dur"] for s in spans) * 1e-6 == pytest.approx(b.t_hybrid_s, rel=1e-12)

@@ -10,7 +10,7 @@ import pytest
 
 from pimbuild import targets
 from pimbuild.targets.offload import copymodels, hybrid, policies
-from pimbuild.targets.offload.copymodels import COPY_MODELS
+from pimbuild.targets.offload.copymodels import COPY_MODELS, UPPER_BOUND, CopyModel
 from pimbuild.targets.offload.nests import Nest
 from pimbuild.targets.offload.policies import PolicyContext, PolicyParams
 from pimbuild.targets.offload.policies.torchpim import c1_bound_s, rule_params
@@ -25,7 +25,7 @@ def context(nests: list[Nest], policy: PolicyParams = POLICY, target=MODEL,
             copy_model: str = "upper_bound", forward_s: float | None = None) -> PolicyContext:
     forward = sum(n.t_cpu_s for n in nests) if forward_s is None else forward_s
     return PolicyContext(nests=nests, forward_s=forward, outputs={"out"}, b_cpu_gbps=16.0,
-                         policy=policy, target=target, copy_model=copy_model)
+                         policy=policy, target=target, copy_model=CopyModel(copy_model))
 
 
 RULE = rule_params(context([]))
@@ -107,13 +107,13 @@ def test_upper_bound_counts_each_buffer_once_per_direction_and_segment() -> None
 
 
 def test_nothing_offloaded_has_speedup_one() -> None:
-    b = hybrid.hybrid(chain(), set(), 6e-3, MODEL, "upper_bound", {"out"})
+    b = hybrid.hybrid(chain(), set(), 6e-3, MODEL, UPPER_BOUND, {"out"})
     assert b.speedup == 1.0
     assert b.n_region == 0 and b.t_copy_s == 0 and b.t_device_s == 0
 
 
 def test_transitions_are_two_per_segment() -> None:
-    b = hybrid.hybrid(chain(), {0, 1, 3}, 6e-3, MODEL, "upper_bound", {"out"})
+    b = hybrid.hybrid(chain(), {0, 1, 3}, 6e-3, MODEL, UPPER_BOUND, {"out"})
     assert b.n_region == 4
     assert b.t_switch_s == pytest.approx(4 * MODEL.t_sw_us * 1e-6)
 
@@ -125,7 +125,7 @@ def test_a_segment_stays_in_its_loop_and_counts_each_run() -> None:
     nests = [*looped, *chain()[2:4]]
     assert [[n.id for n in s] for s in copymodels.segments(nests, {0, 1, 2, 3})] == [[0, 1],
                                                                                     [2, 3]]
-    b = hybrid.hybrid(nests, {0, 1, 2, 3}, 6e-3, MODEL, "upper_bound", {"out"})
+    b = hybrid.hybrid(nests, {0, 1, 2, 3}, 6e-3, MODEL, UPPER_BOUND, {"out"})
     assert b.n_region == 2 * 7 + 2
 
 
@@ -150,7 +150,7 @@ def test_oracle_beats_every_policy(copy_model: str) -> None:
     ctx = context(nests, copy_model=copy_model, forward_s=forward)
     for policy in policies.POLICIES.names():
         pim = policies.place(policy, ctx).offloaded(ctx)
-        cost[policy] = hybrid.hybrid(nests, pim, forward, MODEL, copy_model,
+        cost[policy] = hybrid.hybrid(nests, pim, forward, MODEL, ctx.copy_model,
                                      {"out"}).t_hybrid_s
     assert all(cost["oracle"] <= c + 1e-15 for c in cost.values())
 

@@ -18,6 +18,8 @@ segment.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
 
 from pimbuild.core.registry import Registry
 from pimbuild.targets.offload.nests import Nest
@@ -25,6 +27,23 @@ from pimbuild.targets.offload.nests import Nest
 COPY_MODELS = Registry("copy model", "sim.copy_model",
                        package="pimbuild.targets.offload.copymodels", attribute="copies",
                        options="sim.copy_model_options")
+
+
+@dataclass(frozen=True)
+class CopyModel:
+    """A copy model as a simulation uses it: its name (``sim.copy_model``) and its Options
+    (``sim.copy_model_options``, made by ``COPY_MODELS.options``; None: it declares none)."""
+
+    name: str = "upper_bound"
+    options: Any = None
+
+    def copies(self, nests: list[Nest], offloaded: set[int], outputs: set[str]
+               ) -> tuple[int, int]:
+        """(fetch, flush) bytes per forward of the placement ``offloaded``."""
+        return COPY_MODELS.call(self.name, self.options, nests, offloaded, outputs)
+
+
+UPPER_BOUND = CopyModel("upper_bound")  # the paper's eq. 8
 
 
 def runs(order: list[tuple[int, str]], offloaded: set[int]) -> list[list[int]]:

@@ -23,6 +23,7 @@ from pimbuild.core.registry import Registry
 from pimbuild.targets.offload.protocol import PolicyParams  # the policy group's (re-exported)
 
 if TYPE_CHECKING:
+    from pimbuild.targets.offload.copymodels import CopyModel
     from pimbuild.targets.offload.nests import Nest
     from pimbuild.targets.offload.protocol import OffloadTarget
 
@@ -38,14 +39,12 @@ class PolicyContext:
     b_cpu_gbps: float
     policy: PolicyParams
     target: OffloadTarget
-    copy_model: str
-    copy_options: Any = None  # the copy model's Options (sim.copy_model_options; None: none)
+    copy_model: CopyModel  # the oracle and the simulator weigh data movement with it
 
     def with_units(self, units: int) -> PolicyContext:
         """The same context on a target of another size (the report's cores sweep)."""
         return PolicyContext(self.nests, self.forward_s, self.outputs, self.b_cpu_gbps,
-                             self.policy, self.target.with_units(units), self.copy_model,
-                             self.copy_options)
+                             self.policy, self.target.with_units(units), self.copy_model)
 
 
 @dataclass

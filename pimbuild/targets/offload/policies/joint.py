@@ -47,7 +47,7 @@ def place(ctx: PolicyContext) -> Placement:
         side = ctx.target.device if n.id in offloaded else ctx.target.host
         q = {"t_cpu_s": n.t_cpu_s, f"t_{ctx.target.device}_s": ctx.target.unit_time(n)}
         decisions.append(Decision(n.id, side, "joint", f"the exact minimum of T_hybrid "
-                                  f"({ctx.copy_model} copies) places it on {side}", q))
+                                  f"({ctx.copy_model.name} copies) places it on {side}", q))
     return Placement({**rule_params(ctx).record(), "solve_s": seconds}, decisions)
 
 
@@ -56,13 +56,13 @@ def optimum(ctx: PolicyContext) -> tuple[set[int], float]:
     import time
 
     began = time.perf_counter()
-    if ctx.copy_model == "upper_bound":
+    if ctx.copy_model.name == "upper_bound":
         best = by_segments(ctx)
-    elif ctx.copy_model == "resident":
+    elif ctx.copy_model.name == "resident":
         best = by_milp(ctx)
     else:
         raise ConfigError(f"policy=joint supports sim.copy_model "
-                          f"{' or '.join(COPY_MODELS)}, not {ctx.copy_model}")
+                          f"{' or '.join(COPY_MODELS)}, not {ctx.copy_model.name}")
     return best, time.perf_counter() - began
 
 

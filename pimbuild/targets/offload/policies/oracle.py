@@ -18,13 +18,13 @@ from pimbuild.targets.offload.policies import (
 
 
 def place(ctx: PolicyContext) -> Placement:
-    if ctx.copy_model in joint.COPY_MODELS:
+    if ctx.copy_model.name in joint.COPY_MODELS:
         best, _ = joint.optimum(ctx)
         how = "the exact minimum of"
     else:
         seeds = [policy.place(ctx).offloaded(ctx) for policy in (torchpim, operator)]
         best = hybrid.best_placement(ctx.nests, ctx.forward_s, ctx.target, ctx.copy_model,
-                                     ctx.outputs, seeds, ctx.copy_options)
+                                     ctx.outputs, seeds)
         how = "the lowest (local search)"
     decisions = []
     for n in ctx.nests:
