@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import random
 import statistics
 import sys
 import tempfile
@@ -291,8 +292,6 @@ def varied_solve_times(one: PlanContext, devices: str, layers: int = 30,
     """The per-kernel MILP on a DDG without repeated layers (the issue's 1,000-kernel case,
     which counting layers cannot shorten): ``layers`` copies of one layer, every kernel's
     time on every device scaled by its own lognormal factor (sigma 0.25, ``seed``)."""
-    import random
-
     rows = []
     for seed in seeds:
         ctx = unrolled(one, layers)
