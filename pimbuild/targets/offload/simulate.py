@@ -27,7 +27,7 @@ from omegaconf import DictConfig
 from pimbuild.core.stage import Inputs
 from pimbuild.core.trace import OPEN_WITH
 from pimbuild.targets.offload import decide, hybrid, policies, summary
-from pimbuild.targets.offload.copymodels import CopyModel
+from pimbuild.targets.offload.copymodels import UPPER_BOUND, CopyModel
 from pimbuild.targets.offload.nests import display_name
 from pimbuild.targets.offload.policies import PolicyContext
 from pimbuild.targets.offload.timeline import timeline
@@ -124,8 +124,7 @@ def simulate(ctx: PolicyContext, decisions: dict[str, Any], reinsert: dict[str, 
     t, name = ctx.target, ctx.policy.name
     offloaded = set(decisions["offloaded"])
     main = evaluate(ctx, offloaded)
-    other_model = CopyModel("resident" if ctx.copy_model.name == "upper_bound"
-                            else "upper_bound")
+    other_model = CopyModel("resident") if ctx.copy_model.name == "upper_bound" else UPPER_BOUND
     other = evaluate(PolicyContext(ctx.nests, ctx.forward_s, ctx.outputs, ctx.b_cpu_gbps,
                                    ctx.policy, t, other_model), offloaded)
     truth = {n.id for n in ctx.nests if hybrid.beneficial(

@@ -34,7 +34,7 @@ class CopyModel:
     """A copy model as a simulation uses it: its name (``sim.copy_model``) and its Options
     (``sim.copy_model_options``, made by ``COPY_MODELS.options``; None: it declares none)."""
 
-    name: str = "upper_bound"
+    name: str
     options: Any = None
 
     def copies(self, nests: list[Nest], offloaded: set[int], outputs: set[str]
