@@ -91,6 +91,34 @@ def test_paper_nest_counts_are_in_the_golden_table() -> None:
         assert GOLDEN_NESTS[model][0] == count
 
 
+def test_the_arguments_need_no_forward_and_the_reference_leaves_them_as_they_are(
+        tmp_path: Path, monkeypatch) -> None:
+    """``materialize_args`` (what profile reads) runs no forward; the eager reference runs
+    when asked for, after the arguments were taken from the module, and a forward that
+    writes its buffer (a KV cache) leaves them as they were: the program run on them then
+    matches the reference."""
+    from pimbuild.frontend import arguments
+
+    cfg, params, out = _lower(tmp_path, ["model=relu", "model.recipe=tests.odd_recipes:cached_step",
+                                         "model.size={n:16}"])
+    signature = json.loads((out / "signature.json").read_text())
+    forwards = []
+    eager = arguments.eager
+    monkeypatch.setattr(arguments, "eager", lambda *a: forwards.append(1) or eager(*a))
+    taken = [a.copy() for a in frontend.materialize_args(params.model, signature)]
+    assert not forwards
+    args, expected = frontend.materialize(params.model, signature)
+    assert len(forwards) == 1
+    assert all(np.array_equal(a, b) for a, b in zip(args, taken, strict=True))
+    engine = jit.compile_scf(out / "scf.mlir", tmp_path / "failure", cfg.lowering.register_block)
+    results = jit.invoke(engine, signature["function"], args, signature["outputs"])
+    assert len(results) == len(expected) == 2  # the output and the cache's new value
+    for got, want in zip(results, expected, strict=True):
+        assert np.allclose(got, want, rtol=1e-5, atol=1e-6)
+    frontend.materialize(params.model, signature)
+    assert len(forwards) == 1  # kept for the process
+
+
 def test_weights_as_constants_match_eager(tmp_path: Path) -> None:
     cfg, params, out = _lower(tmp_path, ["model=mlp", "model.size.hidden=16",
                                          "model.size.ffn=32", "lowering.weights=constants"])

@@ -24,8 +24,9 @@ from typing import Any
 # name -> the module defining it; imported on first use (PEP 562), so that importing
 # ``pimbuild.frontend.lower`` (a stage module) to plan a build imports no torch
 _HOME = {
-    "keep_recipe": "arguments", "materialize": "arguments", "materialized_recipe": "arguments",
-    "reference64": "arguments", "decompositions": "decompose", "tensor_overloads": "decompose",
+    "keep_recipe": "arguments", "materialize": "arguments", "materialize_args": "arguments",
+    "materialized_recipe": "arguments", "reference64": "arguments",
+    "decompositions": "decompose", "tensor_overloads": "decompose",
     "annotate_sources": "exported", "export": "exported", "fold_splat_constants": "exported",
     "nonnegative_scatter_dims": "exported", "signature": "exported",
     "import_error": "mlir_import", "import_program": "mlir_import", "build_recipe": "recipe",

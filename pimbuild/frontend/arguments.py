@@ -1,5 +1,6 @@
-"""The lowered function's arguments rebuilt from the recipe and seed (materialize), kept
-for the last recipes of the process, and a float64 reference run."""
+"""The lowered function's arguments rebuilt from the recipe and seed (materialize_args), kept
+for the last recipe of the process; eager's outputs on them (materialize), and a float64
+reference run."""
 
 from __future__ import annotations
 
@@ -20,25 +21,41 @@ if TYPE_CHECKING:
     from pimbuild.core.stage import ModelParams
 
 
-def materialize(p: ModelParams, sig: dict[str, Any]) -> tuple[list[np.ndarray], list[np.ndarray]]:
-    """Rebuild the lowered function's arguments and PyTorch eager's outputs from the recipe.
+def materialize_args(p: ModelParams, sig: dict[str, Any]) -> list[np.ndarray]:
+    """Rebuild the lowered function's arguments from the recipe, without running the model.
 
     The last result is kept for the process: the stages of one build and the jobs of a sweep
     ask for the same arguments again (a decoder layer's 200M random weights cost seconds).
     Callers only read them: no lowered program writes its inputs (extract records writes,
     and none goes to an input argument)."""
-    return _materialized(p, sig)[:2]
+    return _materialized(p, sig).args
+
+
+def materialize(p: ModelParams, sig: dict[str, Any]) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """``materialize_args`` and PyTorch eager's outputs on them. The eager forward runs the first
+    time a process asks for the outputs (the check of ``reinsert``), not for the arguments
+    alone (profile, calibrate): the profile stage times the program, not the model."""
+    m = _materialized(p, sig)
+    if m.expected is None:
+        m.expected = _reference(p, sig, m.recipe)
+    return m.args, m.expected
 
 
 def materialized_recipe(p: ModelParams, sig: dict[str, Any]) -> recipes.Recipe:
     """The recipe ``materialize``'s arguments were taken from (its inputs and buffers are
     the arrays it returned): to time eager on the same tensors. A forward of it must keep
     the buffers (``kept_buffers``)."""
-    return _materialized(p, sig)[2]
+    return _materialized(p, sig).recipe
 
 
-def _materialized(p: ModelParams, sig: dict[str, Any]
-                  ) -> tuple[list[np.ndarray], list[np.ndarray], recipes.Recipe]:
+@dataclasses.dataclass
+class _Materialized:
+    args: list[np.ndarray]
+    recipe: recipes.Recipe
+    expected: list[np.ndarray] | None = None  # eager's outputs, once asked for
+
+
+def _materialized(p: ModelParams, sig: dict[str, Any]) -> _Materialized:
     key = json.dumps([dataclasses.asdict(p), sig["args"]], sort_keys=True)
     if key not in _LAST_MATERIALIZED:
         _LAST_MATERIALIZED.clear()
@@ -64,11 +81,8 @@ KEEP = 3
 _KEPT_RECIPE: dict[str, recipes.Recipe] = {}
 
 
-def _materialize(p: ModelParams, sig: dict[str, Any]
-                 ) -> tuple[list[np.ndarray], list[np.ndarray], recipes.Recipe]:
+def _materialize(p: ModelParams, sig: dict[str, Any]) -> _Materialized:
     recipe = _KEPT_RECIPE.pop(_key(p), None) or build_recipe(p)
-    layout = _results_layout(sig)
-    expected = [o.detach().numpy() for o in eager(p, recipe, layout)]
     values = []
     for arg in sig["args"]:
         if "value" in arg:  # a literal of the forward (``_literal``)
@@ -78,7 +92,15 @@ def _materialize(p: ModelParams, sig: dict[str, Any]
         tensor = (recipe.inputs[arg["source"]] if arg["kind"] == "input"
                   else _attribute(recipe.module, arg["source"]))
         values.append(np.ascontiguousarray(_real_view(tensor).detach().numpy()))
-    return values, expected, recipe
+    return _Materialized(values, recipe)
+
+
+def _reference(p: ModelParams, sig: dict[str, Any], recipe: recipes.Recipe
+               ) -> list[np.ndarray]:
+    """Eager's outputs on the recipe whose tensors the arguments view. They stay as they
+    were: ``eager`` restores the buffers the forward writes, and ``lower`` refuses a forward
+    that writes its inputs or parameters."""
+    return [o.detach().numpy() for o in eager(p, recipe, _results_layout(sig))]
 
 
 def _results_layout(sig: dict[str, Any]) -> list[str | None]:
@@ -107,4 +129,4 @@ def reference64(p: ModelParams, sig: dict[str, Any]) -> list[np.ndarray] | None:
             else o.detach().numpy() for o in outputs]
 
 
-_LAST_MATERIALIZED: dict[str, tuple[list[np.ndarray], list[np.ndarray], recipes.Recipe]] = {}
+_LAST_MATERIALIZED: dict[str, _Materialized] = {}

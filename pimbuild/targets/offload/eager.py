@@ -91,10 +91,10 @@ def compare(program: Program, p: Params) -> dict[str, Any]:
 def against_eager(engine, model: ModelParams, signature: dict[str, Any], rounds: int,
                   min_time_s: float = 0.0) -> dict[str, Any]:
     """``eager_comparison`` of the compiled forward ``engine`` with the model's eager forward,
-    on the tensors ``materialize`` made its arguments from."""
+    on the tensors ``materialize_args`` made its arguments from."""
     from pimbuild.codegen import jit
 
-    args, _ = frontend.materialize(model, signature)
+    args = frontend.materialize_args(model, signature)
     recipe = frontend.materialized_recipe(model, signature)
     call, _ = jit.prepare(engine, signature["function"], args, signature["outputs"])
     return eager_comparison(call, recipe.module, list(recipe.inputs.values()), rounds,

@@ -293,7 +293,7 @@ def profile(program: Program, p: Params, b_cpu_gbps: float, out: Path) -> None:
     markers = Markers(program.runtime_dir / LIBRARY)
     engine, loaded = load_program(program, markers)
     lap("load")
-    args, _ = frontend.materialize(program.model, program.signature)
+    args = frontend.materialize_args(program.model, program.signature)
     lap("arguments")
     rows, summary = timing_run(engine, markers, program, args, p.warmup, p.repetitions,
                                p.estimator, p.min_time_s)
