@@ -21,13 +21,19 @@ if TYPE_CHECKING:
     from pimbuild.core.stage import ModelParams
 
 
-def materialize_args(p: ModelParams, sig: dict[str, Any]) -> list[np.ndarray]:
+def materialize_args(p: ModelParams, sig: dict[str, Any], keep: bool = True
+                     ) -> list[np.ndarray]:
     """Rebuild the lowered function's arguments from the recipe, without running the model.
 
     The last result is kept for the process: the stages of one build and the jobs of a sweep
     ask for the same arguments again (a decoder layer's 200M random weights cost seconds).
     Callers only read them: no lowered program writes its inputs (extract records writes,
-    and none goes to an input argument)."""
+    and none goes to an input argument). ``keep=False``: a kernel of the tool's own
+    (calibrate's), built, not kept, and not displacing the model's; its arrays are freed
+    with the caller's last reference (freeing calibrate's buffers cost the next stage that
+    replaced them 50 ms, 1.5 forwards of a LLaMA-7B layer)."""
+    if not keep:
+        return _materialize(p, sig).args
     return _materialized(p, sig).args
 
 

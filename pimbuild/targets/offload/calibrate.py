@@ -107,7 +107,7 @@ def search_register_block(candidates: tuple[int, ...], buffer_mib: int, work: Pa
                              source_digest=""), work, work / "failure")
     signature = json.loads((work / "signature.json").read_text())
     engines = {b: jit.compile_scf(work / "scf.mlir", work / "failure", b) for b in candidates}
-    args = frontend.materialize_args(model, signature)
+    args = frontend.materialize_args(model, signature, keep=False)
     calls = {b: jit.prepare(engine, signature["function"], args, signature["outputs"])[0]
              for b, engine in engines.items()}
     times: dict[int, list[float]] = {b: [] for b in candidates}
@@ -136,7 +136,7 @@ def measure(p: Params, block: int, runtime_dir: Path, work: Path) -> dict:
     program = profile.Program.from_artifacts(lp.model, work, work, work, runtime_dir)
     markers = Markers(runtime_dir / LIBRARY)
     engine, _ = profile.load_program(program, markers)
-    args = frontend.materialize_args(lp.model, program.signature)
+    args = frontend.materialize_args(lp.model, program.signature, keep=False)
     nest = max(program.candidates, key=lambda c: sum(c["reads"].values()))
     read_bytes = sum(nest["reads"].values())
     rounds = []
