@@ -16,7 +16,7 @@ from pimbuild.core.errors import ConfigError, StageError
 from pimbuild.targets.gpus.costmodel import cost, ddg, roofline
 from pimbuild.targets.gpus.costmodel.cost import Link
 from pimbuild.targets.gpus.costmodel.ddg import Graph, Kernel
-from pimbuild.targets.gpus.planners import PlanContext, place
+from pimbuild.targets.gpus.planners import PlanContext, place, throughput
 from pimbuild.targets.gpus.systems.devicesets import two_sets
 from pimbuild.targets.gpus.target import GpuTarget
 from tests.conftest import REPO, artifact_dir, make_cfg
@@ -73,6 +73,29 @@ def test_planners_equal_brute_force(seed: int, n: int, n_dev: int) -> None:
     assert cost.critical_path(g, lat.place, times, LINK, n_dev) == \
         pytest.approx(best_path, rel=1e-7)
     assert lat.objective == pytest.approx(best_path, rel=1e-6)
+
+
+def test_two_devices_balanced_then_per_kernel_where_a_link_binds_equal_brute_force() -> None:
+    """On two devices the throughput MILP is first solved with the larger busy time as
+    mean + half the difference and no link rows (``throughput.balanced``); where a link's
+    load is then the cycle time, the full MILP runs from its placement. Both ways end at
+    brute force's optimum, and these cases take both."""
+    ways = set()
+    for seed in range(24):
+        rng = random.Random(seed)
+        g = random_graph(rng, 8, carried=seed % 2 == 0)
+        times = [[rng.choice([1e-7, 1e-6, 1e-5]) * rng.uniform(0.5, 2) for _ in range(2)]
+                 for _ in range(8)]
+        kappa = (0.0, 0.5)[seed % 2]
+        ctx = PlanContext(g, times, LINK, 2, kappa)
+        ways.add(throughput.balanced(ctx).info["links_free"])
+        plan = throughput.per_kernel(ctx)
+        best, _ = brute_force(g, times, 2, kappa)
+        achieved = cost.cycle_time(g, plan.place, times, LINK, 2, kappa)
+        assert achieved == pytest.approx(best, rel=1e-7)
+        assert plan.objective == pytest.approx(best, rel=1e-7)
+        assert plan.info["bound_s"] <= best * (1 + 1e-6)
+    assert ways == {True, False}
 
 
 def _two_readers() -> Graph:
