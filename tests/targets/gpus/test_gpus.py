@@ -75,23 +75,24 @@ def test_planners_equal_brute_force(seed: int, n: int, n_dev: int) -> None:
     assert lat.objective == pytest.approx(best_path, rel=1e-6)
 
 
-def test_two_devices_balanced_then_per_kernel_where_a_link_binds_equal_brute_force() -> None:
-    """On two devices the throughput MILP is first solved with the larger busy time as
-    mean + half the difference and no link rows (``throughput.balanced``); where a link's
-    load is then the cycle time, the full MILP runs from its placement. Both ways end at
-    brute force's optimum, and these cases take both."""
-    ways = set()
+@pytest.mark.parametrize("n_dev", [2, 3])
+def test_balanced_then_per_kernel_where_a_link_binds_equal_brute_force(n_dev: int) -> None:
+    """The throughput MILP is first solved with the largest busy time as the mean plus the
+    largest excess over it and no link rows (``throughput.balanced``); where a link's load is
+    then the cycle time, the full MILP runs from its placement. Both ways end at brute
+    force's optimum, and these cases take both."""
+    ways, n = set(), (8, 6)[n_dev - 2]
     for seed in range(24):
         rng = random.Random(seed)
-        g = random_graph(rng, 8, carried=seed % 2 == 0)
-        times = [[rng.choice([1e-7, 1e-6, 1e-5]) * rng.uniform(0.5, 2) for _ in range(2)]
-                 for _ in range(8)]
+        g = random_graph(rng, n, carried=seed % 2 == 0)
+        times = [[rng.choice([1e-7, 1e-6, 1e-5]) * rng.uniform(0.5, 2) for _ in range(n_dev)]
+                 for _ in range(n)]
         kappa = (0.0, 0.5)[seed % 2]
-        ctx = PlanContext(g, times, LINK, 2, kappa)
+        ctx = PlanContext(g, times, LINK, n_dev, kappa)
         ways.add(throughput.balanced(ctx).info["links_free"])
         plan = throughput.per_kernel(ctx)
-        best, _ = brute_force(g, times, 2, kappa)
-        achieved = cost.cycle_time(g, plan.place, times, LINK, 2, kappa)
+        best, _ = brute_force(g, times, n_dev, kappa)
+        achieved = cost.cycle_time(g, plan.place, times, LINK, n_dev, kappa)
         assert achieved == pytest.approx(best, rel=1e-7)
         assert plan.objective == pytest.approx(best, rel=1e-7)
         assert plan.info["bound_s"] <= best * (1 + 1e-6)

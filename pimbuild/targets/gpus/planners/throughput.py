@@ -17,13 +17,14 @@ there and its source is not), and ``w[b][e][d]`` when it is sent from ``e`` to `
 smallest feasible ``r``, ``w`` are exactly the transfers ``ddg.transfers`` lists, so the optimum
 equals the cost model's minimum (checked against brute force in the tests).
 
-On two devices (``balanced``) it is first solved without ``C``: ``max(B0, B1)`` of the two
-busy rows' right-hand sides is ``(B0 + B1) / 2 + E`` with ``E >= +-(B0 - B1) / 2``, the mean in
-the objective on the placement's own columns, and the link rows left out. That optimum bounds
-every placement's cycle time from below, and is the cycle time of its own placement unless a
-link's load exceeds both busy times; only then is the MILP above solved, from that placement.
-The polyhedron is the same; with the objective on the columns HiGHS's reduced costs fix most
-of them once it has a placement, where ``C`` alone in the objective left them free.
+It is first solved without ``C`` (``balanced``): the largest busy row's right-hand side
+``B_d`` is their mean plus ``E``, with ``E >= B_d - mean`` for every device (on two devices
+``E >= +-(B0 - B1) / 2``), the mean in the objective on the placement's own columns, and the
+link rows left out. That optimum bounds every placement's cycle time from below, and is the
+cycle time of its own placement unless a link's load exceeds every busy time; only then is
+the MILP above solved, from that placement. The relaxation is the same less the link rows;
+with the objective on the columns HiGHS's reduced costs fix most of them once it has a
+placement, where ``C`` alone in the objective left them free.
 
 A period of identical layers on two devices (``PlanContext.layer``) is solved with the layers
 counted instead of placed (``_layers``): the same optimum, from three small MILPs (one carried
@@ -89,15 +90,15 @@ class Loads:
 
 
 def per_kernel(ctx: PlanContext, options: dict | None = None) -> Plan:
-    """The MILP above; ``options``: more HiGHS options (``Model.solve``). On two devices it
-    is first solved as ``balanced``, and as above only where a link's load is the cycle time
-    of the placement that finds."""
-    balanced_plan = balanced(ctx, options) if ctx.n_dev == 2 else None
-    if balanced_plan is not None and balanced_plan.info.pop("links_free"):
+    """The MILP above; ``options``: more HiGHS options (``Model.solve``). It is first solved
+    as ``balanced``, and as above only where a link's load is the cycle time of the
+    placement that finds."""
+    balanced_plan = balanced(ctx, options)
+    if balanced_plan.info.pop("links_free"):
         return balanced_plan
-    if balanced_plan is not None:  # start from its placement, within the time left
-        left = max(0.0, ctx.time_limit_s - balanced_plan.solve_s)
-        ctx = replace(ctx, time_limit_s=left, start=tuple(balanced_plan.place))
+    # start from its placement, within the time left
+    left = max(0.0, ctx.time_limit_s - balanced_plan.solve_s)
+    ctx = replace(ctx, time_limit_s=left, start=tuple(balanced_plan.place))
     m = Model()
     c = m.var(cost=1.0)
     ld = loads(m, ctx)
@@ -106,33 +107,31 @@ def per_kernel(ctx: PlanContext, options: dict | None = None) -> Plan:
         m.row({c: 1.0, **{col: -t for col, t in ld.out[d].items()}}, 0)
         m.row({c: 1.0, **{col: -t for col, t in ld.into[d].items()}}, 0)
     plan = solve(m, ld.x, ctx, options)
-    if balanced_plan is not None:  # both bound every placement
-        bound = max(plan.info["bound_s"], balanced_plan.info["bound_s"])
-        plan.solve_s += balanced_plan.solve_s
-        plan.info.update(bound_s=bound, gap=max(0.0, plan.objective - bound) / plan.objective
-                         if plan.objective else 0.0)
+    bound = max(plan.info["bound_s"], balanced_plan.info["bound_s"])  # both bound every one
+    plan.solve_s += balanced_plan.solve_s
+    plan.info.update(bound_s=bound, gap=max(0.0, plan.objective - bound) / plan.objective
+                     if plan.objective else 0.0)
     return plan
 
 
 def balanced(ctx: PlanContext, options: dict | None = None) -> Plan:
-    """Two devices: the larger busy time as ``max(B0, B1) = (B0 + B1) / 2 + |B0 - B1| / 2``,
-    the mean in the objective on the columns themselves and ``E >= +-(B0 - B1) / 2``, the
-    link rows left out. Its optimum is a lower bound on the cycle time of every placement,
-    and the cycle time of its own placement where no link's load exceeds both devices' busy
-    times (``info["links_free"]``): then that placement is optimal. The same optimum as
-    above, stated so that HiGHS's reduced costs act on the placement's columns: on 1,020
-    kernels with no two layers alike 0.9-2.2 s against 4.5-7.8 s
+    """The largest busy time as their mean plus ``E >= B_d - mean`` for every device ``d``
+    (on two devices ``E >= +-(B0 - B1) / 2``), the mean in the objective on the columns
+    themselves, the link rows left out. Its optimum is a lower bound on the cycle time of
+    every placement, and the cycle time of its own placement where no link's load exceeds
+    the largest busy time (``info["links_free"]``): then that placement is optimal. The same
+    optimum as above, stated so that HiGHS's reduced costs act on the placement's columns
     (docs/measurements/tool_speed_epyc.md)."""
     m = Model()
     ld = loads(m, ctx)
-    b0, b1 = ld.busy
     e = m.var(cost=1.0)
-    half = {}
-    for col in set(b0) | set(b1):
-        m.cost[col] += (b0.get(col, 0.0) + b1.get(col, 0.0)) / 2
-        half[col] = (b0.get(col, 0.0) - b1.get(col, 0.0)) / 2
-    m.row({e: 1.0, **{col: -h for col, h in half.items()}}, 0)
-    m.row({e: 1.0, **half}, 0)
+    cols = set().union(*ld.busy)
+    mean = {col: sum(b.get(col, 0.0) for b in ld.busy) / ctx.n_dev for col in cols}
+    for col, t in mean.items():
+        m.cost[col] += t
+    for b in ld.busy:  # E >= B_d - mean
+        diff = {col: mean[col] - b.get(col, 0.0) for col in cols}
+        m.row({e: 1.0, **{col: v for col, v in diff.items() if v}}, 0)
     plan = solve(m, ld.x, ctx, options)
     # At most the objective: the transfers of the placement are at most the model's.
     objective = plan.info.pop("objective")
