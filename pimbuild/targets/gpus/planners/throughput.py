@@ -17,14 +17,15 @@ there and its source is not), and ``w[b][e][d]`` when it is sent from ``e`` to `
 smallest feasible ``r``, ``w`` are exactly the transfers ``ddg.transfers`` lists, so the optimum
 equals the cost model's minimum (checked against brute force in the tests).
 
-It is first solved without ``C`` (``balanced``): the largest busy row's right-hand side
-``B_d`` is their mean plus ``E``, with ``E >= B_d - mean`` for every device (on two devices
-``E >= +-(B0 - B1) / 2``), the mean in the objective on the placement's own columns, and the
-link rows left out. That optimum bounds every placement's cycle time from below, and is the
-cycle time of its own placement unless a link's load exceeds every busy time; only then is
-the MILP above solved, from that placement. The relaxation is the same less the link rows;
-with the objective on the columns HiGHS's reduced costs fix most of them once it has a
-placement, where ``C`` alone in the objective left them free.
+On two devices it is first solved without ``C`` (``balanced``): the larger busy row's
+right-hand side is their mean plus ``E``, with ``E >= +-(B0 - B1) / 2``, the mean in the
+objective on the placement's own columns, and the link rows left out. That optimum bounds
+every placement's cycle time from below, and is the cycle time of its own placement unless a
+link's load exceeds both busy times; only then is the MILP above solved, from that placement.
+The relaxation is the same less the link rows; with the objective on the columns HiGHS's
+reduced costs fix most of them once it has a placement, where ``C`` alone in the objective
+left them free. (On three devices, the mean plus ``E >= B_d - mean``, it was slower than
+the MILP above: docs/measurements/tool_speed_epyc.md.)
 
 A period of identical layers on two devices (``PlanContext.layer``) is solved with the layers
 counted instead of placed (``_layers``): the same optimum, from three small MILPs (one carried
@@ -90,15 +91,15 @@ class Loads:
 
 
 def per_kernel(ctx: PlanContext, options: dict | None = None) -> Plan:
-    """The MILP above; ``options``: more HiGHS options (``Model.solve``). It is first solved
-    as ``balanced``, and as above only where a link's load is the cycle time of the
-    placement that finds."""
-    balanced_plan = balanced(ctx, options)
-    if balanced_plan.info.pop("links_free"):
+    """The MILP above; ``options``: more HiGHS options (``Model.solve``). On two devices it
+    is first solved as ``balanced``, and as above only where a link's load is the cycle time
+    of the placement that finds."""
+    balanced_plan = balanced(ctx, options) if ctx.n_dev == 2 else None
+    if balanced_plan is not None and balanced_plan.info.pop("links_free"):
         return balanced_plan
-    # start from its placement, within the time left
-    left = max(0.0, ctx.time_limit_s - balanced_plan.solve_s)
-    ctx = replace(ctx, time_limit_s=left, start=tuple(balanced_plan.place))
+    if balanced_plan is not None:  # start from its placement, within the time left
+        left = max(0.0, ctx.time_limit_s - balanced_plan.solve_s)
+        ctx = replace(ctx, time_limit_s=left, start=tuple(balanced_plan.place))
     m = Model()
     c = m.var(cost=1.0)
     ld = loads(m, ctx)
@@ -107,10 +108,11 @@ def per_kernel(ctx: PlanContext, options: dict | None = None) -> Plan:
         m.row({c: 1.0, **{col: -t for col, t in ld.out[d].items()}}, 0)
         m.row({c: 1.0, **{col: -t for col, t in ld.into[d].items()}}, 0)
     plan = solve(m, ld.x, ctx, options)
-    bound = max(plan.info["bound_s"], balanced_plan.info["bound_s"])  # both bound every one
-    plan.solve_s += balanced_plan.solve_s
-    plan.info.update(bound_s=bound, gap=max(0.0, plan.objective - bound) / plan.objective
-                     if plan.objective else 0.0)
+    if balanced_plan is not None:  # both bound every placement
+        bound = max(plan.info["bound_s"], balanced_plan.info["bound_s"])
+        plan.solve_s += balanced_plan.solve_s
+        plan.info.update(bound_s=bound, gap=max(0.0, plan.objective - bound) / plan.objective
+                         if plan.objective else 0.0)
     return plan
 
 
