@@ -37,17 +37,22 @@ THETAS = "0.015,0.03,0.06,0.12,0.24,0.48,0.96,1.92"
 
 def cli(args: list[str], cwd: Path) -> tuple[float, int]:
     """Wall seconds and peak RSS (MB, this child and its descendants) of one command. A
-    single run gets its own numbered run directory (Hydra's default is per second)."""
+    single run gets its own numbered run directory (Hydra's default is per second). Its
+    output goes to a file, whose last lines are printed if it fails."""
     if "-m" not in args:
         runs = cwd / "runs"
         args = [*args, f"hydra.run.dir={runs / str(len(list(runs.glob('*'))))}"]
     start = time.perf_counter()
-    with open(os.devnull, "w") as null:
+    with tempfile.TemporaryFile("w+") as log:
         pid = subprocess.Popen([PIMBUILD, *args, "show_candidates=false"], cwd=cwd,
-                               stdout=null, stderr=subprocess.STDOUT).pid
+                               stdout=log, stderr=subprocess.STDOUT).pid
         _, status, usage = os.wait4(pid, 0)
-    if status != 0:
-        raise SystemExit(f"pimbuild {' '.join(args)} failed with status {status}")
+        if status != 0:
+            log.seek(0)
+            tail = "".join(log.readlines()[-40:])
+            code = os.waitstatus_to_exitcode(status)
+            raise SystemExit(f"pimbuild {' '.join(args)} failed with status {code}; its "
+                             f"output ended:\n{tail}")
     return time.perf_counter() - start, usage.ru_maxrss // 1024
 
 
