@@ -124,7 +124,8 @@ def simulate(ctx: PolicyContext, decisions: dict[str, Any], reinsert: dict[str, 
     t, name = ctx.target, ctx.policy.name
     offloaded = set(decisions["offloaded"])
     main = evaluate(ctx, offloaded)
-    other_model = CopyModel("resident") if ctx.copy_model.name == "upper_bound" else UPPER_BOUND
+    other_model = (CopyModel("resident") if ctx.copy_model.name == UPPER_BOUND.name
+                   else UPPER_BOUND)
     other = evaluate(PolicyContext(ctx.nests, ctx.forward_s, ctx.outputs, ctx.b_cpu_gbps,
                                    ctx.policy, t, other_model), offloaded)
     truth = {n.id for n in ctx.nests if hybrid.beneficial(

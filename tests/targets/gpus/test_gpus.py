@@ -89,7 +89,7 @@ def test_balanced_then_per_kernel_where_a_link_binds_equal_brute_force(n_dev: in
                  for _ in range(n)]
         kappa = (0.0, 0.5)[seed % 2]
         ctx = PlanContext(g, times, LINK, n_dev, kappa)
-        ways.add(throughput.balanced(ctx).info["links_free"])
+        ways.add(throughput.balanced(ctx)[1])
         plan = throughput.per_kernel(ctx)
         best, _ = brute_force(g, times, n_dev, kappa)
         achieved = cost.cycle_time(g, plan.place, times, LINK, n_dev, kappa)

@@ -94,8 +94,8 @@ def per_kernel(ctx: PlanContext, options: dict | None = None) -> Plan:
     """The MILP above; ``options``: more HiGHS options (``Model.solve``). On two devices it
     is first solved as ``balanced``, and as above only where a link's load is the cycle time
     of the placement that finds."""
-    balanced_plan = balanced(ctx, options) if ctx.n_dev == 2 else None
-    if balanced_plan is not None and balanced_plan.info.pop("links_free"):
+    balanced_plan, links_free = balanced(ctx, options) if ctx.n_dev == 2 else (None, False)
+    if links_free:
         return balanced_plan
     if balanced_plan is not None:  # start from its placement, within the time left
         left = max(0.0, ctx.time_limit_s - balanced_plan.solve_s)
@@ -107,7 +107,7 @@ def per_kernel(ctx: PlanContext, options: dict | None = None) -> Plan:
         m.row({c: 1.0, **{col: -t for col, t in ld.busy[d].items()}}, 0)
         m.row({c: 1.0, **{col: -t for col, t in ld.out[d].items()}}, 0)
         m.row({c: 1.0, **{col: -t for col, t in ld.into[d].items()}}, 0)
-    plan = solve(m, ld.x, ctx, options)
+    plan, _ = solve(m, ld.x, ctx, options)
     if balanced_plan is not None:  # both bound every placement
         bound = max(plan.info["bound_s"], balanced_plan.info["bound_s"])
         plan.solve_s += balanced_plan.solve_s
@@ -116,12 +116,12 @@ def per_kernel(ctx: PlanContext, options: dict | None = None) -> Plan:
     return plan
 
 
-def balanced(ctx: PlanContext, options: dict | None = None) -> Plan:
+def balanced(ctx: PlanContext, options: dict | None = None) -> tuple[Plan, bool]:
     """The largest busy time as their mean plus ``E >= B_d - mean`` for every device ``d``
     (on two devices ``E >= +-(B0 - B1) / 2``), the mean in the objective on the columns
     themselves, the link rows left out. Its optimum is a lower bound on the cycle time of
     every placement, and the cycle time of its own placement where no link's load exceeds
-    the largest busy time (``info["links_free"]``): then that placement is optimal. The same
+    the largest busy time (the second value, True): then that placement is optimal. The same
     optimum as above, stated so that HiGHS's reduced costs act on the placement's columns
     (docs/measurements/tool_speed_epyc.md)."""
     m = Model()
@@ -134,21 +134,21 @@ def balanced(ctx: PlanContext, options: dict | None = None) -> Plan:
     for b in ld.busy:  # E >= B_d - mean
         diff = {col: mean[col] - b.get(col, 0.0) for col in cols}
         m.row({e: 1.0, **{col: v for col, v in diff.items() if v}}, 0)
-    plan = solve(m, ld.x, ctx, options)
+    plan, objective = solve(m, ld.x, ctx, options)
     # At most the objective: the transfers of the placement are at most the model's.
-    objective = plan.info.pop("objective")
-    plan.info["links_free"] = US * plan.objective <= objective * (1 + 1e-7) + 1e-6
-    return plan
+    return plan, US * plan.objective <= objective * (1 + 1e-7) + 1e-6
 
 
-def solve(m: Model, x: list[list[int]], ctx: PlanContext, options: dict | None) -> Plan:
+def solve(m: Model, x: list[list[int]], ctx: PlanContext, options: dict | None
+          ) -> tuple[Plan, float]:
+    """The plan of ``m``'s solution and ``m``'s objective (microseconds; inf where HiGHS
+    stopped before it completed the start)."""
     values, objective, seconds, status = m.solve(ctx.time_limit_s, ctx.mip_gap, ctx.incumbent,
                                                  start_values(x, ctx), options=options)
     chosen = placement(x, values, ctx.start)
     plan = solved(chosen, cycle_time(ctx.graph, chosen, ctx.times, ctx.link, ctx.n_dev,
                                      ctx.comm_on_device), m, seconds, status)
-    plan.info["objective"] = objective
-    return plan
+    return plan, objective
 
 
 def loads(m: Model, ctx: PlanContext) -> Loads:
