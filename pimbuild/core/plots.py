@@ -13,7 +13,12 @@ import matplotlib.pyplot as plt  # noqa: E402
 __all__ = ["plt", "save_figure"]
 
 
+DPI = 120
+
+
 def save_figure(fig, path: Path) -> None:
+    """Laid out and drawn at the resolution it is saved at, so its text is measured once."""
+    fig.set_dpi(DPI)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    fig.savefig(path, dpi=DPI)
     plt.close(fig)

@@ -9,6 +9,7 @@ features each library has. ``Markers`` is the ctypes view of a loaded library.
 from __future__ import annotations
 
 import ctypes
+import functools
 import hashlib
 import json
 import os
@@ -67,7 +68,13 @@ def _has_header(cc: str, header: str) -> bool:
 
 def probe() -> Params:
     """What the runtime build depends on: source, compiler version, available headers."""
-    cc = compiler()
+    return _probe(compiler())
+
+
+@functools.cache
+def _probe(cc: str) -> Params:
+    """``probe`` for compiler ``cc``, once a process: three runs of the compiler, 30 ms that
+    every job of a sweep in one process would otherwise pay again."""
     version = subprocess.run([cc, "--version"], capture_output=True, text=True).stdout
     return Params(source_sha256=hashlib.sha256(SOURCE.read_bytes()).hexdigest(), cc=cc,
                   cc_version=version.splitlines()[0] if version else "",
