@@ -102,7 +102,7 @@ def _bandwidth_vs_theta(r: dict[str, Any], s: Sides, path: Path) -> None:
     ax.set_xlim(min(ids, default=0) - 0.6, max(ids, default=0) + 0.6)
     ax.axhline(r["theta_gbps"], color="black", ls="--", lw=1, label="theta")
     ax.set_yscale("log")
-    # plain labels (1e-03, 0.1): mathtext's 10^-3 took most of a report's plotting time
+    # plain labels (1e-03, 0.1): parsing mathtext's 10^-3 was a fifth of this plot's time
     ax.yaxis.set_major_formatter(LogFormatter())
     ax.yaxis.set_minor_formatter(LogFormatter(labelOnlyBase=False))
     ax.set_xlabel(f"nest id (red: {s.device}, blue: {s.host})")
