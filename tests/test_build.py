@@ -59,6 +59,15 @@ def test_targets_stop_at_lower(run_build) -> None:
     assert result.executed == ["lower"]
 
 
+def test_a_timeline_asked_of_a_build_without_simulate_is_named_missing(run_build,
+                                                                       capsys) -> None:
+    run_build([*SMALL[:-1], "stages=[lower]"])
+    assert "no timeline.json" not in capsys.readouterr().out
+    run_build([*SMALL[:-1], "stages=[lower]", "timeline=true"])
+    out = capsys.readouterr().out
+    assert "timeline=true: no timeline.json" in out and "stages=['lower']" in out
+
+
 def test_manifest_shape_and_hashes(run_build, tmp_path: Path) -> None:
     result = run_build(SMALL)
     manifest = json.loads((tmp_path / "run0" / "manifest.json").read_text())
