@@ -79,7 +79,8 @@ def _summarize(cfg: DictConfig, stage_tasks: list, result: BuildResult, run_dir:
         console.print(f"report: {dirs['simulate'] / 'report.md'}")
     elif cfg.timeline:
         console.print(f"timeline=true: no timeline.json, as the simulate stage that writes it "
-                      f"was not built (stages={list(cfg.stages)})", soft_wrap=True)
+                      f"is not among this run's stages (stages={list(cfg.stages)})",
+                      soft_wrap=True)
     (run_dir / "report.html").write_text(run_page(
         f"pimbuild: model={cfg.model.name}, system={cfg.system.name}", lines, result.manifest,
         OmegaConf.to_yaml(cfg), dirs))
