@@ -68,6 +68,12 @@ class Plan:
     info: dict[str, Any] = field(default_factory=dict)
 
 
+def relative_gap(achieved_s: float, bound_s: float) -> float:
+    """How far a placement's cycle time ``achieved_s`` may be above the optimum, given a lower
+    bound ``bound_s`` on it: ``(achieved - bound) / achieved``, 0 at or below the bound."""
+    return max(0.0, achieved_s - bound_s) / achieved_s if achieved_s else 0.0
+
+
 def solved(place: list[int], achieved_s: float, model: Any, seconds: float,
            status: dict[str, Any]) -> Plan:
     """The Plan of a MILP's placement. ``achieved_s`` is the cost model's value of the
@@ -77,7 +83,7 @@ def solved(place: list[int], achieved_s: float, model: Any, seconds: float,
     return Plan(place, achieved_s, seconds,
                 {"variables": len(model.cost), "constraints": len(model.rows),
                  "solver_status": status["status"], "bound_s": bound,
-                 "gap": max(0.0, achieved_s - bound) / achieved_s if achieved_s else 0.0})
+                 "gap": relative_gap(achieved_s, bound)})
 
 
 def start_values(x: list[list[int]], ctx: PlanContext) -> dict[int, float] | None:

@@ -53,7 +53,7 @@ from dataclasses import dataclass, replace
 from pimbuild.core.milp import INF, US, Model
 from pimbuild.targets.gpus.costmodel.cost import cycle_time
 from pimbuild.targets.gpus.costmodel.ddg import Graph
-from pimbuild.targets.gpus.planners import GB, Plan, PlanContext
+from pimbuild.targets.gpus.planners import GB, Plan, PlanContext, relative_gap
 
 ENTRY = -1  # a buffer's source: the exit kernel of the layer before
 STREAMS = 2  # carried streams written by different kernels counted (2**STREAMS exit states)
@@ -327,4 +327,4 @@ def place(ctx: PlanContext, per_kernel: PerKernel) -> Plan:
         "formulation": f"{ctx.period} layers aggregated ({len(statuses)} case(s)"
                        + (", then per kernel" if len(ws) > 1 else "") + ")",
         "variables": size[0], "constraints": size[1], "solver_status": status,
-        "bound_s": bound, "gap": max(0.0, achieved - bound) / achieved if achieved else 0.0})
+        "bound_s": bound, "gap": relative_gap(achieved, bound)})

@@ -45,6 +45,7 @@ from pimbuild.targets.gpus.planners import (
     PlanContext,
     _layers,
     memory_rows,
+    relative_gap,
     solved,
     start_values,
 )
@@ -111,8 +112,7 @@ def per_kernel(ctx: PlanContext, options: dict | None = None) -> Plan:
     if balanced_plan is not None:  # both bound every placement
         bound = max(plan.info["bound_s"], balanced_plan.info["bound_s"])
         plan.solve_s += balanced_plan.solve_s
-        plan.info.update(bound_s=bound, gap=max(0.0, plan.objective - bound) / plan.objective
-                         if plan.objective else 0.0)
+        plan.info.update(bound_s=bound, gap=relative_gap(plan.objective, bound))
     return plan
 
 
